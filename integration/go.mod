@@ -1,0 +1,3 @@
+module github.com/sluice-io/sluice/integration
+
+go 1.26.8

@@ -1,0 +1,229 @@
+package grpcx
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/telemetry"
+)
+
+// ServerConfig tunes a gRPC server.
+type ServerConfig struct {
+	// MaxRecvMsgBytes bounds one received message (a produce request).
+	MaxRecvMsgBytes int
+	// GracefulStopTimeout bounds how long Stop waits for calls to finish
+	// before it closes them.
+	GracefulStopTimeout time.Duration
+}
+
+// RegisterFlags registers the server flags.
+func (c *ServerConfig) RegisterFlags(fs *flag.FlagSet) {
+	fs.IntVar(&c.MaxRecvMsgBytes, "grpc.max-recv-msg-bytes", 64<<20,
+		"Largest gRPC message the server accepts, in bytes (a produce request with all its batches).")
+	fs.DurationVar(&c.GracefulStopTimeout, "grpc.graceful-stop-timeout", 10*time.Second,
+		"How long a stopping server waits for calls in flight before closing them.")
+}
+
+// Validate checks the configuration.
+func (c *ServerConfig) Validate() error {
+	if c.MaxRecvMsgBytes < 1<<20 {
+		return fmt.Errorf("grpc.max-recv-msg-bytes: %d is below the 1 MiB minimum", c.MaxRecvMsgBytes)
+	}
+	if c.GracefulStopTimeout < 0 {
+		return fmt.Errorf("grpc.graceful-stop-timeout: %v is negative", c.GracefulStopTimeout)
+	}
+	return nil
+}
+
+// ServerOptions are the collaborators of a server.
+type ServerOptions struct {
+	Logger *slog.Logger
+	// Telemetry enables tracing and RPC metrics; nil disables them.
+	Telemetry *telemetry.Providers
+	// RoleOf maps a full method name to the role that serves it, so that the
+	// server span is reported under that role's service name. Nil reports
+	// every call under "sluiced".
+	RoleOf func(fullMethod string) string
+	// Extra server options, such as a codec.
+	Extra []grpc.ServerOption
+}
+
+// Server is a gRPC server with health, reflection and validators.
+type Server struct {
+	GRPC       *grpc.Server
+	Health     *health.Server
+	Validators *Validators
+
+	cfg    ServerConfig
+	logger *slog.Logger
+}
+
+// NewServer builds a server. Register services on s.GRPC, their validators
+// on s.Validators, then call Serve.
+func NewServer(cfg ServerConfig, o ServerOptions) *Server {
+	s := &Server{
+		Health:     health.NewServer(),
+		Validators: NewValidators(),
+		cfg:        cfg,
+		logger:     o.Logger,
+	}
+	// Nothing is serving until the roles say so.
+	s.Health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+
+	logOpts := []logging.Option{
+		logging.WithLogOnEvents(logging.FinishCall),
+		logging.WithLevels(serverCodeToLevel),
+	}
+	recoveryOpt := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
+		o.Logger.ErrorContext(ctx, "panic in gRPC handler", slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
+		return errs.New(errs.UnknownServerError, "internal error; the server logged the details")
+	})
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		// Clients ping idle connections every 10 s (see Dial); allow it.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		// Interceptors run outermost first: log the final outcome, map errors
+		// to statuses, recover panics, then validate the request.
+		grpc.ChainUnaryInterceptor(
+			logging.UnaryServerInterceptor(slogAdapter(o.Logger), logOpts...),
+			unaryErrorInterceptor(o.Logger),
+			recovery.UnaryServerInterceptor(recoveryOpt),
+			s.Validators.unaryInterceptor(),
+		),
+		grpc.ChainStreamInterceptor(
+			logging.StreamServerInterceptor(slogAdapter(o.Logger), logOpts...),
+			streamErrorInterceptor(o.Logger),
+			recovery.StreamServerInterceptor(recoveryOpt),
+			s.Validators.streamInterceptor(),
+		),
+	}
+	if o.Telemetry != nil {
+		opts = append(opts, grpc.StatsHandler(newRoleStatsHandler(o.Telemetry, o.RoleOf)))
+	}
+	opts = append(opts, o.Extra...)
+	s.GRPC = grpc.NewServer(opts...)
+	healthpb.RegisterHealthServer(s.GRPC, s.Health)
+	reflection.Register(s.GRPC)
+	return s
+}
+
+// Serve accepts connections on lis until Stop. It returns nil after Stop.
+func (s *Server) Serve(lis net.Listener) error {
+	err := s.GRPC.Serve(lis)
+	if errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
+}
+
+// SetServing marks services (by full name, "" for the whole server) as
+// serving or not.
+func (s *Server) SetServing(serving bool, services ...string) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if serving {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	for _, name := range services {
+		s.Health.SetServingStatus(name, st)
+	}
+}
+
+// Stop marks everything NOT_SERVING, lets calls in flight finish for up to
+// the graceful-stop timeout (or until ctx ends), then closes what is left.
+func (s *Server) Stop(ctx context.Context) {
+	s.Health.Shutdown()
+	done := make(chan struct{})
+	go func() {
+		s.GRPC.GracefulStop()
+		close(done)
+	}()
+	timer := time.NewTimer(s.cfg.GracefulStopTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return
+	case <-timer.C:
+		s.logger.Warn("graceful stop timed out; closing remaining calls", slog.Duration("timeout", s.cfg.GracefulStopTimeout))
+	case <-ctx.Done():
+	}
+	s.GRPC.Stop()
+	<-done
+}
+
+// serverCodeToLevel logs successes at debug, client mistakes at info and
+// server faults at error, so a healthy cluster's log stays quiet.
+func serverCodeToLevel(c codes.Code) logging.Level {
+	switch c {
+	case codes.OK:
+		return logging.LevelDebug
+	case codes.Internal, codes.Unknown, codes.DataLoss:
+		return logging.LevelError
+	default:
+		return logging.LevelInfo
+	}
+}
+
+func slogAdapter(l *slog.Logger) logging.Logger {
+	return logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
+		l.Log(ctx, slog.Level(lvl), msg, fields...)
+	})
+}
+
+func unaryErrorInterceptor(l *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		resp, err := handler(ctx, req)
+		return resp, toStatus(ctx, l, info.FullMethod, err)
+	}
+}
+
+func streamErrorInterceptor(l *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		return toStatus(ss.Context(), l, info.FullMethod, handler(srv, ss))
+	}
+}
+
+// toStatus makes sure every error leaving a handler is a status with an
+// ErrorInfo: Sluice errors convert themselves, context errors become
+// Canceled/DeadlineExceeded, bare Unimplemented statuses (from the generated
+// Unimplemented servers) get a clearer message, and anything else is an
+// internal error whose details stay in the log.
+func toStatus(ctx context.Context, l *slog.Logger, method string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var se *errs.Error
+	if errors.As(err, &se) {
+		return se
+	}
+	if st, ok := status.FromError(err); ok {
+		if st.Code() == codes.Unimplemented && len(st.Details()) == 0 {
+			return errs.New(errs.Unimplemented, "%s is part of the Sluice API but this server version does not implement it yet",
+				strings.TrimPrefix(method, "/"))
+		}
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return status.FromContextError(err).Err()
+	}
+	l.ErrorContext(ctx, "unclassified error from gRPC handler", slog.String("method", method), slog.Any("err", err))
+	return errs.New(errs.UnknownServerError, "internal error: %v", err)
+}

@@ -1,0 +1,127 @@
+package metastore
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Config configures the controller's metadata store: an embedded etcd member
+// (the default) or a client of an external etcd cluster.
+type Config struct {
+	// Name is this member's name in the etcd cluster; empty derives it from
+	// the node id.
+	Name string
+	// ClientListen is host:port where the embedded member serves etcd
+	// clients (only Sluice controllers use it).
+	ClientListen string
+	// PeerListen is host:port where the embedded member talks to its peers.
+	PeerListen string
+	// InitialCluster lists every member for a static bootstrap as
+	// name=http://host:port,... Empty means a single-member cluster of this
+	// member only.
+	InitialCluster string
+	// ClusterToken distinguishes clusters bootstrapped on the same hosts.
+	ClusterToken string
+	// Endpoints, if set, uses an external etcd cluster instead of an embedded
+	// member.
+	Endpoints string
+	// Prefix is prepended to every key, so several Sluice clusters can share
+	// an external etcd.
+	Prefix string
+	// DialTimeout bounds connecting to etcd.
+	DialTimeout time.Duration
+	// StartTimeout bounds how long the embedded member may take to join its
+	// quorum. Under heavy disk load etcd can take 10 s or more.
+	StartTimeout time.Duration
+
+	// Tuning for tests: shorter raft ticks and no fsync. Never in production.
+	TickMs        uint
+	ElectionMs    uint
+	UnsafeNoFsync bool
+}
+
+// RegisterFlags registers the flags under prefix (for example
+// "controller.etcd.").
+func (c *Config) RegisterFlags(prefix string, fs *flag.FlagSet) {
+	fs.StringVar(&c.Name, prefix+"name", "", "Name of this embedded etcd member; empty uses controller-<node-id>.")
+	fs.StringVar(&c.ClientListen, prefix+"client-listen", "127.0.0.1:9092", "host:port where the embedded etcd member serves clients.")
+	fs.StringVar(&c.PeerListen, prefix+"peer-listen", "127.0.0.1:9093", "host:port where the embedded etcd member talks to its peers.")
+	fs.StringVar(&c.InitialCluster, prefix+"initial-cluster", "",
+		"Static bootstrap of a multi-member quorum: name=http://host:port,... (peer addresses). Empty starts a single member.")
+	fs.StringVar(&c.ClusterToken, prefix+"cluster-token", "sluice", "Token that tells apart etcd clusters bootstrapped on the same hosts.")
+	fs.StringVar(&c.Endpoints, prefix+"endpoints", "", "Comma-separated endpoints of an external etcd cluster to use instead of an embedded member.")
+	fs.StringVar(&c.Prefix, prefix+"prefix", "/sluice", "Key prefix in etcd, so clusters can share an external etcd.")
+	fs.DurationVar(&c.DialTimeout, prefix+"dial-timeout", 5*time.Second, "Timeout for connecting to etcd.")
+	fs.DurationVar(&c.StartTimeout, prefix+"start-timeout", 60*time.Second, "How long the embedded member may take to join its quorum.")
+	fs.UintVar(&c.TickMs, prefix+"tick-ms", 100, "etcd heartbeat interval in milliseconds.")
+	fs.UintVar(&c.ElectionMs, prefix+"election-ms", 1000, "etcd election timeout in milliseconds.")
+	fs.BoolVar(&c.UnsafeNoFsync, prefix+"unsafe-no-fsync", false, "Disable etcd's fsync. Loses metadata on power failure: for tests only.")
+}
+
+// Embedded reports whether an embedded member is configured.
+func (c *Config) Embedded() bool { return c.Endpoints == "" }
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	if !c.Embedded() {
+		for _, ep := range c.endpoints() {
+			if _, _, err := net.SplitHostPort(strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://")); err != nil {
+				return fmt.Errorf("etcd endpoints: %q is not host:port: %w", ep, err)
+			}
+		}
+		return nil
+	}
+	for name, addr := range map[string]string{"client-listen": c.ClientListen, "peer-listen": c.PeerListen} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("etcd %s: %q is not host:port: %w", name, addr, err)
+		}
+	}
+	if c.InitialCluster != "" {
+		if _, err := parseInitialCluster(c.InitialCluster); err != nil {
+			return err
+		}
+	}
+	if c.ElectionMs < 5*c.TickMs {
+		return fmt.Errorf("etcd election-ms (%d) must be at least 5 times tick-ms (%d)", c.ElectionMs, c.TickMs)
+	}
+	if !strings.HasPrefix(c.Prefix, "/") {
+		return fmt.Errorf("etcd prefix %q must start with /", c.Prefix)
+	}
+	return nil
+}
+
+func (c *Config) endpoints() []string {
+	var out []string
+	for _, ep := range strings.Split(c.Endpoints, ",") {
+		if ep = strings.TrimSpace(ep); ep != "" {
+			out = append(out, ep)
+		}
+	}
+	return out
+}
+
+// parseInitialCluster checks name=url pairs and returns the member names.
+func parseInitialCluster(s string) ([]string, error) {
+	var names []string
+	seen := map[string]bool{}
+	for _, part := range strings.Split(s, ",") {
+		name, raw, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("etcd initial-cluster: %q is not name=http://host:port", part)
+		}
+		u, err := url.Parse(raw)
+		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			return nil, fmt.Errorf("etcd initial-cluster: %q has no valid http(s)://host:port URL", part)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("etcd initial-cluster: member %q appears twice", name)
+		}
+		seen[name] = true
+		names = append(names, name)
+	}
+	return names, nil
+}

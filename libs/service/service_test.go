@@ -1,0 +1,104 @@
+package service_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-io/sluice/libs/log"
+	"github.com/sluice-io/sluice/libs/service"
+	"github.com/sluice-io/sluice/libs/testutil"
+)
+
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
+
+type recorder struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (r *recorder) add(e string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+}
+
+func (r *recorder) get() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.events...)
+}
+
+func (r *recorder) SetServing(serving bool, names ...string) {
+	for _, n := range names {
+		if serving {
+			r.add("serving " + n)
+		} else {
+			r.add("not-serving " + n)
+		}
+	}
+}
+
+type comp struct {
+	service.Func
+	health []string
+	failed chan error
+}
+
+func (c *comp) HealthServices() []string { return c.health }
+func (c *comp) Failed() <-chan error     { return c.failed }
+
+func newComp(r *recorder, name string, startErr error) *comp {
+	return &comp{
+		Func: service.Func{
+			N:       name,
+			StartFn: func(context.Context) error { r.add("start " + name); return startErr },
+			StopFn:  func(context.Context) error { r.add("stop " + name); return nil },
+		},
+		health: []string{name + ".Service"},
+		failed: make(chan error, 1),
+	}
+}
+
+func TestStartsInOrderStopsInReverseWithHealth(t *testing.T) {
+	r := &recorder{}
+	m := service.NewManager(log.Discard(), r)
+	a, b := newComp(r, "a", nil), newComp(r, "b", nil)
+	m.Add(a)
+	m.Add(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	m.Ready = cancel
+	require.NoError(t, m.Run(ctx))
+	require.Equal(t, []string{
+		"start a", "start b",
+		"serving a.Service", "serving b.Service", "serving ",
+		"not-serving ", "not-serving a.Service", "not-serving b.Service",
+		"stop b", "stop a",
+	}, r.get())
+}
+
+func TestFailedStartStopsWhatStarted(t *testing.T) {
+	r := &recorder{}
+	m := service.NewManager(log.Discard(), r)
+	m.Add(newComp(r, "a", nil))
+	m.Add(newComp(r, "b", errors.New("disk full")))
+	m.Add(newComp(r, "c", nil))
+	err := m.Run(context.Background())
+	require.ErrorContains(t, err, "starting b: disk full")
+	require.Equal(t, []string{"start a", "start b", "stop a"}, r.get())
+}
+
+func TestComponentFailureStopsProcess(t *testing.T) {
+	r := &recorder{}
+	m := service.NewManager(log.Discard(), nil)
+	a, b := newComp(r, "a", nil), newComp(r, "b", nil)
+	m.Add(a)
+	m.Add(b)
+	m.Ready = func() { a.failed <- errors.New("etcd lost its disk") }
+	err := m.Run(context.Background())
+	require.ErrorContains(t, err, "a failed: etcd lost its disk")
+	require.Equal(t, []string{"start a", "start b", "stop b", "stop a"}, r.get())
+}

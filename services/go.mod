@@ -1,0 +1,3 @@
+module github.com/sluice-io/sluice/services
+
+go 1.26.8
