@@ -85,7 +85,7 @@ const (
 	StaleMemberEpoch             = edpb.ErrorCode_ERROR_CODE_STALE_MEMBER_EPOCH
 	UnknownServerError           = edpb.ErrorCode_ERROR_CODE_UNKNOWN_SERVER_ERROR
 	Unimplemented                = edpb.ErrorCode_ERROR_CODE_UNIMPLEMENTED
-	ShuttingDown                 = edpb.ErrorCode_ERROR_CODE_SHUTTING_DOWN
+	NodeNotReady                 = edpb.ErrorCode_ERROR_CODE_NODE_NOT_READY
 	NodeUnreachable              = edpb.ErrorCode_ERROR_CODE_NODE_UNREACHABLE
 )
 
@@ -179,7 +179,7 @@ var catalog = map[Code]Entry{
 	StaleMemberEpoch:             {false, codes.FailedPrecondition, 113},
 	UnknownServerError:           {false, codes.Internal, -1},
 	Unimplemented:                {false, codes.Unimplemented, -1},
-	ShuttingDown:                 {true, codes.Unavailable, -1},
+	NodeNotReady:                 {true, codes.Unavailable, -1},
 	NodeUnreachable:              {true, codes.Unavailable, -1},
 }
 

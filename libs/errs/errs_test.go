@@ -94,3 +94,15 @@ func TestItemErrorNilIsSuccess(t *testing.T) {
 	require.Equal(t, errs.TopicAlreadyExists, p.GetCode())
 	require.False(t, p.GetRetriable())
 }
+
+func TestFieldsCollectsAll(t *testing.T) {
+	var f errs.Fields
+	require.NoError(t, f.Err())
+	f.Add("a", "must be positive, got %d", -1)
+	f.Add("b[2].c", "is empty")
+	err := f.Err()
+	e := errs.From(err)
+	require.Equal(t, errs.InvalidRequest, e.Code)
+	require.Equal(t, "a: must be positive, got -1; b[2].c: is empty", e.Message)
+	require.Len(t, e.Violations, 2)
+}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -67,6 +68,10 @@ type ServerOptions struct {
 }
 
 // Server is a gRPC server with health, reflection and validators.
+//
+// Calls to a registered service are refused with NODE_NOT_READY until the
+// service is first marked serving, so a role never sees a call before it has
+// started. Health and reflection are always open.
 type Server struct {
 	GRPC       *grpc.Server
 	Health     *health.Server
@@ -74,6 +79,9 @@ type Server struct {
 
 	cfg    ServerConfig
 	logger *slog.Logger
+
+	mu    sync.RWMutex
+	ready map[string]bool
 }
 
 // NewServer builds a server. Register services on s.GRPC, their validators
@@ -84,6 +92,11 @@ func NewServer(cfg ServerConfig, o ServerOptions) *Server {
 		Validators: NewValidators(),
 		cfg:        cfg,
 		logger:     o.Logger,
+		ready: map[string]bool{
+			healthpb.Health_ServiceDesc.ServiceName:    true,
+			"grpc.reflection.v1.ServerReflection":      true,
+			"grpc.reflection.v1alpha.ServerReflection": true,
+		},
 	}
 	// Nothing is serving until the roles say so.
 	s.Health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -107,12 +120,14 @@ func NewServer(cfg ServerConfig, o ServerOptions) *Server {
 			logging.UnaryServerInterceptor(slogAdapter(o.Logger), logOpts...),
 			unaryErrorInterceptor(o.Logger),
 			recovery.UnaryServerInterceptor(recoveryOpt),
+			s.unaryGate,
 			s.Validators.unaryInterceptor(),
 		),
 		grpc.ChainStreamInterceptor(
 			logging.StreamServerInterceptor(slogAdapter(o.Logger), logOpts...),
 			streamErrorInterceptor(o.Logger),
 			recovery.StreamServerInterceptor(recoveryOpt),
+			s.streamGate,
 			s.Validators.streamInterceptor(),
 		),
 	}
@@ -136,15 +151,48 @@ func (s *Server) Serve(lis net.Listener) error {
 }
 
 // SetServing marks services (by full name, "" for the whole server) as
-// serving or not.
+// serving or not in gRPC health. The first time a service is marked serving
+// its calls are let through; marking it not serving later (while stopping)
+// only changes health, so calls in flight and late calls still reach the
+// role, which answers them or refuses them itself.
 func (s *Server) SetServing(serving bool, services ...string) {
 	st := healthpb.HealthCheckResponse_NOT_SERVING
 	if serving {
 		st = healthpb.HealthCheckResponse_SERVING
+		s.mu.Lock()
+		for _, name := range services {
+			s.ready[name] = true
+		}
+		s.mu.Unlock()
 	}
 	for _, name := range services {
 		s.Health.SetServingStatus(name, st)
 	}
+}
+
+func (s *Server) checkReady(method string) error {
+	svc := ServiceOf(method)
+	s.mu.RLock()
+	ok := s.ready[svc]
+	s.mu.RUnlock()
+	if ok {
+		return nil
+	}
+	return errs.New(errs.NodeNotReady, "%s on this node is starting; retry shortly or use another node", svc)
+}
+
+func (s *Server) unaryGate(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if err := s.checkReady(info.FullMethod); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+func (s *Server) streamGate(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if err := s.checkReady(info.FullMethod); err != nil {
+		return err
+	}
+	return handler(srv, ss)
 }
 
 // Stop marks everything NOT_SERVING, lets calls in flight finish for up to

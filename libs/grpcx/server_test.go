@@ -54,6 +54,7 @@ func startServer(t *testing.T) (*grpcx.Server, storagev1.StorageServiceClient, *
 		}
 		return nil
 	})
+	srv.SetServing(true, storagev1.StorageService_ServiceDesc.ServiceName)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	served := make(chan error, 1)
@@ -99,6 +100,34 @@ func TestUnimplementedHasActionableMessage(t *testing.T) {
 	require.Contains(t, err.Error(), "sluice.storage.v1.StorageService/DeleteRecords")
 }
 
+// A service that has not been marked serving yet refuses calls with a
+// retriable NODE_NOT_READY instead of reaching a role that has not started.
+func TestCallsWaitForReadiness(t *testing.T) {
+	srv := grpcx.NewServer(grpcx.ServerConfig{MaxRecvMsgBytes: 4 << 20, GracefulStopTimeout: time.Second},
+		grpcx.ServerOptions{Logger: log.Discard()})
+	storagev1.RegisterStorageServiceServer(srv.GRPC, storage{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop(context.Background())
+	conn, err := grpcx.Dial(lis.Addr().String(), grpcx.ClientOptions{})
+	require.NoError(t, err)
+	defer conn.Close()
+	client := storagev1.NewStorageServiceClient(conn)
+
+	_, err = client.ListOffsets(context.Background(), &storagev1.ListOffsetsRequest{})
+	require.Equal(t, errs.NodeNotReady, errs.CodeOf(err))
+	require.True(t, errs.IsRetriable(err))
+
+	srv.SetServing(true, storagev1.StorageService_ServiceDesc.ServiceName)
+	_, err = client.ListOffsets(context.Background(), &storagev1.ListOffsetsRequest{})
+	require.NoError(t, err)
+	// Going NOT_SERVING while stopping changes health only.
+	srv.SetServing(false, storagev1.StorageService_ServiceDesc.ServiceName)
+	_, err = client.ListOffsets(context.Background(), &storagev1.ListOffsetsRequest{})
+	require.NoError(t, err)
+}
+
 func TestHealthAndReflection(t *testing.T) {
 	srv, _, conn := startServer(t)
 	ctx := context.Background()
@@ -106,8 +135,8 @@ func TestHealthAndReflection(t *testing.T) {
 	resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
 	require.NoError(t, err)
 	require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, resp.GetStatus())
-	srv.SetServing(true, "", storagev1.StorageService_ServiceDesc.ServiceName)
-	resp, err = hc.Check(ctx, &healthpb.HealthCheckRequest{Service: storagev1.StorageService_ServiceDesc.ServiceName})
+	srv.SetServing(true, "")
+	resp, err = hc.Check(ctx, &healthpb.HealthCheckRequest{})
 	require.NoError(t, err)
 	require.Equal(t, healthpb.HealthCheckResponse_SERVING, resp.GetStatus())
 

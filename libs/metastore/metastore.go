@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/client/v3"
@@ -38,6 +39,7 @@ type Store struct {
 	failed chan error
 
 	closeOnce sync.Once
+	closing   atomic.Bool
 }
 
 // Open starts the embedded member (and waits until it has joined its quorum)
@@ -113,7 +115,7 @@ func (s *Store) startEmbedded(ctx context.Context, dataDir string) error {
 	// get a fresh snapshot.
 	ec.AutoCompactionMode = "periodic"
 	ec.AutoCompactionRetention = "1h"
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapToSlog(s.logger))
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapToSlog(s.logger, &s.closing))
 
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
@@ -213,6 +215,7 @@ func (s *Store) Failed() <-chan error { return s.failed }
 func (s *Store) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
+		s.closing.Store(true)
 		if s.Client != nil {
 			err = s.Client.Close()
 			if errors.Is(err, context.Canceled) {
@@ -225,9 +228,23 @@ func (s *Store) Close() error {
 }
 
 func (s *Store) stopEmbedded() {
-	if s.etcd != nil {
-		// Close first transfers raft leadership away when this member leads,
-		// so the rest of the quorum does not wait for an election timeout.
+	if s.etcd == nil {
+		return
+	}
+	// Close transfers raft leadership away when this member leads, so the
+	// rest of the quorum does not wait for an election timeout. It also
+	// waits for client requests in flight; if one waits for a quorum that is
+	// gone (the other members stopped first), it would hold Close for etcd's
+	// whole request timeout. Stopping raft makes such requests fail at once.
+	done := make(chan struct{})
+	go func() {
 		s.etcd.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		s.etcd.Server.HardStop()
+		<-done
 	}
 }

@@ -21,8 +21,8 @@ func TestMain(m *testing.M) {
 		// etcd's peer transport keeps idle HTTP keep-alive connections between
 		// members open after Close; they belong to etcd and end with their
 		// idle timeout.
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
 		goleak.IgnoreAnyFunction("github.com/soheilhy/cmux.(*MuxConn).Read"),
 		goleak.IgnoreAnyFunction("net/http.(*connReader).backgroundRead"),
 		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),

@@ -1,9 +1,10 @@
 // Package service runs a process's components in a fixed order: each starts
 // only after the ones before it are ready, and they stop in reverse order, so
 // a role never outlives what it depends on. Health follows the lifecycle:
-// nothing reports SERVING until every component is up, and everything
-// reports NOT_SERVING before the first one stops, so load balancers and
-// clients move away before calls start failing.
+// a component's services report SERVING once it has started, the process as
+// a whole ("") once every component has, and everything reports NOT_SERVING
+// before the first one stops, so load balancers and clients move away before
+// calls start failing.
 //
 //	m := service.NewManager(logger, healthSetter)
 //	m.Add(grpcServer)          // started first, stopped last
@@ -40,8 +41,8 @@ type Failer interface {
 }
 
 // HealthReporter is implemented by components that serve gRPC services; the
-// manager marks those services SERVING after the component starts and
-// NOT_SERVING before anything stops.
+// manager marks those services SERVING as soon as the component has started,
+// and NOT_SERVING before anything stops.
 type HealthReporter interface {
 	HealthServices() []string
 }
@@ -102,9 +103,12 @@ func (m *Manager) Add(s Service) { m.services = append(m.services, s) }
 func (m *Manager) Run(ctx context.Context) error {
 	started, err := m.start(ctx)
 	if err != nil {
+		m.setHealth(false, started)
 		return errors.Join(err, m.stop(started))
 	}
-	m.setHealth(true, started)
+	if m.health != nil {
+		m.health.SetServing(true, "")
+	}
 	m.logger.Info("all components started", slog.Int("components", len(started)))
 	if m.Ready != nil {
 		m.Ready()
@@ -132,6 +136,12 @@ func (m *Manager) start(ctx context.Context) ([]Service, error) {
 		}
 		m.logger.Info("component started", slog.String("component", s.Name()), slog.Duration("took", time.Since(t0)))
 		started = append(started, s)
+		// A component's services serve as soon as it is ready: later
+		// components may call them (a storage node registering with the
+		// controller in the same process).
+		if h, ok := s.(HealthReporter); ok && m.health != nil {
+			m.health.SetServing(true, h.HealthServices()...)
+		}
 	}
 	return started, nil
 }
@@ -175,19 +185,16 @@ func (m *Manager) stop(started []Service) error {
 	return errors.Join(errs...)
 }
 
+// setHealth(false) marks the process and every started component NOT_SERVING
+// before anything stops.
 func (m *Manager) setHealth(serving bool, started []Service) {
 	if m.health == nil {
 		return
 	}
-	if !serving {
-		m.health.SetServing(false, "")
-	}
+	m.health.SetServing(serving, "")
 	for _, s := range started {
 		if h, ok := s.(HealthReporter); ok {
 			m.health.SetServing(serving, h.HealthServices()...)
 		}
-	}
-	if serving {
-		m.health.SetServing(true, "")
 	}
 }

@@ -73,8 +73,7 @@ func TestStartsInOrderStopsInReverseWithHealth(t *testing.T) {
 	m.Ready = cancel
 	require.NoError(t, m.Run(ctx))
 	require.Equal(t, []string{
-		"start a", "start b",
-		"serving a.Service", "serving b.Service", "serving ",
+		"start a", "serving a.Service", "start b", "serving b.Service", "serving ",
 		"not-serving ", "not-serving a.Service", "not-serving b.Service",
 		"stop b", "stop a",
 	}, r.get())
@@ -88,7 +87,8 @@ func TestFailedStartStopsWhatStarted(t *testing.T) {
 	m.Add(newComp(r, "c", nil))
 	err := m.Run(context.Background())
 	require.ErrorContains(t, err, "starting b: disk full")
-	require.Equal(t, []string{"start a", "start b", "stop a"}, r.get())
+	require.Equal(t, []string{"start a", "serving a.Service", "start b",
+		"not-serving ", "not-serving a.Service", "stop a"}, r.get())
 }
 
 func TestComponentFailureStopsProcess(t *testing.T) {

@@ -5,48 +5,28 @@ package testutil
 
 import (
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/sluice-io/sluice/libs/devcluster"
 )
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	ports := FreePorts(t, 1)
-	return ports[0]
+	return FreePorts(t, 1)[0]
 }
 
-// FreePorts returns n distinct free ports. All listeners are held open until
-// every port is chosen, so the ports are distinct.
+// FreePorts returns n distinct free ports.
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
-	ports, err := freePorts(n)
+	ports, err := devcluster.FreePorts(n)
 	if err != nil {
-		t.Fatalf("finding free ports: %v", err)
+		t.Fatal(err)
 	}
 	return ports
-}
-
-func freePorts(n int) ([]int, error) {
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			_ = l.Close() // only used to reserve the port
-		}
-	}()
-	out := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("listening on 127.0.0.1:0: %w", err)
-		}
-		lns = append(lns, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
-	}
-	return out, nil
 }
 
 // Eventually polls cond every interval until it returns nil or timeout

@@ -189,8 +189,9 @@ const (
 	ErrorCode_ERROR_CODE_UNKNOWN_SERVER_ERROR ErrorCode = 1000
 	// The RPC is part of the API but not implemented by this server version.
 	ErrorCode_ERROR_CODE_UNIMPLEMENTED ErrorCode = 1001
-	// The server is shutting down; retry on another node.
-	ErrorCode_ERROR_CODE_SHUTTING_DOWN ErrorCode = 1002
+	// The node is starting or shutting down and cannot serve the call yet (or
+	// any more); retry, possibly on another node.
+	ErrorCode_ERROR_CODE_NODE_NOT_READY ErrorCode = 1002
 	// The node could not be reached (connection refused, reset or closed).
 	// Clients see it for transport failures; retry, possibly on another node.
 	ErrorCode_ERROR_CODE_NODE_UNREACHABLE ErrorCode = 1003
@@ -272,7 +273,7 @@ var (
 		113:  "ERROR_CODE_STALE_MEMBER_EPOCH",
 		1000: "ERROR_CODE_UNKNOWN_SERVER_ERROR",
 		1001: "ERROR_CODE_UNIMPLEMENTED",
-		1002: "ERROR_CODE_SHUTTING_DOWN",
+		1002: "ERROR_CODE_NODE_NOT_READY",
 		1003: "ERROR_CODE_NODE_UNREACHABLE",
 	}
 	ErrorCode_value = map[string]int32{
@@ -349,7 +350,7 @@ var (
 		"ERROR_CODE_STALE_MEMBER_EPOCH":               113,
 		"ERROR_CODE_UNKNOWN_SERVER_ERROR":             1000,
 		"ERROR_CODE_UNIMPLEMENTED":                    1001,
-		"ERROR_CODE_SHUTTING_DOWN":                    1002,
+		"ERROR_CODE_NODE_NOT_READY":                   1002,
 		"ERROR_CODE_NODE_UNREACHABLE":                 1003,
 	}
 )
@@ -868,7 +869,7 @@ const file_sluice_errordetails_v1_messages_proto_rawDesc = "" +
 	"\x10field_violations\x18\x01 \x03(\v2&.sluice.errordetails.v1.FieldViolationR\x0ffieldViolations\"H\n" +
 	"\x0eFieldViolation\x12\x14\n" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12 \n" +
-	"\vdescription\x18\x02 \x01(\tR\vdescription*\xb0\x16\n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription*\xb1\x16\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eERROR_CODE_OFFSET_OUT_OF_RANGE\x10\x01\x12\x1e\n" +
@@ -943,8 +944,8 @@ const file_sluice_errordetails_v1_messages_proto_rawDesc = "" +
 	"\x1fERROR_CODE_UNSUPPORTED_ASSIGNOR\x10p\x12!\n" +
 	"\x1dERROR_CODE_STALE_MEMBER_EPOCH\x10q\x12$\n" +
 	"\x1fERROR_CODE_UNKNOWN_SERVER_ERROR\x10\xe8\a\x12\x1d\n" +
-	"\x18ERROR_CODE_UNIMPLEMENTED\x10\xe9\a\x12\x1d\n" +
-	"\x18ERROR_CODE_SHUTTING_DOWN\x10\xea\a\x12 \n" +
+	"\x18ERROR_CODE_UNIMPLEMENTED\x10\xe9\a\x12\x1e\n" +
+	"\x19ERROR_CODE_NODE_NOT_READY\x10\xea\a\x12 \n" +
 	"\x1bERROR_CODE_NODE_UNREACHABLE\x10\xeb\aB\xef\x01\n" +
 	"\x1acom.sluice.errordetails.v1B\rMessagesProtoP\x01ZHgithub.com/sluice-io/sluice/gen/go/sluice/errordetails/v1;errordetailsv1\xa2\x02\x03SEX\xaa\x02\x16Sluice.Errordetails.V1\xca\x02\x16Sluice\\Errordetails\\V1\xe2\x02\"Sluice\\Errordetails\\V1\\GPBMetadata\xea\x02\x18Sluice::Errordetails::V1b\x06proto3"
 

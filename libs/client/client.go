@@ -1,0 +1,140 @@
+// Package client is Sluice's Go SDK: the admin client, the producer and the
+// consumer, over Sluice's gRPC API. The CLI, the perf tool and the tests use
+// it; applications should too.
+//
+//	c, err := client.New(client.Config{Bootstrap: []string{"127.0.0.1:9090"}})
+//	defer c.Close()
+//	cluster, err := c.DescribeCluster(ctx)
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/grpcx"
+	"github.com/sluice-io/sluice/libs/telemetry"
+)
+
+// Config configures a Client.
+type Config struct {
+	// Bootstrap lists host:port addresses of any Sluice nodes; the client
+	// learns the rest of the cluster from them.
+	Bootstrap []string
+	// RequestTimeout bounds each call that has no deadline of its own.
+	// Default 30 s.
+	RequestTimeout time.Duration
+	// Telemetry enables client spans and trace propagation; nil disables
+	// them.
+	Telemetry *telemetry.Providers
+}
+
+// Client is a connection pool to a Sluice cluster. It is safe for
+// concurrent use.
+type Client struct {
+	cfg Config
+
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+	// preferred is the bootstrap address that answered last, tried first.
+	preferred string
+}
+
+// New returns a client. Connections are made lazily, on first use.
+func New(cfg Config) (*Client, error) {
+	if len(cfg.Bootstrap) == 0 {
+		return nil, errors.New("client: at least one bootstrap address is required")
+	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = 30 * time.Second
+	}
+	return &Client{cfg: cfg, conns: map[string]*grpc.ClientConn{}}, nil
+}
+
+// Close closes every connection.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var errList []error
+	for addr, conn := range c.conns {
+		if err := conn.Close(); err != nil {
+			errList = append(errList, fmt.Errorf("closing connection to %s: %w", addr, err))
+		}
+	}
+	c.conns = map[string]*grpc.ClientConn{}
+	return errors.Join(errList...)
+}
+
+// Conn returns the pooled connection to addr.
+func (c *Client) Conn(addr string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if conn, ok := c.conns[addr]; ok {
+		return conn, nil
+	}
+	conn, err := grpcx.Dial(addr, grpcx.ClientOptions{Telemetry: c.cfg.Telemetry})
+	if err != nil {
+		return nil, err
+	}
+	c.conns[addr] = conn
+	return conn, nil
+}
+
+func (c *Client) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, c.cfg.RequestTimeout)
+}
+
+// bootstrapOrder returns the bootstrap addresses, the last one that answered
+// first.
+func (c *Client) bootstrapOrder() []string {
+	c.mu.Lock()
+	pref := c.preferred
+	c.mu.Unlock()
+	out := make([]string, 0, len(c.cfg.Bootstrap))
+	if pref != "" {
+		out = append(out, pref)
+	}
+	for _, a := range c.cfg.Bootstrap {
+		if a != pref {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// anyNode calls fn on bootstrap nodes in turn until one answers with
+// something other than a "try another node" error: unreachable, not ready,
+// or not serving the service at all.
+func (c *Client) anyNode(ctx context.Context, fn func(ctx context.Context, conn *grpc.ClientConn) error) error {
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	var errList []error
+	for _, addr := range c.bootstrapOrder() {
+		conn, err := c.Conn(addr)
+		if err != nil {
+			errList = append(errList, err)
+			continue
+		}
+		err = fn(ctx, conn)
+		switch errs.CodeOf(err) {
+		case errs.NodeUnreachable, errs.NodeNotReady, errs.Unimplemented:
+			errList = append(errList, fmt.Errorf("%s: %w", addr, err))
+			continue
+		}
+		if err == nil {
+			c.mu.Lock()
+			c.preferred = addr
+			c.mu.Unlock()
+		}
+		return err
+	}
+	return fmt.Errorf("no bootstrap node answered: %w", errors.Join(errList...))
+}

@@ -1,0 +1,250 @@
+// Package devcluster runs a multi-process Sluice cluster on loopback: one
+// sluiced process per node, each with its own data directory and ports. It
+// is the engine of `sluice dev` and of the integration test harness, which
+// need the same things: start every process, wait until each reports
+// SERVING, and kill (SIGKILL), pause (SIGSTOP), resume (SIGCONT), stop
+// (SIGTERM) or restart any one of them.
+//
+//	c, err := devcluster.Start(ctx, devcluster.Spec{Sluiced: "bin/sluiced", Dir: dir, Controllers: 3, StorageNodes: 3})
+//	defer c.StopAll()
+//	c.Process("storage-2").Kill()
+package devcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluice-io/sluice/libs/role"
+)
+
+// Spec describes a cluster to start.
+type Spec struct {
+	// Sluiced is the path of the sluiced binary.
+	Sluiced string
+	// Dir holds one data directory and one log file per process.
+	Dir string
+	// Controllers is the number of controller processes (at least 1); they
+	// form one etcd quorum.
+	Controllers int
+	// StorageNodes is the number of storage-node processes. Each also runs
+	// replication and the two coordinator roles, as Kafka brokers do.
+	StorageNodes int
+	// Combined runs every role in each controller process (sluiced
+	// --roles=all), as `make run` does.
+	Combined bool
+	// BasePort is the first port; process k (0-based, controllers first)
+	// uses BasePort+10k for gRPC, +1 for HTTP, +2 and +3 for etcd. 0 picks
+	// free ports.
+	BasePort int
+	// Host is the address to bind; empty means 127.0.0.1.
+	Host string
+	// ExtraArgs are appended to every process's command line.
+	ExtraArgs []string
+	// Output, if set, receives every process's log lines prefixed with its
+	// name; otherwise logs go only to <Dir>/<name>.log.
+	Output io.Writer
+	// OnExit, if set, is called when a process exits by itself or is
+	// killed.
+	OnExit func(p *Process, err error)
+	// ReadyTimeout bounds the wait for each process to report SERVING.
+	ReadyTimeout time.Duration
+}
+
+// Cluster is a running set of processes.
+type Cluster struct {
+	spec  Spec
+	procs []*Process
+	out   *lockedWriter
+}
+
+// Start launches every process and waits until each one reports SERVING.
+// On error, whatever started is stopped.
+func Start(ctx context.Context, spec Spec) (*Cluster, error) {
+	if spec.Controllers < 1 {
+		return nil, errors.New("at least one controller is required")
+	}
+	if spec.StorageNodes < 0 {
+		return nil, errors.New("storage nodes cannot be negative")
+	}
+	if spec.Host == "" {
+		spec.Host = "127.0.0.1"
+	}
+	if spec.ReadyTimeout == 0 {
+		spec.ReadyTimeout = 60 * time.Second
+	}
+	if _, err := os.Stat(spec.Sluiced); err != nil {
+		return nil, fmt.Errorf("sluiced binary: %w", err)
+	}
+	if err := os.MkdirAll(spec.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating cluster dir: %w", err)
+	}
+	c := &Cluster{spec: spec}
+	if spec.Output != nil {
+		c.out = &lockedWriter{w: spec.Output}
+	}
+	n := spec.Controllers + spec.StorageNodes
+	ports, err := c.ports(n)
+	if err != nil {
+		return nil, err
+	}
+	var peers, controllerAddrs []string
+	for i := range spec.Controllers {
+		peers = append(peers, fmt.Sprintf("controller-%d=http://%s:%d", i+1, spec.Host, ports[i][3]))
+		controllerAddrs = append(controllerAddrs, fmt.Sprintf("%s:%d", spec.Host, ports[i][0]))
+	}
+	for k := range n {
+		p := &Process{cluster: c, NodeID: int32(k + 1)}
+		addr := func(i int) string { return fmt.Sprintf("%s:%d", spec.Host, ports[k][i]) }
+		p.Addr, p.HTTPAddr = addr(0), addr(1)
+		if k < spec.Controllers {
+			p.Name = fmt.Sprintf("controller-%d", k+1)
+			p.Roles = role.Set{role.Controller}
+			if spec.Combined {
+				p.Roles = role.All
+			}
+			p.EtcdClientAddr, p.EtcdPeerAddr = addr(2), addr(3)
+		} else {
+			p.Name = fmt.Sprintf("storage-%d", k-spec.Controllers+1)
+			p.Roles = role.Set{role.StorageNode, role.Replication, role.GroupCoordinator, role.TransactionCoordinator}
+		}
+		p.DataDir = filepath.Join(spec.Dir, p.Name)
+		p.LogPath = filepath.Join(spec.Dir, p.Name+".log")
+		p.Args = []string{
+			"--roles=" + p.Roles.String(),
+			fmt.Sprintf("--node-id=%d", p.NodeID),
+			"--data-dir=" + p.DataDir,
+			"--listen=" + p.Addr,
+			"--http-listen=" + p.HTTPAddr,
+			"--controllers=" + strings.Join(controllerAddrs, ","),
+		}
+		if p.Roles.Has(role.Controller) {
+			p.Args = append(p.Args,
+				"--controller.etcd.name="+p.Name,
+				"--controller.etcd.client-listen="+p.EtcdClientAddr,
+				"--controller.etcd.peer-listen="+p.EtcdPeerAddr,
+				"--controller.etcd.initial-cluster="+strings.Join(peers, ","),
+			)
+		}
+		p.Args = append(p.Args, spec.ExtraArgs...)
+		c.procs = append(c.procs, p)
+	}
+	for _, p := range c.procs {
+		if err := p.Start(); err != nil {
+			c.StopAll()
+			return nil, err
+		}
+	}
+	// Controllers wait for each other to form the quorum, so wait for all
+	// processes together.
+	if err := c.WaitHealthy(ctx, spec.ReadyTimeout); err != nil {
+		c.StopAll()
+		return nil, err
+	}
+	return c, nil
+}
+
+// ports returns, for each process, its gRPC, HTTP, etcd client and etcd peer
+// ports.
+func (c *Cluster) ports(n int) ([][4]int, error) {
+	out := make([][4]int, n)
+	if c.spec.BasePort != 0 {
+		for k := range n {
+			for i := range 4 {
+				out[k][i] = c.spec.BasePort + 10*k + i
+			}
+		}
+		return out, nil
+	}
+	free, err := FreePorts(4 * n)
+	if err != nil {
+		return nil, err
+	}
+	for k := range n {
+		copy(out[k][:], free[4*k:4*k+4])
+	}
+	return out, nil
+}
+
+// Processes returns every process, controllers first.
+func (c *Cluster) Processes() []*Process { return c.procs }
+
+// Process returns the process with the given name, or nil.
+func (c *Cluster) Process(name string) *Process {
+	for _, p := range c.procs {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// Controllers returns the controller processes.
+func (c *Cluster) Controllers() []*Process { return c.filter(role.Controller) }
+
+// StorageNodes returns the storage-node processes.
+func (c *Cluster) StorageNodes() []*Process { return c.filter(role.StorageNode) }
+
+func (c *Cluster) filter(r role.Role) []*Process {
+	var out []*Process
+	for _, p := range c.procs {
+		if p.Roles.Has(r) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Bootstrap returns the gRPC addresses of every process, for clients.
+func (c *Cluster) Bootstrap() []string {
+	out := make([]string, len(c.procs))
+	for i, p := range c.procs {
+		out[i] = p.Addr
+	}
+	return out
+}
+
+// WaitHealthy waits until every running process reports SERVING.
+func (c *Cluster) WaitHealthy(ctx context.Context, timeout time.Duration) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(c.procs))
+	for i, p := range c.procs {
+		if !p.Running() {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = p.WaitHealthy(ctx, timeout)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// StopAll stops every process: SIGTERM, then SIGKILL for any that has not
+// exited within 10 s. Paused processes are resumed first so they can exit.
+func (c *Cluster) StopAll() {
+	var wg sync.WaitGroup
+	for _, p := range c.procs {
+		wg.Go(func() { _ = p.Stop(10 * time.Second) })
+	}
+	wg.Wait()
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}

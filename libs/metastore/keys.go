@@ -1,0 +1,64 @@
+package metastore
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// The key schema, under the store's prefix. Values are protobuf messages
+// from gen/go unless noted. Keeping every key here makes the layout of
+// Sluice's metadata reviewable in one place.
+//
+//	cluster/id                      cluster id (string)
+//	controller/leader/<lease>       election key of the active controller (node id)
+//	controller/epoch                controller epoch (decimal string)
+//	controllers/<node-id>           controller presence, leased (controller.v1.ControllerMember)
+//	brokers/<node-id>               registered node (common.v1.Broker)
+//	brokers-epoch                   last broker epoch handed out (decimal string)
+//	topics/<name>                   topic record
+//	partitions/<topic>/<partition>  partition state (common.v1.PartitionState)
+const (
+	KeyClusterID        = "cluster/id"
+	KeyControllerLeader = "controller/leader"
+	KeyControllerEpoch  = "controller/epoch"
+	PrefixControllers   = "controllers/"
+	PrefixBrokers       = "brokers/"
+	KeyBrokerEpoch      = "brokers-epoch"
+	PrefixTopics        = "topics/"
+	PrefixPartitions    = "partitions/"
+)
+
+// ControllerKey is the presence key of a controller.
+func ControllerKey(nodeID int32) string { return PrefixControllers + strconv.Itoa(int(nodeID)) }
+
+// BrokerKey is the registration key of a node.
+func BrokerKey(nodeID int32) string { return PrefixBrokers + strconv.Itoa(int(nodeID)) }
+
+// TopicKey is the key of a topic.
+func TopicKey(name string) string { return PrefixTopics + name }
+
+// PartitionKey is the key of one partition's state.
+func PartitionKey(topic string, partition int32) string {
+	return fmt.Sprintf("%s%s/%d", PrefixPartitions, topic, partition)
+}
+
+// PartitionsPrefix is the prefix of every partition of a topic.
+func PartitionsPrefix(topic string) string { return PrefixPartitions + topic + "/" }
+
+// ParsePartitionKey splits a partition key (without the store prefix).
+func ParsePartitionKey(key string) (topic string, partition int32, ok bool) {
+	rest, found := strings.CutPrefix(key, PrefixPartitions)
+	if !found {
+		return "", 0, false
+	}
+	i := strings.LastIndexByte(rest, '/')
+	if i <= 0 {
+		return "", 0, false
+	}
+	p, err := strconv.ParseInt(rest[i+1:], 10, 32)
+	if err != nil || p < 0 {
+		return "", 0, false
+	}
+	return rest[:i], int32(p), true
+}

@@ -1,0 +1,316 @@
+// Package controller is the controller role: cluster metadata in etcd,
+// exactly one active controller chosen by an etcd lease-backed election,
+// node registration and liveness, topics, configs and partition leadership.
+//
+// Every controller process hosts an etcd member (or a client of an external
+// etcd). All controllers answer reads from etcd; only the active one writes,
+// and each of its writes is an etcd transaction guarded by its election key,
+// so a deposed controller's writes fail even if it does not yet know it was
+// deposed.
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"google.golang.org/protobuf/proto"
+
+	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
+	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
+	"github.com/sluice-io/sluice/libs/config"
+	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/grpcx"
+	"github.com/sluice-io/sluice/libs/log"
+	"github.com/sluice-io/sluice/libs/metastore"
+	"github.com/sluice-io/sluice/libs/telemetry"
+)
+
+// Deps are the controller's collaborators.
+type Deps struct {
+	Logger    *slog.Logger
+	Telemetry *telemetry.Providers
+	Server    *grpcx.Server
+	Node      config.Node
+}
+
+// Controller is the controller role.
+type Controller struct {
+	controllerv1.UnimplementedControllerServiceServer
+
+	cfg    Config
+	deps   Deps
+	nodeID int32
+	logger *slog.Logger
+
+	store  *metastore.Store
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu       sync.Mutex
+	election *concurrency.Election // set while active
+	epoch    int64
+}
+
+// New builds the controller role and registers its gRPC services on
+// deps.Server. Nothing runs until Start.
+func New(cfg Config, deps Deps) *Controller {
+	c := &Controller{
+		cfg:    cfg,
+		deps:   deps,
+		nodeID: int32(deps.Node.ID),
+		logger: deps.Logger.With(log.Role("controller")),
+	}
+	controllerv1.RegisterControllerServiceServer(deps.Server.GRPC, c)
+	return c
+}
+
+// Name implements service.Service.
+func (c *Controller) Name() string { return "controller" }
+
+// HealthServices implements service.HealthReporter.
+func (c *Controller) HealthServices() []string {
+	return []string{controllerv1.ControllerService_ServiceDesc.ServiceName}
+}
+
+// Start opens the metadata store (waiting for the etcd quorum), makes sure
+// the cluster has an id, and starts campaigning to be the active controller.
+func (c *Controller) Start(ctx context.Context) error {
+	st, err := metastore.Open(ctx, c.cfg.Etcd, fmt.Sprintf("controller-%d", c.nodeID), c.deps.Node.DataDir, c.logger)
+	if err != nil {
+		return err
+	}
+	c.store = st
+	id, err := c.ensureClusterID(ctx)
+	if err != nil {
+		_ = st.Close() // the cluster id error is the one to report
+		return err
+	}
+	c.logger.Info("controller started", slog.String("cluster_id", id))
+	runCtx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	c.done = make(chan struct{})
+	go func() {
+		defer close(c.done)
+		c.campaignLoop(runCtx)
+	}()
+	return nil
+}
+
+// Failed implements service.Failer.
+func (c *Controller) Failed() <-chan error { return c.store.Failed() }
+
+// Stop resigns leadership (so a standby takes over at once instead of after
+// the lease expires), withdraws this controller's presence and closes the
+// store.
+func (c *Controller) Stop(ctx context.Context) error {
+	if c.cancel != nil {
+		c.cancel()
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+		}
+	}
+	if c.store != nil {
+		return c.store.Close()
+	}
+	return nil
+}
+
+// ensureClusterID creates the cluster id if no controller did yet, and
+// returns it.
+func (c *Controller) ensureClusterID(ctx context.Context) (string, error) {
+	key := c.store.Key(metastore.KeyClusterID)
+	buf := make([]byte, 16)
+	_, _ = rand.Read(buf) // crypto/rand.Read never fails on Linux
+	resp, err := c.store.Client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, hex.EncodeToString(buf))).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return "", fmt.Errorf("creating cluster id: %w", err)
+	}
+	if resp.Succeeded {
+		return hex.EncodeToString(buf), nil
+	}
+	return string(resp.Responses[0].GetResponseRange().Kvs[0].Value), nil
+}
+
+// campaignLoop keeps this controller in the election: present (a leased
+// key), campaigning, active while it holds the election, and campaigning
+// again after it loses its session.
+func (c *Controller) campaignLoop(ctx context.Context) {
+	ttl := int(c.cfg.ElectionTTL / time.Second)
+	for ctx.Err() == nil {
+		session, err := concurrency.NewSession(c.store.Client, concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
+		if err != nil {
+			if ctx.Err() == nil {
+				c.logger.Warn("cannot open etcd session; retrying", log.Err(err))
+				sleepCtx(ctx, 500*time.Millisecond)
+			}
+			continue
+		}
+		c.serveTerm(ctx, session)
+		// Close revokes the lease: presence and election keys vanish at once.
+		_ = session.Close() // best effort; the lease expires by itself otherwise
+	}
+}
+
+// serveTerm registers presence, campaigns, and holds leadership until the
+// session ends or ctx is cancelled.
+func (c *Controller) serveTerm(ctx context.Context, session *concurrency.Session) {
+	member := &controllerv1.ControllerMember{
+		NodeId:     c.nodeID,
+		Address:    c.deps.Node.AdvertiseAddr(),
+		EtcdMember: c.store.MemberName(),
+	}
+	val, err := proto.Marshal(member)
+	if err != nil {
+		panic(err) // a plain message always marshals
+	}
+	if _, err := c.store.Client.Put(ctx, c.store.Key(metastore.ControllerKey(c.nodeID)), string(val), clientv3.WithLease(session.Lease())); err != nil {
+		if ctx.Err() == nil {
+			c.logger.Warn("cannot register controller presence", log.Err(err))
+		}
+		return
+	}
+	election := concurrency.NewElection(session, c.store.Key(metastore.KeyControllerLeader))
+	if err := election.Campaign(ctx, strconv.Itoa(int(c.nodeID))); err != nil {
+		return // ctx cancelled or session lost
+	}
+	epoch, err := c.bumpEpoch(ctx, election)
+	if err != nil {
+		c.logger.Warn("won the election but could not bump the controller epoch; resigning", log.Err(err))
+		c.resign(election)
+		return
+	}
+	c.mu.Lock()
+	c.election, c.epoch = election, epoch
+	c.mu.Unlock()
+	c.logger.Info("became active controller", slog.Int64("controller_epoch", epoch))
+
+	select {
+	case <-session.Done():
+		c.logger.Warn("lost controller session; no longer active", slog.Int64("controller_epoch", epoch))
+	case <-ctx.Done():
+		c.resign(election)
+		c.logger.Info("resigned as active controller", slog.Int64("controller_epoch", epoch))
+	}
+	c.mu.Lock()
+	c.election = nil
+	c.mu.Unlock()
+}
+
+func (c *Controller) resign(e *concurrency.Election) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = e.Resign(ctx) // if it fails the lease revoke or expiry ends the term anyway
+}
+
+// bumpEpoch increments the controller epoch in a transaction guarded by the
+// election key.
+func (c *Controller) bumpEpoch(ctx context.Context, e *concurrency.Election) (int64, error) {
+	key := c.store.Key(metastore.KeyControllerEpoch)
+	for {
+		resp, err := c.store.Client.Get(ctx, key)
+		if err != nil {
+			return 0, err
+		}
+		var cur int64
+		cmp := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+		if len(resp.Kvs) == 1 {
+			cur, _ = strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64)
+			cmp = clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)
+		}
+		tx, err := c.store.Client.Txn(ctx).
+			If(cmp, leaderCmp(e)).
+			Then(clientv3.OpPut(key, strconv.FormatInt(cur+1, 10))).
+			Commit()
+		if err != nil {
+			return 0, err
+		}
+		if tx.Succeeded {
+			return cur + 1, nil
+		}
+		if err := c.stillLeader(ctx, e); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// leaderCmp is the guard on every controller write: the election key this
+// controller created still exists with the same creation revision.
+func leaderCmp(e *concurrency.Election) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(e.Key()), "=", e.Rev())
+}
+
+func (c *Controller) stillLeader(ctx context.Context, e *concurrency.Election) error {
+	resp, err := c.store.Client.Get(ctx, e.Key())
+	if err != nil {
+		return err
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != e.Rev() {
+		return errs.New(errs.NotController, "controller %d lost its election key", c.nodeID)
+	}
+	return nil
+}
+
+// activeGuard returns the write guard if this controller is active, or a
+// NOT_CONTROLLER error naming the active controller.
+func (c *Controller) activeGuard(ctx context.Context) (clientv3.Cmp, error) {
+	c.mu.Lock()
+	e := c.election
+	c.mu.Unlock()
+	if e != nil {
+		return leaderCmp(e), nil
+	}
+	id, addr := c.activeController(ctx)
+	return clientv3.Cmp{}, errs.New(errs.NotController, "controller %d is a standby; send writes to the active controller (node %d at %q)", c.nodeID, id, addr).
+		WithController(&edpb.ControllerHint{ControllerId: id, Address: addr})
+}
+
+// activeController returns the active controller's node id and address, or
+// -1 and "" during an election.
+func (c *Controller) activeController(ctx context.Context) (int32, string) {
+	resp, err := c.store.Client.Get(ctx, c.store.Key(metastore.KeyControllerLeader)+"/", clientv3.WithFirstCreate()...)
+	if err != nil || len(resp.Kvs) == 0 {
+		return -1, ""
+	}
+	id, err := strconv.Atoi(string(resp.Kvs[0].Value))
+	if err != nil {
+		return -1, ""
+	}
+	presence, err := c.store.Client.Get(ctx, c.store.Key(metastore.ControllerKey(int32(id))))
+	if err != nil || len(presence.Kvs) == 0 {
+		return int32(id), ""
+	}
+	var m controllerv1.ControllerMember
+	if err := proto.Unmarshal(presence.Kvs[0].Value, &m); err != nil {
+		return int32(id), ""
+	}
+	return int32(id), m.GetAddress()
+}
+
+// IsActive reports whether this controller is the active one.
+func (c *Controller) IsActive() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.election != nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

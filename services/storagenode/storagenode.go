@@ -1,0 +1,62 @@
+// Package storagenode is the storage-node role. It owns partition replicas on local disk, appends record batches and serves fetches straight from the page cache.
+package storagenode
+
+import (
+	"context"
+	"flag"
+	"log/slog"
+
+	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
+	"github.com/sluice-io/sluice/libs/config"
+	"github.com/sluice-io/sluice/libs/grpcx"
+	"github.com/sluice-io/sluice/libs/log"
+	"github.com/sluice-io/sluice/libs/telemetry"
+)
+
+// Config configures the storage-node role.
+type Config struct{}
+
+// RegisterFlags registers the role's flags.
+func (c *Config) RegisterFlags(*flag.FlagSet) {}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error { return nil }
+
+// Deps are the role's collaborators.
+type Deps struct {
+	Logger    *slog.Logger
+	Telemetry *telemetry.Providers
+	Server    *grpcx.Server
+	Node      config.Node
+}
+
+// StorageNode is the storage-node role. Its RPCs answer UNIMPLEMENTED until they are built.
+type StorageNode struct {
+	storagev1.UnimplementedStorageServiceServer
+
+	cfg    Config
+	deps   Deps
+	logger *slog.Logger
+}
+
+// New builds the role and registers its gRPC service on deps.Server.
+func New(cfg Config, deps Deps) *StorageNode {
+	r := &StorageNode{cfg: cfg, deps: deps, logger: deps.Logger.With(log.Role("storage-node"))}
+	storagev1.RegisterStorageServiceServer(deps.Server.GRPC, r)
+	registerValidators(deps.Server.Validators)
+	return r
+}
+
+// Name implements service.Service.
+func (r *StorageNode) Name() string { return "storage-node" }
+
+// HealthServices implements service.HealthReporter.
+func (r *StorageNode) HealthServices() []string {
+	return []string{storagev1.StorageService_ServiceDesc.ServiceName}
+}
+
+// Start implements service.Service.
+func (r *StorageNode) Start(context.Context) error { return nil }
+
+// Stop implements service.Service.
+func (r *StorageNode) Stop(context.Context) error { return nil }

@@ -1,0 +1,105 @@
+// Package cmd holds the sluice CLI's commands.
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluice-io/sluice/libs/client"
+	"github.com/sluice-io/sluice/libs/errs"
+)
+
+// globals are the flags every command shares.
+type globals struct {
+	bootstrap string
+	output    string
+}
+
+// Execute runs the CLI and returns the process exit code.
+func Execute() int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := newRoot()
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "sluice: %s\n", describeErr(err))
+		return 1
+	}
+	return 0
+}
+
+func newRoot() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:           "sluice",
+		Short:         "Command-line client for Sluice, a distributed event-streaming platform",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			if g.output != "text" && g.output != "json" {
+				return fmt.Errorf("--output must be text or json, got %q", g.output)
+			}
+			return nil
+		},
+	}
+	def := os.Getenv("SLUICE_BOOTSTRAP")
+	if def == "" {
+		def = "127.0.0.1:9090"
+	}
+	root.PersistentFlags().StringVar(&g.bootstrap, "bootstrap", def,
+		"Comma-separated host:port of any Sluice nodes (env SLUICE_BOOTSTRAP).")
+	root.PersistentFlags().StringVarP(&g.output, "output", "o", "text", "Output format: text or json.")
+	root.AddCommand(newClusterCmd(g), newDevCmd(g))
+	return root
+}
+
+// client builds an SDK client from the global flags.
+func (g *globals) client() (*client.Client, error) {
+	var addrs []string
+	for _, a := range strings.Split(g.bootstrap, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	return client.New(client.Config{Bootstrap: addrs})
+}
+
+// print writes msg as JSON (--output json) or through text.
+func (g *globals) print(w io.Writer, msg proto.Message, text func(io.Writer) error) error {
+	if g.output == "json" {
+		b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: true}.Marshal(msg)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(w, string(b))
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if err := text(tw); err != nil {
+		return err
+	}
+	return tw.Flush()
+}
+
+// describeErr renders an error for a person: the Sluice error code and
+// message, and what to do for the common transport failures.
+func describeErr(err error) string {
+	e := errs.From(err)
+	if e == nil {
+		return err.Error()
+	}
+	if e.Code == errs.NodeUnreachable && !errors.As(err, new(*errs.Error)) {
+		return err.Error() + " (is a cluster running? start one with `make run` or `sluice dev`)"
+	}
+	return err.Error()
+}
