@@ -17,7 +17,7 @@ BUILDTOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/g
 # default (CI runs on main, where comparing with main itself proves nothing).
 BUF_BREAKING_AGAINST ?= .git\#ref=HEAD~1
 
-.PHONY: all build run dev test unit integration fuzz-corpus gen check-gen lint bench clean tools
+.PHONY: all build run dev test unit integration gen check-gen lint bench clean tools image
 
 all: build
 
@@ -78,3 +78,8 @@ bench: build tools
 
 clean:
 	rm -rf $(BIN) $(ROOT)/data $(ROOT)/.cache
+
+## image: build the sluice container image (static binaries on scratch)
+image:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/ $(MOD)/services/sluiced $(MOD)/tools/sluice
+	docker build -f deploy/docker/Dockerfile -t sluice:dev .
