@@ -29,7 +29,9 @@ func (c *Controller) DescribeCluster(ctx context.Context, _ *controllerv1.Descri
 	if err != nil {
 		return nil, errs.New(errs.CoordinatorNotAvailable, "reading cluster metadata from etcd: %v", err)
 	}
-	r := func(i int) *clientv3.GetResponse { return (*clientv3.GetResponse)(resp.Responses[i].GetResponseRange()) }
+	r := func(i int) *clientv3.GetResponse {
+		return (*clientv3.GetResponse)(resp.Responses[i].GetResponseRange())
+	}
 	out := &controllerv1.DescribeClusterResponse{ControllerId: -1, MetadataRevision: resp.Header.GetRevision()}
 	if kvs := r(0).Kvs; len(kvs) == 1 {
 		out.ClusterId = string(kvs[0].Value)
