@@ -39,8 +39,9 @@ type Config struct {
 type Client struct {
 	cfg Config
 
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	pool *grpcx.Pool
+
+	mu sync.Mutex
 	// preferred is the bootstrap address that answered last, tried first.
 	preferred string
 }
@@ -53,37 +54,14 @@ func New(cfg Config) (*Client, error) {
 	if cfg.RequestTimeout == 0 {
 		cfg.RequestTimeout = 30 * time.Second
 	}
-	return &Client{cfg: cfg, conns: map[string]*grpc.ClientConn{}}, nil
+	return &Client{cfg: cfg, pool: grpcx.NewPool(grpcx.ClientOptions{Telemetry: cfg.Telemetry})}, nil
 }
 
 // Close closes every connection.
-func (c *Client) Close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var errList []error
-	for addr, conn := range c.conns {
-		if err := conn.Close(); err != nil {
-			errList = append(errList, fmt.Errorf("closing connection to %s: %w", addr, err))
-		}
-	}
-	c.conns = map[string]*grpc.ClientConn{}
-	return errors.Join(errList...)
-}
+func (c *Client) Close() error { return c.pool.Close() }
 
 // Conn returns the pooled connection to addr.
-func (c *Client) Conn(addr string) (*grpc.ClientConn, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if conn, ok := c.conns[addr]; ok {
-		return conn, nil
-	}
-	conn, err := grpcx.Dial(addr, grpcx.ClientOptions{Telemetry: c.cfg.Telemetry})
-	if err != nil {
-		return nil, err
-	}
-	c.conns[addr] = conn
-	return conn, nil
-}
+func (c *Client) Conn(addr string) (*grpc.ClientConn, error) { return c.pool.Get(addr) }
 
 func (c *Client) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
 	if _, ok := ctx.Deadline(); ok {

@@ -106,3 +106,11 @@ func TestFieldsCollectsAll(t *testing.T) {
 	require.Equal(t, "a: must be positive, got -1; b[2].c: is empty", e.Message)
 	require.Len(t, e.Violations, 2)
 }
+
+func TestFieldsPicksCommonCode(t *testing.T) {
+	var f errs.Fields
+	f.AddCode(errs.InvalidTopic, "topics[0].name", "bad")
+	require.Equal(t, errs.InvalidTopic, errs.CodeOf(f.Err()))
+	f.AddCode(errs.InvalidPartitions, "topics[0].num_partitions", "bad")
+	require.Equal(t, errs.InvalidRequest, errs.CodeOf(f.Err()))
+}

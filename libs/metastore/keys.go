@@ -14,19 +14,23 @@ import (
 //	controller/leader/<lease>       election key of the active controller (node id)
 //	controller/epoch                controller epoch (decimal string)
 //	controllers/<node-id>           controller presence, leased (controller.v1.ControllerMember)
-//	brokers/<node-id>               registered node (common.v1.Broker)
-//	brokers-epoch                   last broker epoch handed out (decimal string)
-//	topics/<name>                   topic record
-//	partitions/<topic>/<partition>  partition state (common.v1.PartitionState)
+//	brokers/<node-id>               registered node (metastore.v1.BrokerRecord)
+//	broker-epoch                    last broker epoch handed out (decimal string)
+//	topics/<name>                   topic (metastore.v1.TopicRecord)
+//	partitions/<topic>/<partition>  partition state (metastore.v1.PartitionRecord)
+//	configs/broker/<id|default>     dynamic broker configs (metastore.v1.ConfigRecord)
+//	producer-ids/next               next unallocated producer id (decimal string)
 const (
 	KeyClusterID        = "cluster/id"
 	KeyControllerLeader = "controller/leader"
 	KeyControllerEpoch  = "controller/epoch"
 	PrefixControllers   = "controllers/"
 	PrefixBrokers       = "brokers/"
-	KeyBrokerEpoch      = "brokers-epoch"
+	KeyBrokerEpoch      = "broker-epoch"
 	PrefixTopics        = "topics/"
 	PrefixPartitions    = "partitions/"
+	PrefixBrokerConfigs = "configs/broker/"
+	KeyProducerIDNext   = "producer-ids/next"
 )
 
 // ControllerKey is the presence key of a controller.
@@ -34,6 +38,15 @@ func ControllerKey(nodeID int32) string { return PrefixControllers + strconv.Ito
 
 // BrokerKey is the registration key of a node.
 func BrokerKey(nodeID int32) string { return PrefixBrokers + strconv.Itoa(int(nodeID)) }
+
+// BrokerConfigKey is the key of a node's dynamic configs; id < 0 is the
+// default for every node.
+func BrokerConfigKey(nodeID int32) string {
+	if nodeID < 0 {
+		return PrefixBrokerConfigs + "default"
+	}
+	return PrefixBrokerConfigs + strconv.Itoa(int(nodeID))
+}
 
 // TopicKey is the key of a topic.
 func TopicKey(name string) string { return PrefixTopics + name }

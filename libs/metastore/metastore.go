@@ -26,6 +26,11 @@ import (
 	"go.uber.org/zap"
 )
 
+// MaxTxnOps is the most operations the embedded etcd accepts in one
+// transaction. An external etcd needs --max-txn-ops at least this large for
+// topics with more than 120 partitions.
+const MaxTxnOps = 10240
+
 // Store is an open metadata store.
 type Store struct {
 	// Client talks to the etcd cluster (through the local member when
@@ -115,6 +120,10 @@ func (s *Store) startEmbedded(ctx context.Context, dataDir string) error {
 	// get a fresh snapshot.
 	ec.AutoCompactionMode = "periodic"
 	ec.AutoCompactionRetention = "1h"
+	// A topic is created or deleted in one transaction with one operation
+	// per partition.
+	ec.MaxTxnOps = MaxTxnOps
+	ec.MaxRequestBytes = 8 << 20
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapToSlog(s.logger, &s.closing))
 
 	e, err := embed.StartEtcd(ec)

@@ -103,6 +103,17 @@ func (s Set) String() string {
 	return strings.Join(parts, ",")
 }
 
+// Without returns the set without r.
+func (s Set) Without(r Role) Set {
+	var out Set
+	for _, x := range s {
+		if x != r {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
 // Strings returns the roles as strings.
 func (s Set) Strings() []string {
 	out := make([]string, len(s))

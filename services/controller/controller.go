@@ -29,6 +29,7 @@ import (
 	"github.com/sluice-io/sluice/libs/errs"
 	"github.com/sluice-io/sluice/libs/grpcx"
 	"github.com/sluice-io/sluice/libs/log"
+	"github.com/sluice-io/sluice/libs/metadata"
 	"github.com/sluice-io/sluice/libs/metastore"
 	"github.com/sluice-io/sluice/libs/telemetry"
 )
@@ -39,6 +40,9 @@ type Deps struct {
 	Telemetry *telemetry.Providers
 	Server    *grpcx.Server
 	Node      config.Node
+	// Metadata is the process's metadata cache; the controller keeps it in
+	// step with etcd (and MetadataService answers from it).
+	Metadata *metadata.Cache
 }
 
 // Controller is the controller role.
@@ -51,12 +55,24 @@ type Controller struct {
 	logger *slog.Logger
 
 	store  *metastore.Store
+	cache  *metadata.Cache
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu       sync.Mutex
-	election *concurrency.Election // set while active
+	// mu guards st (applyEvents writes it; decisions read it) and term.
+	mu   sync.RWMutex
+	st   *state
+	term *term // set while this controller is active
+}
+
+// term is one period of this controller being active.
+type term struct {
+	election *concurrency.Election
 	epoch    int64
+	ctx      context.Context
+	// lastHeartbeat is when each node last heartbeated this controller.
+	// On activation every registered node gets a full session from now.
+	lastHeartbeat map[int32]time.Time
 }
 
 // New builds the controller role and registers its gRPC services on
@@ -67,8 +83,13 @@ func New(cfg Config, deps Deps) *Controller {
 		deps:   deps,
 		nodeID: int32(deps.Node.ID),
 		logger: deps.Logger.With(log.Role("controller")),
+		cache:  deps.Metadata,
+	}
+	if c.cache == nil {
+		c.cache = metadata.NewCache()
 	}
 	controllerv1.RegisterControllerServiceServer(deps.Server.GRPC, c)
+	registerValidators(deps.Server.Validators)
 	return c
 }
 
@@ -93,14 +114,24 @@ func (c *Controller) Start(ctx context.Context) error {
 		_ = st.Close() // the cluster id error is the one to report
 		return err
 	}
-	c.logger.Info("controller started", slog.String("cluster_id", id))
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	c.done = make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { c.follow(runCtx) })
+	// Reads are answered from the followed state: wait for the first load.
+	if _, err := c.cache.WaitFor(ctx, func(*metadata.Image) bool { return c.cache.Loaded() }); err != nil {
+		cancel()
+		wg.Wait()
+		_ = st.Close() // reporting the load error
+		return fmt.Errorf("loading metadata: %w", err)
+	}
+	wg.Go(func() { c.campaignLoop(runCtx) })
 	go func() {
-		defer close(c.done)
-		c.campaignLoop(runCtx)
+		wg.Wait()
+		close(c.done)
 	}()
+	c.logger.Info("controller started", slog.String("cluster_id", id))
 	return nil
 }
 
@@ -192,10 +223,23 @@ func (c *Controller) serveTerm(ctx context.Context, session *concurrency.Session
 		c.resign(election)
 		return
 	}
+	// Decide only from a view that includes our own election.
+	if _, err := c.cache.WaitFor(ctx, func(img *metadata.Image) bool { return img.Revision >= election.Rev() }); err != nil {
+		c.resign(election)
+		return
+	}
+	termCtx, endTerm := context.WithCancel(ctx)
+	t := &term{election: election, epoch: epoch, ctx: termCtx, lastHeartbeat: map[int32]time.Time{}}
 	c.mu.Lock()
-	c.election, c.epoch = election, epoch
+	now := time.Now()
+	for id := range c.st.brokers {
+		t.lastHeartbeat[id] = now
+	}
+	c.term = t
 	c.mu.Unlock()
 	c.logger.Info("became active controller", slog.Int64("controller_epoch", epoch))
+	var loops sync.WaitGroup
+	loops.Go(func() { c.reconcileLoop(t) })
 
 	select {
 	case <-session.Done():
@@ -205,8 +249,10 @@ func (c *Controller) serveTerm(ctx context.Context, session *concurrency.Session
 		c.logger.Info("resigned as active controller", slog.Int64("controller_epoch", epoch))
 	}
 	c.mu.Lock()
-	c.election = nil
+	c.term = nil
 	c.mu.Unlock()
+	endTerm()
+	loops.Wait()
 }
 
 func (c *Controller) resign(e *concurrency.Election) {
@@ -263,47 +309,35 @@ func (c *Controller) stillLeader(ctx context.Context, e *concurrency.Election) e
 	return nil
 }
 
-// activeGuard returns the write guard if this controller is active, or a
-// NOT_CONTROLLER error naming the active controller.
-func (c *Controller) activeGuard(ctx context.Context) (clientv3.Cmp, error) {
-	c.mu.Lock()
-	e := c.election
-	c.mu.Unlock()
-	if e != nil {
-		return leaderCmp(e), nil
+// activeTerm returns the current term, or a NOT_CONTROLLER error naming the
+// active controller.
+func (c *Controller) activeTerm() (*term, error) {
+	c.mu.RLock()
+	t := c.term
+	c.mu.RUnlock()
+	if t != nil {
+		return t, nil
 	}
-	id, addr := c.activeController(ctx)
-	return clientv3.Cmp{}, errs.New(errs.NotController, "controller %d is a standby; send writes to the active controller (node %d at %q)", c.nodeID, id, addr).
-		WithController(&edpb.ControllerHint{ControllerId: id, Address: addr})
-}
-
-// activeController returns the active controller's node id and address, or
-// -1 and "" during an election.
-func (c *Controller) activeController(ctx context.Context) (int32, string) {
-	resp, err := c.store.Client.Get(ctx, c.store.Key(metastore.KeyControllerLeader)+"/", clientv3.WithFirstCreate()...)
-	if err != nil || len(resp.Kvs) == 0 {
-		return -1, ""
-	}
-	id, err := strconv.Atoi(string(resp.Kvs[0].Value))
-	if err != nil {
-		return -1, ""
-	}
-	presence, err := c.store.Client.Get(ctx, c.store.Key(metastore.ControllerKey(int32(id))))
-	if err != nil || len(presence.Kvs) == 0 {
-		return int32(id), ""
-	}
-	var m controllerv1.ControllerMember
-	if err := proto.Unmarshal(presence.Kvs[0].Value, &m); err != nil {
-		return int32(id), ""
-	}
-	return int32(id), m.GetAddress()
+	img := c.cache.Load()
+	return nil, errs.New(errs.NotController, "controller %d is a standby; send this to the active controller (node %d at %q)",
+		c.nodeID, img.ControllerID, img.ControllerAddress()).
+		WithController(&edpb.ControllerHint{ControllerId: img.ControllerID, Address: img.ControllerAddress()})
 }
 
 // IsActive reports whether this controller is the active one.
 func (c *Controller) IsActive() bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.term != nil
+}
+
+// setState installs a freshly loaded state and resets the cache to its
+// image.
+func (c *Controller) setState(st *state, _ *change) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.election != nil
+	c.st = st
+	c.mu.Unlock()
+	c.cache.Reset(st.image())
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

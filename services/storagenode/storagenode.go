@@ -10,6 +10,8 @@ import (
 	"github.com/sluice-io/sluice/libs/config"
 	"github.com/sluice-io/sluice/libs/grpcx"
 	"github.com/sluice-io/sluice/libs/log"
+	"github.com/sluice-io/sluice/libs/membership"
+	"github.com/sluice-io/sluice/libs/metadata"
 	"github.com/sluice-io/sluice/libs/telemetry"
 )
 
@@ -28,6 +30,12 @@ type Deps struct {
 	Telemetry *telemetry.Providers
 	Server    *grpcx.Server
 	Node      config.Node
+	// Metadata is the node's view of the cluster.
+	Metadata *metadata.Cache
+	// Member is the node's registration with the controller.
+	Member *membership.Member
+	// Pool holds connections to other nodes.
+	Pool *grpcx.Pool
 }
 
 // StorageNode is the storage-node role. Its RPCs answer UNIMPLEMENTED until they are built.

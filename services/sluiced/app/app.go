@@ -18,8 +18,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	metadatav1 "github.com/sluice-io/sluice/gen/go/sluice/metadata/v1"
 	"github.com/sluice-io/sluice/libs/grpcx"
 	"github.com/sluice-io/sluice/libs/log"
+	"github.com/sluice-io/sluice/libs/membership"
+	"github.com/sluice-io/sluice/libs/metadata"
 	"github.com/sluice-io/sluice/libs/role"
 	"github.com/sluice-io/sluice/libs/service"
 	"github.com/sluice-io/sluice/libs/telemetry"
@@ -61,14 +64,34 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 		}
 	}
 
+	n := &node{cfg: cfg, logger: logger, tel: tel, srv: srv,
+		cache: metadata.NewCache(),
+		pool:  grpcx.NewPool(grpcx.ClientOptions{Telemetry: tel, Role: "sluiced"})}
+	// Every node answers metadata requests from its cache.
+	metadatav1.RegisterMetadataServiceServer(srv.GRPC, metadata.NewServer(n.cache, int32(cfg.Node.ID), srv.Validators))
+
 	m := service.NewManager(logger, srv)
 	m.Add(service.Func{N: "telemetry", StopFn: tel.Shutdown})
+	m.Add(service.Func{N: "connections", StopFn: func(context.Context) error { return n.pool.Close() }})
 	if httpLis != nil {
 		m.Add(httpService(httpLis, tel, logger))
 	}
 	m.Add(grpcService(srv, lis, logger))
-	for _, r := range cfg.Roles {
-		m.Add(newRole(r, cfg, logger, tel, srv))
+	if cfg.Roles.Has(role.Controller) {
+		m.Add(n.newRole(role.Controller))
+	} else {
+		m.Add(metadata.NewWatcher(n.cache, cfg.Node.ControllerAddrs(), n.pool.Get, int32(cfg.Node.ID), logger))
+	}
+	m.Add(metadataReady{n.cache})
+	if others := cfg.Roles.Without(role.Controller); len(others) > 0 {
+		n.member = membership.New(membership.Config{
+			NodeID: int32(cfg.Node.ID), Rack: cfg.Node.Rack, Advertise: cfg.Node.AdvertiseAddr(),
+			Roles: others.Strings(), Controllers: n.controllerAddrs(),
+		}, n.pool.Get, n.cache, logger)
+		m.Add(n.member)
+		for _, r := range others {
+			m.Add(n.newRole(r))
+		}
 	}
 	m.Ready = func() {
 		logger.Info("sluiced ready", slog.String("roles", cfg.Roles.String()), slog.String("listen", lis.Addr().String()))
@@ -76,20 +99,62 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 	return m.Run(ctx)
 }
 
-func newRole(r role.Role, cfg Config, logger *slog.Logger, tel *telemetry.Providers, srv *grpcx.Server) service.Service {
+// node holds what a process's roles share.
+type node struct {
+	cfg    Config
+	logger *slog.Logger
+	tel    *telemetry.Providers
+	srv    *grpcx.Server
+	cache  *metadata.Cache
+	pool   *grpcx.Pool
+	member *membership.Member
+}
+
+// controllerAddrs are the controllers to reach: --controllers, or this
+// process when it runs the controller role alone.
+func (n *node) controllerAddrs() []string {
+	if addrs := n.cfg.Node.ControllerAddrs(); len(addrs) > 0 {
+		return addrs
+	}
+	return []string{n.cfg.Node.AdvertiseAddr()}
+}
+
+func (n *node) newRole(r role.Role) service.Service {
+	cfg := n.cfg
 	switch r {
 	case role.Controller:
-		return controller.New(cfg.Controller, controller.Deps{Logger: logger, Telemetry: tel, Server: srv, Node: cfg.Node})
+		return controller.New(cfg.Controller, controller.Deps{Logger: n.logger, Telemetry: n.tel, Server: n.srv, Node: cfg.Node, Metadata: n.cache})
 	case role.StorageNode:
-		return storagenode.New(cfg.StorageNode, storagenode.Deps{Logger: logger, Telemetry: tel, Server: srv, Node: cfg.Node})
+		return storagenode.New(cfg.StorageNode, storagenode.Deps{Logger: n.logger, Telemetry: n.tel, Server: n.srv, Node: cfg.Node,
+			Metadata: n.cache, Member: n.member, Pool: n.pool})
 	case role.Replication:
-		return replication.New(cfg.Replication, replication.Deps{Logger: logger, Telemetry: tel, Server: srv, Node: cfg.Node})
+		return replication.New(cfg.Replication, replication.Deps{Logger: n.logger, Telemetry: n.tel, Server: n.srv, Node: cfg.Node,
+			Metadata: n.cache, Member: n.member, Pool: n.pool})
 	case role.GroupCoordinator:
-		return groupcoord.New(cfg.GroupCoordinator, groupcoord.Deps{Logger: logger, Telemetry: tel, Server: srv, Node: cfg.Node})
+		return groupcoord.New(cfg.GroupCoordinator, groupcoord.Deps{Logger: n.logger, Telemetry: n.tel, Server: n.srv, Node: cfg.Node,
+			Metadata: n.cache, Member: n.member, Pool: n.pool})
 	case role.TransactionCoordinator:
-		return txncoord.New(cfg.TransactionCoordinator, txncoord.Deps{Logger: logger, Telemetry: tel, Server: srv, Node: cfg.Node})
+		return txncoord.New(cfg.TransactionCoordinator, txncoord.Deps{Logger: n.logger, Telemetry: n.tel, Server: n.srv, Node: cfg.Node,
+			Metadata: n.cache, Member: n.member, Pool: n.pool})
 	}
 	panic(fmt.Sprintf("no constructor for role %q", r)) // role.Parse only yields known roles
+}
+
+// metadataReady reports MetadataService SERVING once the node has cluster
+// metadata.
+type metadataReady struct{ cache *metadata.Cache }
+
+func (metadataReady) Name() string { return "metadata" }
+
+func (m metadataReady) Start(ctx context.Context) error {
+	_, err := m.cache.WaitFor(ctx, func(*metadata.Image) bool { return m.cache.Loaded() })
+	return err
+}
+
+func (metadataReady) Stop(context.Context) error { return nil }
+
+func (metadataReady) HealthServices() []string {
+	return []string{metadatav1.MetadataService_ServiceDesc.ServiceName}
 }
 
 // RoleOf maps a gRPC method to the role that serves it, so each role's

@@ -668,8 +668,13 @@ type PartitionState struct {
 	RemovingReplicas []int32 `protobuf:"varint,9,rep,packed,name=removing_replicas,json=removingReplicas,proto3" json:"removing_replicas,omitempty"`
 	// Replicas whose node is not alive.
 	OfflineReplicas []int32 `protobuf:"varint,10,rep,packed,name=offline_replicas,json=offlineReplicas,proto3" json:"offline_replicas,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Eligible leader replicas (KIP-966): replicas that left the ISR while it
+	// was below min.insync.replicas. The high watermark cannot advance in that
+	// state, so they hold every committed record and may be elected when no
+	// ISR member is alive.
+	EligibleLeaderReplicas []int32 `protobuf:"varint,11,rep,packed,name=eligible_leader_replicas,json=eligibleLeaderReplicas,proto3" json:"eligible_leader_replicas,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *PartitionState) Reset() {
@@ -772,6 +777,13 @@ func (x *PartitionState) GetOfflineReplicas() []int32 {
 	return nil
 }
 
+func (x *PartitionState) GetEligibleLeaderReplicas() []int32 {
+	if x != nil {
+		return x.EligibleLeaderReplicas
+	}
+	return nil
+}
+
 var File_sluice_common_v1_messages_proto protoreflect.FileDescriptor
 
 const file_sluice_common_v1_messages_proto_rawDesc = "" +
@@ -805,7 +817,7 @@ const file_sluice_common_v1_messages_proto_rawDesc = "" +
 	"\tendpoints\x18\x03 \x03(\v2\x1a.sluice.common.v1.EndpointR\tendpoints\x12\x14\n" +
 	"\x05roles\x18\x04 \x03(\tR\x05roles\x123\n" +
 	"\x05state\x18\x05 \x01(\x0e2\x1d.sluice.common.v1.BrokerStateR\x05state\x12!\n" +
-	"\fbroker_epoch\x18\x06 \x01(\x03R\vbrokerEpoch\"\xdc\x02\n" +
+	"\fbroker_epoch\x18\x06 \x01(\x03R\vbrokerEpoch\"\x96\x03\n" +
 	"\x0ePartitionState\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1b\n" +
@@ -817,7 +829,8 @@ const file_sluice_common_v1_messages_proto_rawDesc = "" +
 	"\x0fadding_replicas\x18\b \x03(\x05R\x0eaddingReplicas\x12+\n" +
 	"\x11removing_replicas\x18\t \x03(\x05R\x10removingReplicas\x12)\n" +
 	"\x10offline_replicas\x18\n" +
-	" \x03(\x05R\x0fofflineReplicas*\x99\x01\n" +
+	" \x03(\x05R\x0fofflineReplicas\x128\n" +
+	"\x18eligible_leader_replicas\x18\v \x03(\x05R\x16eligibleLeaderReplicas*\x99\x01\n" +
 	"\vCompression\x12\x1b\n" +
 	"\x17COMPRESSION_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10COMPRESSION_NONE\x10\x01\x12\x14\n" +

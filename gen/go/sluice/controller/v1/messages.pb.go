@@ -471,13 +471,13 @@ type TopicSpec struct {
 	// Topic name: 1 to 249 characters from [a-zA-Z0-9._-], not "." or "..".
 	// Names that differ only by "." versus "_" collide and are refused.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// Number of partitions; 0 uses the cluster default (num.partitions). Must be
-	// 0 when assignments is set.
-	NumPartitions int32 `protobuf:"varint,2,opt,name=num_partitions,json=numPartitions,proto3" json:"num_partitions,omitempty"`
-	// Replication factor; 0 uses the cluster default
-	// (default.replication.factor). At most the number of live storage nodes.
-	// Must be 0 when assignments is set.
-	ReplicationFactor int32 `protobuf:"varint,3,opt,name=replication_factor,json=replicationFactor,proto3" json:"replication_factor,omitempty"`
+	// Number of partitions, at least 1; unset uses the cluster default
+	// (num.partitions). Must be unset when assignments is set.
+	NumPartitions *int32 `protobuf:"varint,2,opt,name=num_partitions,json=numPartitions,proto3,oneof" json:"num_partitions,omitempty"`
+	// Replication factor, at least 1 and at most the number of live storage
+	// nodes; unset uses the cluster default (default.replication.factor). Must
+	// be unset when assignments is set.
+	ReplicationFactor *int32 `protobuf:"varint,3,opt,name=replication_factor,json=replicationFactor,proto3,oneof" json:"replication_factor,omitempty"`
 	// Explicit replica assignment, one entry per partition in order, instead of
 	// num_partitions and replication_factor.
 	Assignments []*ReplicaAssignment `protobuf:"bytes,4,rep,name=assignments,proto3" json:"assignments,omitempty"`
@@ -527,15 +527,15 @@ func (x *TopicSpec) GetName() string {
 }
 
 func (x *TopicSpec) GetNumPartitions() int32 {
-	if x != nil {
-		return x.NumPartitions
+	if x != nil && x.NumPartitions != nil {
+		return *x.NumPartitions
 	}
 	return 0
 }
 
 func (x *TopicSpec) GetReplicationFactor() int32 {
-	if x != nil {
-		return x.ReplicationFactor
+	if x != nil && x.ReplicationFactor != nil {
+		return *x.ReplicationFactor
 	}
 	return 0
 }
@@ -3768,9 +3768,14 @@ type MetadataSnapshot struct {
 	// Registered nodes.
 	Brokers []*v11.Broker `protobuf:"bytes,4,rep,name=brokers,proto3" json:"brokers,omitempty"`
 	// Topics.
-	Topics        []*TopicMetadata `protobuf:"bytes,5,rep,name=topics,proto3" json:"topics,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Topics []*TopicMetadata `protobuf:"bytes,5,rep,name=topics,proto3" json:"topics,omitempty"`
+	// Controller processes (whether or not active).
+	Controllers []*ControllerMember `protobuf:"bytes,6,rep,name=controllers,proto3" json:"controllers,omitempty"`
+	// Cluster-wide dynamic defaults of topic configs, keyed by Kafka's broker
+	// names (log.retention.ms, ...).
+	ClusterConfigs *ClusterConfigs `protobuf:"bytes,7,opt,name=cluster_configs,json=clusterConfigs,proto3" json:"cluster_configs,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *MetadataSnapshot) Reset() {
@@ -3838,12 +3843,75 @@ func (x *MetadataSnapshot) GetTopics() []*TopicMetadata {
 	return nil
 }
 
-// MetadataDelta is one change to cluster metadata.
+func (x *MetadataSnapshot) GetControllers() []*ControllerMember {
+	if x != nil {
+		return x.Controllers
+	}
+	return nil
+}
+
+func (x *MetadataSnapshot) GetClusterConfigs() *ClusterConfigs {
+	if x != nil {
+		return x.ClusterConfigs
+	}
+	return nil
+}
+
+// ClusterConfigs holds cluster-wide dynamic configuration.
+type ClusterConfigs struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Entries with Kafka's broker names.
+	Configs       map[string]string `protobuf:"bytes,1,rep,name=configs,proto3" json:"configs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterConfigs) Reset() {
+	*x = ClusterConfigs{}
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterConfigs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterConfigs) ProtoMessage() {}
+
+func (x *ClusterConfigs) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterConfigs.ProtoReflect.Descriptor instead.
+func (*ClusterConfigs) Descriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *ClusterConfigs) GetConfigs() map[string]string {
+	if x != nil {
+		return x.Configs
+	}
+	return nil
+}
+
+// MetadataDelta is one change to cluster metadata. Apply deltas in order on
+// top of the last snapshot.
 type MetadataDelta struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// etcd revision of the change.
 	Revision int64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
-	// Topics created or changed (full topic state).
+	// Topics created or changed. Topic-level fields (id, internal, configs)
+	// are complete; partitions lists only the partitions that changed, to be
+	// merged by index into what is known.
 	UpsertedTopics []*TopicMetadata `protobuf:"bytes,2,rep,name=upserted_topics,json=upsertedTopics,proto3" json:"upserted_topics,omitempty"`
 	// Names of deleted topics.
 	DeletedTopics []string `protobuf:"bytes,3,rep,name=deleted_topics,json=deletedTopics,proto3" json:"deleted_topics,omitempty"`
@@ -3851,15 +3919,19 @@ type MetadataDelta struct {
 	UpsertedBrokers []*v11.Broker `protobuf:"bytes,4,rep,name=upserted_brokers,json=upsertedBrokers,proto3" json:"upserted_brokers,omitempty"`
 	// Ids of nodes that left.
 	RemovedBrokers []int32 `protobuf:"varint,5,rep,packed,name=removed_brokers,json=removedBrokers,proto3" json:"removed_brokers,omitempty"`
-	// New active controller id, if it changed.
-	ControllerId  *int32 `protobuf:"varint,6,opt,name=controller_id,json=controllerId,proto3,oneof" json:"controller_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// New active controller id, if it changed (-1 during an election).
+	ControllerId *int32 `protobuf:"varint,6,opt,name=controller_id,json=controllerId,proto3,oneof" json:"controller_id,omitempty"`
+	// The full list of controller processes, if it changed.
+	Controllers []*ControllerMember `protobuf:"bytes,7,rep,name=controllers,proto3" json:"controllers,omitempty"`
+	// The cluster-wide dynamic configs, complete, if they changed.
+	ClusterConfigs *ClusterConfigs `protobuf:"bytes,8,opt,name=cluster_configs,json=clusterConfigs,proto3" json:"cluster_configs,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *MetadataDelta) Reset() {
 	*x = MetadataDelta{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[56]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3871,7 +3943,7 @@ func (x *MetadataDelta) String() string {
 func (*MetadataDelta) ProtoMessage() {}
 
 func (x *MetadataDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[56]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3884,7 +3956,7 @@ func (x *MetadataDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataDelta.ProtoReflect.Descriptor instead.
 func (*MetadataDelta) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{56}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *MetadataDelta) GetRevision() int64 {
@@ -3929,6 +4001,20 @@ func (x *MetadataDelta) GetControllerId() int32 {
 	return 0
 }
 
+func (x *MetadataDelta) GetControllers() []*ControllerMember {
+	if x != nil {
+		return x.Controllers
+	}
+	return nil
+}
+
+func (x *MetadataDelta) GetClusterConfigs() *ClusterConfigs {
+	if x != nil {
+		return x.ClusterConfigs
+	}
+	return nil
+}
+
 // WatchMetadataRequest is the request of ControllerService.WatchMetadata.
 type WatchMetadataRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3942,7 +4028,7 @@ type WatchMetadataRequest struct {
 
 func (x *WatchMetadataRequest) Reset() {
 	*x = WatchMetadataRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[57]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3954,7 +4040,7 @@ func (x *WatchMetadataRequest) String() string {
 func (*WatchMetadataRequest) ProtoMessage() {}
 
 func (x *WatchMetadataRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[57]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3967,7 +4053,7 @@ func (x *WatchMetadataRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchMetadataRequest.ProtoReflect.Descriptor instead.
 func (*WatchMetadataRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{57}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *WatchMetadataRequest) GetBrokerId() int32 {
@@ -4001,7 +4087,7 @@ type WatchMetadataResponse struct {
 
 func (x *WatchMetadataResponse) Reset() {
 	*x = WatchMetadataResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[58]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4013,7 +4099,7 @@ func (x *WatchMetadataResponse) String() string {
 func (*WatchMetadataResponse) ProtoMessage() {}
 
 func (x *WatchMetadataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[58]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4026,7 +4112,7 @@ func (x *WatchMetadataResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchMetadataResponse.ProtoReflect.Descriptor instead.
 func (*WatchMetadataResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{58}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *WatchMetadataResponse) GetUpdate() isWatchMetadataResponse_Update {
@@ -4091,7 +4177,7 @@ type PartitionChange struct {
 
 func (x *PartitionChange) Reset() {
 	*x = PartitionChange{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[59]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4103,7 +4189,7 @@ func (x *PartitionChange) String() string {
 func (*PartitionChange) ProtoMessage() {}
 
 func (x *PartitionChange) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[59]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4116,7 +4202,7 @@ func (x *PartitionChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionChange.ProtoReflect.Descriptor instead.
 func (*PartitionChange) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{59}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PartitionChange) GetTopic() string {
@@ -4169,7 +4255,7 @@ type AlterPartitionRequest struct {
 
 func (x *AlterPartitionRequest) Reset() {
 	*x = AlterPartitionRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[60]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4181,7 +4267,7 @@ func (x *AlterPartitionRequest) String() string {
 func (*AlterPartitionRequest) ProtoMessage() {}
 
 func (x *AlterPartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[60]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4194,7 +4280,7 @@ func (x *AlterPartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterPartitionRequest.ProtoReflect.Descriptor instead.
 func (*AlterPartitionRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{60}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *AlterPartitionRequest) GetBrokerId() int32 {
@@ -4236,7 +4322,7 @@ type AlterPartitionResult struct {
 
 func (x *AlterPartitionResult) Reset() {
 	*x = AlterPartitionResult{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[61]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4248,7 +4334,7 @@ func (x *AlterPartitionResult) String() string {
 func (*AlterPartitionResult) ProtoMessage() {}
 
 func (x *AlterPartitionResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[61]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4261,7 +4347,7 @@ func (x *AlterPartitionResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterPartitionResult.ProtoReflect.Descriptor instead.
 func (*AlterPartitionResult) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{61}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *AlterPartitionResult) GetTopic() string {
@@ -4303,7 +4389,7 @@ type AlterPartitionResponse struct {
 
 func (x *AlterPartitionResponse) Reset() {
 	*x = AlterPartitionResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[62]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4315,7 +4401,7 @@ func (x *AlterPartitionResponse) String() string {
 func (*AlterPartitionResponse) ProtoMessage() {}
 
 func (x *AlterPartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[62]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4328,7 +4414,7 @@ func (x *AlterPartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterPartitionResponse.ProtoReflect.Descriptor instead.
 func (*AlterPartitionResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{62}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *AlterPartitionResponse) GetResults() []*AlterPartitionResult {
@@ -4352,7 +4438,7 @@ type AllocateProducerIdsRequest struct {
 
 func (x *AllocateProducerIdsRequest) Reset() {
 	*x = AllocateProducerIdsRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[63]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4364,7 +4450,7 @@ func (x *AllocateProducerIdsRequest) String() string {
 func (*AllocateProducerIdsRequest) ProtoMessage() {}
 
 func (x *AllocateProducerIdsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[63]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4377,7 +4463,7 @@ func (x *AllocateProducerIdsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocateProducerIdsRequest.ProtoReflect.Descriptor instead.
 func (*AllocateProducerIdsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{63}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *AllocateProducerIdsRequest) GetBrokerId() int32 {
@@ -4410,7 +4496,7 @@ type AllocateProducerIdsResponse struct {
 
 func (x *AllocateProducerIdsResponse) Reset() {
 	*x = AllocateProducerIdsResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[64]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4422,7 +4508,7 @@ func (x *AllocateProducerIdsResponse) String() string {
 func (*AllocateProducerIdsResponse) ProtoMessage() {}
 
 func (x *AllocateProducerIdsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[64]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4435,7 +4521,7 @@ func (x *AllocateProducerIdsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocateProducerIdsResponse.ProtoReflect.Descriptor instead.
 func (*AllocateProducerIdsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{64}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *AllocateProducerIdsResponse) GetError() *v1.Error {
@@ -4463,16 +4549,18 @@ var File_sluice_controller_v1_messages_proto protoreflect.FileDescriptor
 
 const file_sluice_controller_v1_messages_proto_rawDesc = "" +
 	"\n" +
-	"#sluice/controller/v1/messages.proto\x12\x14sluice.controller.v1\x1a\x1fsluice/common/v1/messages.proto\x1a%sluice/errordetails/v1/messages.proto\"\xc4\x02\n" +
+	"#sluice/controller/v1/messages.proto\x12\x14sluice.controller.v1\x1a\x1fsluice/common/v1/messages.proto\x1a%sluice/errordetails/v1/messages.proto\"\xf8\x02\n" +
 	"\tTopicSpec\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12%\n" +
-	"\x0enum_partitions\x18\x02 \x01(\x05R\rnumPartitions\x12-\n" +
-	"\x12replication_factor\x18\x03 \x01(\x05R\x11replicationFactor\x12I\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
+	"\x0enum_partitions\x18\x02 \x01(\x05H\x00R\rnumPartitions\x88\x01\x01\x122\n" +
+	"\x12replication_factor\x18\x03 \x01(\x05H\x01R\x11replicationFactor\x88\x01\x01\x12I\n" +
 	"\vassignments\x18\x04 \x03(\v2'.sluice.controller.v1.ReplicaAssignmentR\vassignments\x12F\n" +
 	"\aconfigs\x18\x05 \x03(\v2,.sluice.controller.v1.TopicSpec.ConfigsEntryR\aconfigs\x1a:\n" +
 	"\fConfigsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"M\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x11\n" +
+	"\x0f_num_partitionsB\x15\n" +
+	"\x13_replication_factor\"M\n" +
 	"\x11ReplicaAssignment\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x1a\n" +
 	"\breplicas\x18\x02 \x03(\x05R\breplicas\"s\n" +
@@ -4687,21 +4775,30 @@ const file_sluice_controller_v1_messages_proto_rawDesc = "" +
 	"\aconfigs\x18\x05 \x03(\v20.sluice.controller.v1.TopicMetadata.ConfigsEntryR\aconfigs\x1a:\n" +
 	"\fConfigsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe3\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfc\x02\n" +
 	"\x10MetadataSnapshot\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x02 \x01(\tR\tclusterId\x12#\n" +
 	"\rcontroller_id\x18\x03 \x01(\x05R\fcontrollerId\x122\n" +
 	"\abrokers\x18\x04 \x03(\v2\x18.sluice.common.v1.BrokerR\abrokers\x12;\n" +
-	"\x06topics\x18\x05 \x03(\v2#.sluice.controller.v1.TopicMetadataR\x06topics\"\xca\x02\n" +
+	"\x06topics\x18\x05 \x03(\v2#.sluice.controller.v1.TopicMetadataR\x06topics\x12H\n" +
+	"\vcontrollers\x18\x06 \x03(\v2&.sluice.controller.v1.ControllerMemberR\vcontrollers\x12M\n" +
+	"\x0fcluster_configs\x18\a \x01(\v2$.sluice.controller.v1.ClusterConfigsR\x0eclusterConfigs\"\x99\x01\n" +
+	"\x0eClusterConfigs\x12K\n" +
+	"\aconfigs\x18\x01 \x03(\v21.sluice.controller.v1.ClusterConfigs.ConfigsEntryR\aconfigs\x1a:\n" +
+	"\fConfigsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe3\x03\n" +
 	"\rMetadataDelta\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12L\n" +
 	"\x0fupserted_topics\x18\x02 \x03(\v2#.sluice.controller.v1.TopicMetadataR\x0eupsertedTopics\x12%\n" +
 	"\x0edeleted_topics\x18\x03 \x03(\tR\rdeletedTopics\x12C\n" +
 	"\x10upserted_brokers\x18\x04 \x03(\v2\x18.sluice.common.v1.BrokerR\x0fupsertedBrokers\x12'\n" +
 	"\x0fremoved_brokers\x18\x05 \x03(\x05R\x0eremovedBrokers\x12(\n" +
-	"\rcontroller_id\x18\x06 \x01(\x05H\x00R\fcontrollerId\x88\x01\x01B\x10\n" +
+	"\rcontroller_id\x18\x06 \x01(\x05H\x00R\fcontrollerId\x88\x01\x01\x12H\n" +
+	"\vcontrollers\x18\a \x03(\v2&.sluice.controller.v1.ControllerMemberR\vcontrollers\x12M\n" +
+	"\x0fcluster_configs\x18\b \x01(\v2$.sluice.controller.v1.ClusterConfigsR\x0eclusterConfigsB\x10\n" +
 	"\x0e_controller_id\"X\n" +
 	"\x14WatchMetadataRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12#\n" +
@@ -4795,7 +4892,7 @@ func file_sluice_controller_v1_messages_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_controller_v1_messages_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_sluice_controller_v1_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
+var file_sluice_controller_v1_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
 var file_sluice_controller_v1_messages_proto_goTypes = []any{
 	(ResourceType)(0),                           // 0: sluice.controller.v1.ResourceType
 	(ConfigSource)(0),                           // 1: sluice.controller.v1.ConfigSource
@@ -4860,50 +4957,52 @@ var file_sluice_controller_v1_messages_proto_goTypes = []any{
 	(*ControlledShutdownResponse)(nil),          // 60: sluice.controller.v1.ControlledShutdownResponse
 	(*TopicMetadata)(nil),                       // 61: sluice.controller.v1.TopicMetadata
 	(*MetadataSnapshot)(nil),                    // 62: sluice.controller.v1.MetadataSnapshot
-	(*MetadataDelta)(nil),                       // 63: sluice.controller.v1.MetadataDelta
-	(*WatchMetadataRequest)(nil),                // 64: sluice.controller.v1.WatchMetadataRequest
-	(*WatchMetadataResponse)(nil),               // 65: sluice.controller.v1.WatchMetadataResponse
-	(*PartitionChange)(nil),                     // 66: sluice.controller.v1.PartitionChange
-	(*AlterPartitionRequest)(nil),               // 67: sluice.controller.v1.AlterPartitionRequest
-	(*AlterPartitionResult)(nil),                // 68: sluice.controller.v1.AlterPartitionResult
-	(*AlterPartitionResponse)(nil),              // 69: sluice.controller.v1.AlterPartitionResponse
-	(*AllocateProducerIdsRequest)(nil),          // 70: sluice.controller.v1.AllocateProducerIdsRequest
-	(*AllocateProducerIdsResponse)(nil),         // 71: sluice.controller.v1.AllocateProducerIdsResponse
-	nil,                                         // 72: sluice.controller.v1.TopicSpec.ConfigsEntry
-	nil,                                         // 73: sluice.controller.v1.CreateTopicResult.ConfigsEntry
-	nil,                                         // 74: sluice.controller.v1.TopicDescription.ConfigsEntry
-	nil,                                         // 75: sluice.controller.v1.OngoingReassignment.LagBytesEntry
-	nil,                                         // 76: sluice.controller.v1.TopicMetadata.ConfigsEntry
-	(*v1.Error)(nil),                            // 77: sluice.errordetails.v1.Error
-	(*v11.PartitionState)(nil),                  // 78: sluice.common.v1.PartitionState
-	(*v11.Broker)(nil),                          // 79: sluice.common.v1.Broker
-	(*v11.TopicPartition)(nil),                  // 80: sluice.common.v1.TopicPartition
-	(*v11.Endpoint)(nil),                        // 81: sluice.common.v1.Endpoint
-	(v11.BrokerState)(0),                        // 82: sluice.common.v1.BrokerState
+	(*ClusterConfigs)(nil),                      // 63: sluice.controller.v1.ClusterConfigs
+	(*MetadataDelta)(nil),                       // 64: sluice.controller.v1.MetadataDelta
+	(*WatchMetadataRequest)(nil),                // 65: sluice.controller.v1.WatchMetadataRequest
+	(*WatchMetadataResponse)(nil),               // 66: sluice.controller.v1.WatchMetadataResponse
+	(*PartitionChange)(nil),                     // 67: sluice.controller.v1.PartitionChange
+	(*AlterPartitionRequest)(nil),               // 68: sluice.controller.v1.AlterPartitionRequest
+	(*AlterPartitionResult)(nil),                // 69: sluice.controller.v1.AlterPartitionResult
+	(*AlterPartitionResponse)(nil),              // 70: sluice.controller.v1.AlterPartitionResponse
+	(*AllocateProducerIdsRequest)(nil),          // 71: sluice.controller.v1.AllocateProducerIdsRequest
+	(*AllocateProducerIdsResponse)(nil),         // 72: sluice.controller.v1.AllocateProducerIdsResponse
+	nil,                                         // 73: sluice.controller.v1.TopicSpec.ConfigsEntry
+	nil,                                         // 74: sluice.controller.v1.CreateTopicResult.ConfigsEntry
+	nil,                                         // 75: sluice.controller.v1.TopicDescription.ConfigsEntry
+	nil,                                         // 76: sluice.controller.v1.OngoingReassignment.LagBytesEntry
+	nil,                                         // 77: sluice.controller.v1.TopicMetadata.ConfigsEntry
+	nil,                                         // 78: sluice.controller.v1.ClusterConfigs.ConfigsEntry
+	(*v1.Error)(nil),                            // 79: sluice.errordetails.v1.Error
+	(*v11.PartitionState)(nil),                  // 80: sluice.common.v1.PartitionState
+	(*v11.Broker)(nil),                          // 81: sluice.common.v1.Broker
+	(*v11.TopicPartition)(nil),                  // 82: sluice.common.v1.TopicPartition
+	(*v11.Endpoint)(nil),                        // 83: sluice.common.v1.Endpoint
+	(v11.BrokerState)(0),                        // 84: sluice.common.v1.BrokerState
 }
 var file_sluice_controller_v1_messages_proto_depIdxs = []int32{
 	8,  // 0: sluice.controller.v1.TopicSpec.assignments:type_name -> sluice.controller.v1.ReplicaAssignment
-	72, // 1: sluice.controller.v1.TopicSpec.configs:type_name -> sluice.controller.v1.TopicSpec.ConfigsEntry
+	73, // 1: sluice.controller.v1.TopicSpec.configs:type_name -> sluice.controller.v1.TopicSpec.ConfigsEntry
 	7,  // 2: sluice.controller.v1.CreateTopicsRequest.topics:type_name -> sluice.controller.v1.TopicSpec
-	77, // 3: sluice.controller.v1.CreateTopicResult.error:type_name -> sluice.errordetails.v1.Error
-	73, // 4: sluice.controller.v1.CreateTopicResult.configs:type_name -> sluice.controller.v1.CreateTopicResult.ConfigsEntry
+	79, // 3: sluice.controller.v1.CreateTopicResult.error:type_name -> sluice.errordetails.v1.Error
+	74, // 4: sluice.controller.v1.CreateTopicResult.configs:type_name -> sluice.controller.v1.CreateTopicResult.ConfigsEntry
 	10, // 5: sluice.controller.v1.CreateTopicsResponse.results:type_name -> sluice.controller.v1.CreateTopicResult
-	77, // 6: sluice.controller.v1.DeleteTopicResult.error:type_name -> sluice.errordetails.v1.Error
+	79, // 6: sluice.controller.v1.DeleteTopicResult.error:type_name -> sluice.errordetails.v1.Error
 	13, // 7: sluice.controller.v1.DeleteTopicsResponse.results:type_name -> sluice.controller.v1.DeleteTopicResult
 	16, // 8: sluice.controller.v1.ListTopicsResponse.topics:type_name -> sluice.controller.v1.TopicListing
-	77, // 9: sluice.controller.v1.TopicDescription.error:type_name -> sluice.errordetails.v1.Error
-	78, // 10: sluice.controller.v1.TopicDescription.partitions:type_name -> sluice.common.v1.PartitionState
-	74, // 11: sluice.controller.v1.TopicDescription.configs:type_name -> sluice.controller.v1.TopicDescription.ConfigsEntry
+	79, // 9: sluice.controller.v1.TopicDescription.error:type_name -> sluice.errordetails.v1.Error
+	80, // 10: sluice.controller.v1.TopicDescription.partitions:type_name -> sluice.common.v1.PartitionState
+	75, // 11: sluice.controller.v1.TopicDescription.configs:type_name -> sluice.controller.v1.TopicDescription.ConfigsEntry
 	19, // 12: sluice.controller.v1.DescribeTopicsResponse.topics:type_name -> sluice.controller.v1.TopicDescription
 	8,  // 13: sluice.controller.v1.PartitionIncrease.assignments:type_name -> sluice.controller.v1.ReplicaAssignment
 	21, // 14: sluice.controller.v1.CreatePartitionsRequest.topics:type_name -> sluice.controller.v1.PartitionIncrease
-	77, // 15: sluice.controller.v1.CreatePartitionsResult.error:type_name -> sluice.errordetails.v1.Error
+	79, // 15: sluice.controller.v1.CreatePartitionsResult.error:type_name -> sluice.errordetails.v1.Error
 	23, // 16: sluice.controller.v1.CreatePartitionsResponse.results:type_name -> sluice.controller.v1.CreatePartitionsResult
 	0,  // 17: sluice.controller.v1.ConfigResource.type:type_name -> sluice.controller.v1.ResourceType
 	1,  // 18: sluice.controller.v1.ConfigEntry.source:type_name -> sluice.controller.v1.ConfigSource
 	25, // 19: sluice.controller.v1.DescribeConfigsRequest.resources:type_name -> sluice.controller.v1.ConfigResource
 	25, // 20: sluice.controller.v1.ConfigResourceResult.resource:type_name -> sluice.controller.v1.ConfigResource
-	77, // 21: sluice.controller.v1.ConfigResourceResult.error:type_name -> sluice.errordetails.v1.Error
+	79, // 21: sluice.controller.v1.ConfigResourceResult.error:type_name -> sluice.errordetails.v1.Error
 	26, // 22: sluice.controller.v1.ConfigResourceResult.entries:type_name -> sluice.controller.v1.ConfigEntry
 	28, // 23: sluice.controller.v1.DescribeConfigsResponse.results:type_name -> sluice.controller.v1.ConfigResourceResult
 	2,  // 24: sluice.controller.v1.AlterConfigOp.op:type_name -> sluice.controller.v1.AlterConfigOpType
@@ -4911,56 +5010,61 @@ var file_sluice_controller_v1_messages_proto_depIdxs = []int32{
 	30, // 26: sluice.controller.v1.AlterConfigsResource.ops:type_name -> sluice.controller.v1.AlterConfigOp
 	31, // 27: sluice.controller.v1.AlterConfigsRequest.resources:type_name -> sluice.controller.v1.AlterConfigsResource
 	25, // 28: sluice.controller.v1.AlterConfigsResult.resource:type_name -> sluice.controller.v1.ConfigResource
-	77, // 29: sluice.controller.v1.AlterConfigsResult.error:type_name -> sluice.errordetails.v1.Error
+	79, // 29: sluice.controller.v1.AlterConfigsResult.error:type_name -> sluice.errordetails.v1.Error
 	33, // 30: sluice.controller.v1.AlterConfigsResponse.results:type_name -> sluice.controller.v1.AlterConfigsResult
 	36, // 31: sluice.controller.v1.DescribeClusterResponse.controllers:type_name -> sluice.controller.v1.ControllerMember
-	79, // 32: sluice.controller.v1.DescribeClusterResponse.brokers:type_name -> sluice.common.v1.Broker
+	81, // 32: sluice.controller.v1.DescribeClusterResponse.brokers:type_name -> sluice.common.v1.Broker
 	3,  // 33: sluice.controller.v1.ElectLeadersRequest.election_type:type_name -> sluice.controller.v1.ElectionType
-	80, // 34: sluice.controller.v1.ElectLeadersRequest.partitions:type_name -> sluice.common.v1.TopicPartition
-	80, // 35: sluice.controller.v1.ElectLeadersResult.partition:type_name -> sluice.common.v1.TopicPartition
-	77, // 36: sluice.controller.v1.ElectLeadersResult.error:type_name -> sluice.errordetails.v1.Error
-	78, // 37: sluice.controller.v1.ElectLeadersResult.state:type_name -> sluice.common.v1.PartitionState
+	82, // 34: sluice.controller.v1.ElectLeadersRequest.partitions:type_name -> sluice.common.v1.TopicPartition
+	82, // 35: sluice.controller.v1.ElectLeadersResult.partition:type_name -> sluice.common.v1.TopicPartition
+	79, // 36: sluice.controller.v1.ElectLeadersResult.error:type_name -> sluice.errordetails.v1.Error
+	80, // 37: sluice.controller.v1.ElectLeadersResult.state:type_name -> sluice.common.v1.PartitionState
 	39, // 38: sluice.controller.v1.ElectLeadersResponse.results:type_name -> sluice.controller.v1.ElectLeadersResult
-	80, // 39: sluice.controller.v1.PartitionReassignment.partition:type_name -> sluice.common.v1.TopicPartition
+	82, // 39: sluice.controller.v1.PartitionReassignment.partition:type_name -> sluice.common.v1.TopicPartition
 	41, // 40: sluice.controller.v1.AlterPartitionReassignmentsRequest.reassignments:type_name -> sluice.controller.v1.PartitionReassignment
-	80, // 41: sluice.controller.v1.ReassignmentResult.partition:type_name -> sluice.common.v1.TopicPartition
-	77, // 42: sluice.controller.v1.ReassignmentResult.error:type_name -> sluice.errordetails.v1.Error
+	82, // 41: sluice.controller.v1.ReassignmentResult.partition:type_name -> sluice.common.v1.TopicPartition
+	79, // 42: sluice.controller.v1.ReassignmentResult.error:type_name -> sluice.errordetails.v1.Error
 	43, // 43: sluice.controller.v1.AlterPartitionReassignmentsResponse.results:type_name -> sluice.controller.v1.ReassignmentResult
-	80, // 44: sluice.controller.v1.OngoingReassignment.partition:type_name -> sluice.common.v1.TopicPartition
-	75, // 45: sluice.controller.v1.OngoingReassignment.lag_bytes:type_name -> sluice.controller.v1.OngoingReassignment.LagBytesEntry
+	82, // 44: sluice.controller.v1.OngoingReassignment.partition:type_name -> sluice.common.v1.TopicPartition
+	76, // 45: sluice.controller.v1.OngoingReassignment.lag_bytes:type_name -> sluice.controller.v1.OngoingReassignment.LagBytesEntry
 	46, // 46: sluice.controller.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> sluice.controller.v1.OngoingReassignment
 	0,  // 47: sluice.controller.v1.AclBinding.resource_type:type_name -> sluice.controller.v1.ResourceType
 	6,  // 48: sluice.controller.v1.AclBinding.pattern_type:type_name -> sluice.controller.v1.PatternType
 	4,  // 49: sluice.controller.v1.AclBinding.operation:type_name -> sluice.controller.v1.AclOperation
 	5,  // 50: sluice.controller.v1.AclBinding.permission:type_name -> sluice.controller.v1.AclPermission
 	48, // 51: sluice.controller.v1.CreateAclsRequest.bindings:type_name -> sluice.controller.v1.AclBinding
-	77, // 52: sluice.controller.v1.CreateAclsResponse.errors:type_name -> sluice.errordetails.v1.Error
+	79, // 52: sluice.controller.v1.CreateAclsResponse.errors:type_name -> sluice.errordetails.v1.Error
 	48, // 53: sluice.controller.v1.DescribeAclsRequest.filter:type_name -> sluice.controller.v1.AclBinding
 	48, // 54: sluice.controller.v1.DescribeAclsResponse.bindings:type_name -> sluice.controller.v1.AclBinding
 	48, // 55: sluice.controller.v1.DeleteAclsRequest.filters:type_name -> sluice.controller.v1.AclBinding
 	48, // 56: sluice.controller.v1.DeleteAclsResponse.deleted:type_name -> sluice.controller.v1.AclBinding
-	81, // 57: sluice.controller.v1.RegisterBrokerRequest.endpoints:type_name -> sluice.common.v1.Endpoint
-	77, // 58: sluice.controller.v1.BrokerHeartbeatResponse.error:type_name -> sluice.errordetails.v1.Error
-	82, // 59: sluice.controller.v1.BrokerHeartbeatResponse.state:type_name -> sluice.common.v1.BrokerState
-	77, // 60: sluice.controller.v1.ControlledShutdownResponse.error:type_name -> sluice.errordetails.v1.Error
-	78, // 61: sluice.controller.v1.TopicMetadata.partitions:type_name -> sluice.common.v1.PartitionState
-	76, // 62: sluice.controller.v1.TopicMetadata.configs:type_name -> sluice.controller.v1.TopicMetadata.ConfigsEntry
-	79, // 63: sluice.controller.v1.MetadataSnapshot.brokers:type_name -> sluice.common.v1.Broker
+	83, // 57: sluice.controller.v1.RegisterBrokerRequest.endpoints:type_name -> sluice.common.v1.Endpoint
+	79, // 58: sluice.controller.v1.BrokerHeartbeatResponse.error:type_name -> sluice.errordetails.v1.Error
+	84, // 59: sluice.controller.v1.BrokerHeartbeatResponse.state:type_name -> sluice.common.v1.BrokerState
+	79, // 60: sluice.controller.v1.ControlledShutdownResponse.error:type_name -> sluice.errordetails.v1.Error
+	80, // 61: sluice.controller.v1.TopicMetadata.partitions:type_name -> sluice.common.v1.PartitionState
+	77, // 62: sluice.controller.v1.TopicMetadata.configs:type_name -> sluice.controller.v1.TopicMetadata.ConfigsEntry
+	81, // 63: sluice.controller.v1.MetadataSnapshot.brokers:type_name -> sluice.common.v1.Broker
 	61, // 64: sluice.controller.v1.MetadataSnapshot.topics:type_name -> sluice.controller.v1.TopicMetadata
-	61, // 65: sluice.controller.v1.MetadataDelta.upserted_topics:type_name -> sluice.controller.v1.TopicMetadata
-	79, // 66: sluice.controller.v1.MetadataDelta.upserted_brokers:type_name -> sluice.common.v1.Broker
-	62, // 67: sluice.controller.v1.WatchMetadataResponse.snapshot:type_name -> sluice.controller.v1.MetadataSnapshot
-	63, // 68: sluice.controller.v1.WatchMetadataResponse.delta:type_name -> sluice.controller.v1.MetadataDelta
-	66, // 69: sluice.controller.v1.AlterPartitionRequest.changes:type_name -> sluice.controller.v1.PartitionChange
-	77, // 70: sluice.controller.v1.AlterPartitionResult.error:type_name -> sluice.errordetails.v1.Error
-	78, // 71: sluice.controller.v1.AlterPartitionResult.state:type_name -> sluice.common.v1.PartitionState
-	68, // 72: sluice.controller.v1.AlterPartitionResponse.results:type_name -> sluice.controller.v1.AlterPartitionResult
-	77, // 73: sluice.controller.v1.AllocateProducerIdsResponse.error:type_name -> sluice.errordetails.v1.Error
-	74, // [74:74] is the sub-list for method output_type
-	74, // [74:74] is the sub-list for method input_type
-	74, // [74:74] is the sub-list for extension type_name
-	74, // [74:74] is the sub-list for extension extendee
-	0,  // [0:74] is the sub-list for field type_name
+	36, // 65: sluice.controller.v1.MetadataSnapshot.controllers:type_name -> sluice.controller.v1.ControllerMember
+	63, // 66: sluice.controller.v1.MetadataSnapshot.cluster_configs:type_name -> sluice.controller.v1.ClusterConfigs
+	78, // 67: sluice.controller.v1.ClusterConfigs.configs:type_name -> sluice.controller.v1.ClusterConfigs.ConfigsEntry
+	61, // 68: sluice.controller.v1.MetadataDelta.upserted_topics:type_name -> sluice.controller.v1.TopicMetadata
+	81, // 69: sluice.controller.v1.MetadataDelta.upserted_brokers:type_name -> sluice.common.v1.Broker
+	36, // 70: sluice.controller.v1.MetadataDelta.controllers:type_name -> sluice.controller.v1.ControllerMember
+	63, // 71: sluice.controller.v1.MetadataDelta.cluster_configs:type_name -> sluice.controller.v1.ClusterConfigs
+	62, // 72: sluice.controller.v1.WatchMetadataResponse.snapshot:type_name -> sluice.controller.v1.MetadataSnapshot
+	64, // 73: sluice.controller.v1.WatchMetadataResponse.delta:type_name -> sluice.controller.v1.MetadataDelta
+	67, // 74: sluice.controller.v1.AlterPartitionRequest.changes:type_name -> sluice.controller.v1.PartitionChange
+	79, // 75: sluice.controller.v1.AlterPartitionResult.error:type_name -> sluice.errordetails.v1.Error
+	80, // 76: sluice.controller.v1.AlterPartitionResult.state:type_name -> sluice.common.v1.PartitionState
+	69, // 77: sluice.controller.v1.AlterPartitionResponse.results:type_name -> sluice.controller.v1.AlterPartitionResult
+	79, // 78: sluice.controller.v1.AllocateProducerIdsResponse.error:type_name -> sluice.errordetails.v1.Error
+	79, // [79:79] is the sub-list for method output_type
+	79, // [79:79] is the sub-list for method input_type
+	79, // [79:79] is the sub-list for extension type_name
+	79, // [79:79] is the sub-list for extension extendee
+	0,  // [0:79] is the sub-list for field type_name
 }
 
 func init() { file_sluice_controller_v1_messages_proto_init() }
@@ -4968,9 +5072,10 @@ func file_sluice_controller_v1_messages_proto_init() {
 	if File_sluice_controller_v1_messages_proto != nil {
 		return
 	}
+	file_sluice_controller_v1_messages_proto_msgTypes[0].OneofWrappers = []any{}
 	file_sluice_controller_v1_messages_proto_msgTypes[19].OneofWrappers = []any{}
-	file_sluice_controller_v1_messages_proto_msgTypes[56].OneofWrappers = []any{}
-	file_sluice_controller_v1_messages_proto_msgTypes[58].OneofWrappers = []any{
+	file_sluice_controller_v1_messages_proto_msgTypes[57].OneofWrappers = []any{}
+	file_sluice_controller_v1_messages_proto_msgTypes[59].OneofWrappers = []any{
 		(*WatchMetadataResponse_Snapshot)(nil),
 		(*WatchMetadataResponse_Delta)(nil),
 	}
@@ -4980,7 +5085,7 @@ func file_sluice_controller_v1_messages_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_controller_v1_messages_proto_rawDesc), len(file_sluice_controller_v1_messages_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   70,
+			NumMessages:   72,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -175,9 +175,12 @@ type GetMetadataResponse struct {
 	// Metadata revision the answer reflects.
 	Revision int64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
 	// Id of the node that answered.
-	AnsweredBy    int32 `protobuf:"varint,6,opt,name=answered_by,json=answeredBy,proto3" json:"answered_by,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AnsweredBy int32 `protobuf:"varint,6,opt,name=answered_by,json=answeredBy,proto3" json:"answered_by,omitempty"`
+	// Address (host:port) of the active controller, for admin calls; empty
+	// during an election.
+	ControllerAddress string `protobuf:"bytes,7,opt,name=controller_address,json=controllerAddress,proto3" json:"controller_address,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *GetMetadataResponse) Reset() {
@@ -252,6 +255,13 @@ func (x *GetMetadataResponse) GetAnsweredBy() int32 {
 	return 0
 }
 
+func (x *GetMetadataResponse) GetControllerAddress() string {
+	if x != nil {
+		return x.ControllerAddress
+	}
+	return ""
+}
+
 var File_sluice_metadata_v1_messages_proto protoreflect.FileDescriptor
 
 const file_sluice_metadata_v1_messages_proto_rawDesc = "" +
@@ -267,7 +277,7 @@ const file_sluice_metadata_v1_messages_proto_rawDesc = "" +
 	"\binternal\x18\x04 \x01(\bR\binternal\x12@\n" +
 	"\n" +
 	"partitions\x18\x05 \x03(\v2 .sluice.common.v1.PartitionStateR\n" +
-	"partitions\"\x81\x02\n" +
+	"partitions\"\xb0\x02\n" +
 	"\x13GetMetadataResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12#\n" +
@@ -276,7 +286,8 @@ const file_sluice_metadata_v1_messages_proto_rawDesc = "" +
 	"\x06topics\x18\x04 \x03(\v2\x1d.sluice.metadata.v1.TopicInfoR\x06topics\x12\x1a\n" +
 	"\brevision\x18\x05 \x01(\x03R\brevision\x12\x1f\n" +
 	"\vanswered_by\x18\x06 \x01(\x05R\n" +
-	"answeredByB\xd3\x01\n" +
+	"answeredBy\x12-\n" +
+	"\x12controller_address\x18\a \x01(\tR\x11controllerAddressB\xd3\x01\n" +
 	"\x16com.sluice.metadata.v1B\rMessagesProtoP\x01Z@github.com/sluice-io/sluice/gen/go/sluice/metadata/v1;metadatav1\xa2\x02\x03SMX\xaa\x02\x12Sluice.Metadata.V1\xca\x02\x12Sluice\\Metadata\\V1\xe2\x02\x1eSluice\\Metadata\\V1\\GPBMetadata\xea\x02\x14Sluice::Metadata::V1b\x06proto3"
 
 var (
