@@ -2,19 +2,219 @@ package client
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"google.golang.org/grpc"
 
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
+	metadatav1 "github.com/sluice-io/sluice/gen/go/sluice/metadata/v1"
+	"github.com/sluice-io/sluice/libs/errs"
 )
 
-// DescribeCluster returns the cluster id, the controllers (and which one is
-// active) and the registered nodes.
-func (c *Client) DescribeCluster(ctx context.Context) (*controllerv1.DescribeClusterResponse, error) {
-	var out *controllerv1.DescribeClusterResponse
+// Metadata returns cluster metadata (nodes, active controller, the topics'
+// partitions) from any node. With no topics it returns every topic.
+func (c *Client) Metadata(ctx context.Context, topics ...string) (*metadatav1.GetMetadataResponse, error) {
+	var out *metadatav1.GetMetadataResponse
 	err := c.anyNode(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
 		var err error
-		out, err = controllerv1.NewControllerServiceClient(conn).DescribeCluster(ctx, &controllerv1.DescribeClusterRequest{})
+		out, err = metadatav1.NewMetadataServiceClient(conn).GetMetadata(ctx, &metadatav1.GetMetadataRequest{Topics: topics})
+		return err
+	})
+	return out, err
+}
+
+// onController runs fn against the active controller: it learns the
+// controller's address from metadata, follows NOT_CONTROLLER hints, and
+// retries retriable failures (an election in progress, a restarting node)
+// with backoff until ctx ends.
+func (c *Client) onController(ctx context.Context, fn func(ctx context.Context, cc controllerv1.ControllerServiceClient) error) error {
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	backoff := 50 * time.Millisecond
+	addr := ""
+	for attempt := 0; ; attempt++ {
+		var err error
+		if addr == "" {
+			md, merr := c.Metadata(ctx)
+			switch {
+			case merr != nil && attempt == 0 && errs.Is(merr, errs.NodeUnreachable):
+				// No bootstrap node could be reached at all: say so now
+				// rather than after the timeout.
+				return merr
+			case merr != nil:
+				err = merr
+			default:
+				addr = md.GetControllerAddress()
+			}
+		}
+		if err == nil && addr == "" {
+			err = errs.New(errs.NotController, "no active controller is known yet (election in progress)")
+		} else if err == nil {
+			var conn *grpc.ClientConn
+			if conn, err = c.Conn(addr); err == nil {
+				err = fn(ctx, controllerv1.NewControllerServiceClient(conn))
+			}
+		}
+		if err == nil {
+			return nil
+		}
+		e := errs.From(err)
+		if e.Code == errs.NotController && e.Controller.GetAddress() != "" && e.Controller.GetAddress() != addr {
+			addr = e.Controller.GetAddress()
+			continue
+		}
+		if !e.Retriable() {
+			return err
+		}
+		addr = "" // ask metadata again
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+}
+
+// DescribeCluster returns the cluster id, the controllers (and which one is
+// active) and the registered nodes. Any controller answers.
+func (c *Client) DescribeCluster(ctx context.Context) (*controllerv1.DescribeClusterResponse, error) {
+	var out *controllerv1.DescribeClusterResponse
+	err := c.onController(ctx, func(ctx context.Context, cc controllerv1.ControllerServiceClient) error {
+		var err error
+		out, err = cc.DescribeCluster(ctx, &controllerv1.DescribeClusterRequest{})
+		return err
+	})
+	return out, err
+}
+
+// CreateTopics creates topics; each result carries its own error.
+func (c *Client) CreateTopics(ctx context.Context, req *controllerv1.CreateTopicsRequest) (*controllerv1.CreateTopicsResponse, error) {
+	var out *controllerv1.CreateTopicsResponse
+	err := c.onController(ctx, func(ctx context.Context, cc controllerv1.ControllerServiceClient) error {
+		var err error
+		out, err = cc.CreateTopics(ctx, req)
+		return err
+	})
+	return out, err
+}
+
+// CreateTopic creates one topic and returns its error, if any. partitions
+// or rf of 0 use the cluster defaults.
+func (c *Client) CreateTopic(ctx context.Context, name string, partitions, rf int32, configs map[string]string) (*controllerv1.CreateTopicResult, error) {
+	spec := &controllerv1.TopicSpec{Name: name, Configs: configs}
+	if partitions != 0 {
+		spec.NumPartitions = &partitions
+	}
+	if rf != 0 {
+		spec.ReplicationFactor = &rf
+	}
+	resp, err := c.CreateTopics(ctx, &controllerv1.CreateTopicsRequest{Topics: []*controllerv1.TopicSpec{spec}})
+	if err != nil {
+		return nil, err
+	}
+	res := resp.GetResults()[0]
+	if e := errs.FromProto(res.GetError()); e != nil {
+		return res, e
+	}
+	return res, nil
+}
+
+// DeleteTopics deletes topics; each result carries its own error.
+func (c *Client) DeleteTopics(ctx context.Context, names ...string) (*controllerv1.DeleteTopicsResponse, error) {
+	var out *controllerv1.DeleteTopicsResponse
+	err := c.onController(ctx, func(ctx context.Context, cc controllerv1.ControllerServiceClient) error {
+		var err error
+		out, err = cc.DeleteTopics(ctx, &controllerv1.DeleteTopicsRequest{Names: names})
+		return err
+	})
+	return out, err
+}
+
+// ListTopics lists topics.
+func (c *Client) ListTopics(ctx context.Context, includeInternal bool) (*controllerv1.ListTopicsResponse, error) {
+	var out *controllerv1.ListTopicsResponse
+	err := c.onController(ctx, func(ctx context.Context, cc controllerv1.ControllerServiceClient) error {
+		var err error
+		out, err = cc.ListTopics(ctx, &controllerv1.ListTopicsRequest{IncludeInternal: includeInternal})
+		return err
+	})
+	return out, err
+}
+
+// DescribeTopics describes topics (all non-internal ones when none given).
+func (c *Client) DescribeTopics(ctx context.Context, names ...string) (*controllerv1.DescribeTopicsResponse, error) {
+	var out *controllerv1.DescribeTopicsResponse
+	err := c.onController(ctx, func(ctx context.Context, cc controllerv1.ControllerServiceClient) error {
+		var err error
+		out, err = cc.DescribeTopics(ctx, &controllerv1.DescribeTopicsRequest{Names: names})
+		return err
+	})
+	return out, err
+}
+
+// CreatePartitions grows topics.
+func (c *Client) CreatePartitions(ctx context.Context, req *controllerv1.CreatePartitionsRequest) (*controllerv1.CreatePartitionsResponse, error) {
+	var out *controllerv1.CreatePartitionsResponse
+	err := c.onController(ctx, func(ctx context.Context, cc controllerv1.ControllerServiceClient) error {
+		var err error
+		out, err = cc.CreatePartitions(ctx, req)
+		return err
+	})
+	return out, err
+}
+
+// DescribeConfigs describes topic or broker configs.
+func (c *Client) DescribeConfigs(ctx context.Context, req *controllerv1.DescribeConfigsRequest) (*controllerv1.DescribeConfigsResponse, error) {
+	var out *controllerv1.DescribeConfigsResponse
+	err := c.onController(ctx, func(ctx context.Context, cc controllerv1.ControllerServiceClient) error {
+		var err error
+		out, err = cc.DescribeConfigs(ctx, req)
+		return err
+	})
+	return out, err
+}
+
+// AlterConfigs changes configs incrementally.
+func (c *Client) AlterConfigs(ctx context.Context, req *controllerv1.AlterConfigsRequest) (*controllerv1.AlterConfigsResponse, error) {
+	var out *controllerv1.AlterConfigsResponse
+	err := c.onController(ctx, func(ctx context.Context, cc controllerv1.ControllerServiceClient) error {
+		var err error
+		out, err = cc.AlterConfigs(ctx, req)
+		return err
+	})
+	return out, err
+}
+
+// ElectLeaders runs preferred or unclean leader elections.
+func (c *Client) ElectLeaders(ctx context.Context, req *controllerv1.ElectLeadersRequest) (*controllerv1.ElectLeadersResponse, error) {
+	var out *controllerv1.ElectLeadersResponse
+	err := c.onController(ctx, func(ctx context.Context, cc controllerv1.ControllerServiceClient) error {
+		var err error
+		out, err = cc.ElectLeaders(ctx, req)
+		return err
+	})
+	return out, err
+}
+
+// AlterPartitionReassignments starts or cancels reassignments.
+func (c *Client) AlterPartitionReassignments(ctx context.Context, req *controllerv1.AlterPartitionReassignmentsRequest) (*controllerv1.AlterPartitionReassignmentsResponse, error) {
+	var out *controllerv1.AlterPartitionReassignmentsResponse
+	err := c.onController(ctx, func(ctx context.Context, cc controllerv1.ControllerServiceClient) error {
+		var err error
+		out, err = cc.AlterPartitionReassignments(ctx, req)
+		return err
+	})
+	return out, err
+}
+
+// ListPartitionReassignments lists reassignments in progress.
+func (c *Client) ListPartitionReassignments(ctx context.Context, topics ...string) (*controllerv1.ListPartitionReassignmentsResponse, error) {
+	var out *controllerv1.ListPartitionReassignmentsResponse
+	err := c.onController(ctx, func(ctx context.Context, cc controllerv1.ControllerServiceClient) error {
+		var err error
+		out, err = cc.ListPartitionReassignments(ctx, &controllerv1.ListPartitionReassignmentsRequest{Topics: topics})
 		return err
 	})
 	return out, err

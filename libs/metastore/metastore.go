@@ -183,6 +183,34 @@ func (s *Store) IsRaftLeader() bool {
 	return s.etcd != nil && s.etcd.Server.Leader() == s.etcd.Server.MemberID()
 }
 
+// MoveLeaderAway transfers raft leadership from the local embedded member
+// to another member, if the local one leads and there is another. It returns
+// whether it moved. The active controller calls it: when the process that
+// hosts both the active controller and the raft leader dies, the quorum must
+// first elect a raft leader, and etcd then extends every lease (including
+// the dead controller's election lease) by a full TTL, which doubles the
+// controller failover time.
+func (s *Store) MoveLeaderAway(ctx context.Context) (bool, error) {
+	if !s.IsRaftLeader() {
+		return false, nil
+	}
+	resp, err := s.Client.MemberList(ctx)
+	if err != nil {
+		return false, fmt.Errorf("listing etcd members: %w", err)
+	}
+	self := uint64(s.etcd.Server.MemberID())
+	for _, m := range resp.Members {
+		if m.ID == self || m.Name == "" || m.IsLearner {
+			continue // an unstarted member has no name yet
+		}
+		if _, err := s.Client.MoveLeader(ctx, m.ID); err != nil {
+			return false, fmt.Errorf("moving etcd leadership to %s: %w", m.Name, err)
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
 // Member describes one etcd member.
 type Member struct {
 	Name      string

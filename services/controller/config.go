@@ -40,7 +40,7 @@ type Config struct {
 // RegisterFlags registers the controller flags.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Etcd.RegisterFlags("controller.etcd.", fs)
-	fs.DurationVar(&c.ElectionTTL, "controller.election-ttl", 3*time.Second,
+	fs.DurationVar(&c.ElectionTTL, "controller.election-ttl", 2*time.Second,
 		"Lease of the active controller; a standby takes over within about this time after it dies.")
 	fs.DurationVar(&c.SessionTimeout, "controller.session-timeout", 9*time.Second,
 		"How long a node stays alive without a heartbeat before it is fenced (broker.session.timeout.ms).")

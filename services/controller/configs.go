@@ -77,7 +77,10 @@ func checkResource(f *errs.Fields, path string, res *controllerv1.ConfigResource
 // DescribeConfigs returns effective topic configs with their sources, or a
 // node's settings (the cluster-wide dynamic defaults and this controller's
 // static settings).
-func (c *Controller) DescribeConfigs(_ context.Context, r *controllerv1.DescribeConfigsRequest) (*controllerv1.DescribeConfigsResponse, error) {
+func (c *Controller) DescribeConfigs(ctx context.Context, r *controllerv1.DescribeConfigsRequest) (*controllerv1.DescribeConfigsResponse, error) {
+	if err := c.catchUp(ctx); err != nil {
+		return nil, err
+	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	out := &controllerv1.DescribeConfigsResponse{}

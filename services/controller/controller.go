@@ -223,8 +223,10 @@ func (c *Controller) serveTerm(ctx context.Context, session *concurrency.Session
 		c.resign(election)
 		return
 	}
-	// Decide only from a view that includes our own election.
-	if _, err := c.cache.WaitFor(ctx, func(img *metadata.Image) bool { return img.Revision >= election.Rev() }); err != nil {
+	// Decide only from a view that includes every write made before this
+	// term began, including the last writes of the previous controller (our
+	// election key may be much older than they are).
+	if err := c.catchUp(ctx); err != nil {
 		c.resign(election)
 		return
 	}
@@ -240,6 +242,7 @@ func (c *Controller) serveTerm(ctx context.Context, session *concurrency.Session
 	c.logger.Info("became active controller", slog.Int64("controller_epoch", epoch))
 	var loops sync.WaitGroup
 	loops.Go(func() { c.reconcileLoop(t) })
+	loops.Go(func() { c.keepRaftLeaderElsewhere(t) })
 
 	select {
 	case <-session.Done():
@@ -253,6 +256,26 @@ func (c *Controller) serveTerm(ctx context.Context, session *concurrency.Session
 	c.mu.Unlock()
 	endTerm()
 	loops.Wait()
+}
+
+// keepRaftLeaderElsewhere moves etcd's raft leadership off this process
+// while it is the active controller (see metastore.MoveLeaderAway), checking
+// every few seconds because raft leadership can come back after restarts.
+func (c *Controller) keepRaftLeaderElsewhere(t *term) {
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		if moved, err := c.store.MoveLeaderAway(t.ctx); err != nil && t.ctx.Err() == nil {
+			c.logger.Debug("cannot move etcd leadership away from the active controller", log.Err(err))
+		} else if moved {
+			c.logger.Info("moved etcd raft leadership away from the active controller's member")
+		}
+		select {
+		case <-t.ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 func (c *Controller) resign(e *concurrency.Election) {

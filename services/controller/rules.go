@@ -70,10 +70,18 @@ func reconcile(p *commonv1.PartitionState, live liveness, minISR int, preferred 
 	}
 	if leader < 0 {
 		if e := electFrom(p.GetReplicas(), out.EligibleLeaderReplicas, live); e >= 0 {
-			// Electing an eligible leader replica makes it the whole ISR.
+			// Electing an eligible leader replica makes it the whole ISR; the
+			// ISR members it replaces hold every committed record too, so they
+			// stay eligible.
 			leader = e
+			elr := without(out.EligibleLeaderReplicas, e)
+			for _, r := range out.Isr {
+				if !slices.Contains(elr, r) && r != e {
+					elr = append(elr, r)
+				}
+			}
 			out.Isr = []int32{e}
-			out.EligibleLeaderReplicas = without(out.EligibleLeaderReplicas, e)
+			out.EligibleLeaderReplicas = elr
 		}
 	}
 	out.LeaderId = leader

@@ -234,8 +234,14 @@ func (c *Controller) DeleteTopics(ctx context.Context, r *controllerv1.DeleteTop
 	return out, nil
 }
 
-// ListTopics lists topics from this controller's view.
-func (c *Controller) ListTopics(_ context.Context, r *controllerv1.ListTopicsRequest) (*controllerv1.ListTopicsResponse, error) {
+// ListTopics lists topics. Like every read a controller answers, it is
+// linearizable: the controller first catches up with etcd's current
+// revision, so it never answers from a view older than an acknowledged
+// write, whichever controller made it.
+func (c *Controller) ListTopics(ctx context.Context, r *controllerv1.ListTopicsRequest) (*controllerv1.ListTopicsResponse, error) {
+	if err := c.catchUp(ctx); err != nil {
+		return nil, err
+	}
 	img := c.cache.Load()
 	out := &controllerv1.ListTopicsResponse{}
 	for _, name := range img.TopicNames(r.GetIncludeInternal()) {
@@ -249,8 +255,11 @@ func (c *Controller) ListTopics(_ context.Context, r *controllerv1.ListTopicsReq
 	return out, nil
 }
 
-// DescribeTopics describes topics from this controller's view.
-func (c *Controller) DescribeTopics(_ context.Context, r *controllerv1.DescribeTopicsRequest) (*controllerv1.DescribeTopicsResponse, error) {
+// DescribeTopics describes topics; it is linearizable like ListTopics.
+func (c *Controller) DescribeTopics(ctx context.Context, r *controllerv1.DescribeTopicsRequest) (*controllerv1.DescribeTopicsResponse, error) {
+	if err := c.catchUp(ctx); err != nil {
+		return nil, err
+	}
 	img := c.cache.Load()
 	names := r.GetNames()
 	if len(names) == 0 {

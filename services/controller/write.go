@@ -84,7 +84,15 @@ func (c *Controller) commit(ctx context.Context, t *term, x *txn) (int64, error)
 // a successful write, update waits until this controller's view includes it,
 // so the caller (and the client, through any node's metadata) reads its own
 // write.
+//
+// The first decision is made only after the view has caught up with etcd's
+// current revision: a decision that writes nothing (the topic already
+// exists, does not exist) must not come from a stale view, or it would
+// contradict a write another request already saw acknowledged.
 func (c *Controller) update(ctx context.Context, t *term, decide func(st *state) (*txn, error)) (int64, error) {
+	if err := c.catchUp(ctx); err != nil {
+		return 0, err
+	}
 	for attempt := 0; ; attempt++ {
 		c.mu.RLock()
 		x, err := decide(c.st)

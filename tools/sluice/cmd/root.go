@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -59,7 +60,7 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.bootstrap, "bootstrap", def,
 		"Comma-separated host:port of any Sluice nodes (env SLUICE_BOOTSTRAP).")
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "text", "Output format: text or json.")
-	root.AddCommand(newClusterCmd(g), newDevCmd(g))
+	root.AddCommand(newClusterCmd(g), newTopicCmd(g), newPartitionCmd(g), newDevCmd(g))
 	return root
 }
 
@@ -92,14 +93,15 @@ func (g *globals) print(w io.Writer, msg proto.Message, text func(io.Writer) err
 }
 
 // describeErr renders an error for a person: the Sluice error code and
-// message, and what to do for the common transport failures.
+// message, and what to do when no node could be reached.
 func describeErr(err error) string {
 	e := errs.From(err)
-	if e == nil {
-		return err.Error()
+	msg := e.Error()
+	if _, isStatus := status.FromError(err); !isStatus && !errors.As(err, new(*errs.Error)) {
+		msg = err.Error() // keep the context the SDK wrapped around it
 	}
-	if e.Code == errs.NodeUnreachable && !errors.As(err, new(*errs.Error)) {
-		return err.Error() + " (is a cluster running? start one with `make run` or `sluice dev`)"
+	if e.Code == errs.NodeUnreachable {
+		msg += " (is a cluster running? start one with `make run` or `sluice dev`)"
 	}
-	return err.Error()
+	return msg
 }
