@@ -247,3 +247,27 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return s[int(float64(len(s)-1)*p)]
 }
+
+// A storage node stopped with SIGTERM hands its leaderships to in-sync
+// replicas before it exits (controlled shutdown): by the time it is gone no
+// partition names it as leader, without waiting for its session to expire.
+func TestControlledShutdownMovesLeadershipFirst(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 3})
+	cl := cluster.Client(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, err := cl.CreateTopic(ctx, "cs", 6, 3, nil)
+	require.NoError(t, err)
+	before, _ := leaders(t, ctx, cl, "cs")
+	victim := nodeByID(c, before[0])
+	start := time.Now()
+	require.NoError(t, victim.Stop(30*time.Second))
+	took := time.Since(start)
+	after, _ := leaders(t, ctx, cl, "cs")
+	for i, l := range after {
+		require.NotEqual(t, victim.NodeID, l, "partition %d still led by the stopped node", i)
+		require.GreaterOrEqual(t, l, int32(0), "partition %d has a leader", i)
+	}
+	t.Logf("controlled shutdown of node %d took %v (session timeout 9s)", victim.NodeID, took.Round(time.Millisecond))
+	require.Less(t, took, 9*time.Second, "leadership moved without waiting for the session to expire")
+}

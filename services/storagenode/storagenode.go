@@ -4,7 +4,9 @@ package storagenode
 import (
 	"context"
 	"flag"
+	"fmt"
 	"log/slog"
+	"time"
 
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
 	"github.com/sluice-io/sluice/libs/config"
@@ -16,13 +18,25 @@ import (
 )
 
 // Config configures the storage-node role.
-type Config struct{}
+type Config struct {
+	// ControlledShutdownTimeout bounds how long a stopping node waits for
+	// its leaderships to move.
+	ControlledShutdownTimeout time.Duration
+}
 
 // RegisterFlags registers the role's flags.
-func (c *Config) RegisterFlags(*flag.FlagSet) {}
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.DurationVar(&c.ControlledShutdownTimeout, "storage.controlled-shutdown-timeout", 15*time.Second,
+		"How long a stopping storage node waits for its partition leaderships to move to other replicas.")
+}
 
 // Validate checks the configuration.
-func (c *Config) Validate() error { return nil }
+func (c *Config) Validate() error {
+	if c.ControlledShutdownTimeout < 0 {
+		return fmt.Errorf("storage.controlled-shutdown-timeout: %v is negative", c.ControlledShutdownTimeout)
+	}
+	return nil
+}
 
 // Deps are the role's collaborators.
 type Deps struct {
@@ -66,5 +80,17 @@ func (r *StorageNode) HealthServices() []string {
 // Start implements service.Service.
 func (r *StorageNode) Start(context.Context) error { return nil }
 
-// Stop implements service.Service.
-func (r *StorageNode) Stop(context.Context) error { return nil }
+// Stop moves this node's leaderships to other in-sync replicas (controlled
+// shutdown) before the node stops serving, so producers and consumers move
+// over without waiting for a session to expire.
+func (r *StorageNode) Stop(ctx context.Context) error {
+	if r.deps.Member == nil {
+		return nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.ControlledShutdownTimeout)
+	defer cancel()
+	if err := r.deps.Member.ControlledShutdown(sctx); err != nil {
+		r.logger.Warn("controlled shutdown incomplete; stopping anyway", log.Err(err))
+	}
+	return nil
+}
