@@ -1,0 +1,342 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-io/sluice/libs/record"
+	"github.com/sluice-io/sluice/libs/storage/vfs"
+)
+
+type seenRecord struct {
+	offset int64
+	key    string
+	value  []byte // nil: tombstone
+}
+
+// readRecords decodes every record of the log.
+func readRecords(t *testing.T, l *Log) []seenRecord {
+	t.Helper()
+	var out []seenRecord
+	var it record.Iterator
+	from, end := l.LogStartOffset(), l.LogEndOffset()
+	for from < end {
+		res, err := l.Read(from, end, 1<<20)
+		require.NoError(t, err)
+		buf := res.AppendTo(nil)
+		from = res.NextOffset
+		res.Release()
+		it.Reset(buf)
+		for it.Next() {
+			r := it.Record()
+			out = append(out, seenRecord{r.Offset, string(r.Key), bytes.Clone(r.Value)})
+		}
+		require.NoError(t, it.Err())
+	}
+	return out
+}
+
+func compactConfig(t *testing.T) Config {
+	return testConfig(t, map[string]string{
+		"cleanup.policy": "compact", "segment.bytes": "2048", "delete.retention.ms": "60000",
+		"min.compaction.lag.ms": "0",
+	})
+}
+
+// writeUpdates appends n batches of random updates to 30 keys, some of them
+// tombstones, with every codec, and returns the records in append order.
+func writeUpdates(t *testing.T, l *Log, rng *rand.Rand, n int, ts int64) []seenRecord {
+	var all []seenRecord
+	codecs := []record.Codec{record.CodecNone, record.CodecGzip, record.CodecSnappy, record.CodecLZ4, record.CodecZstd}
+	for i := 0; i < n; i++ {
+		b := record.NewBuilder(codecs[i%len(codecs)])
+		var recs []seenRecord
+		for j := 0; j < 1+rng.IntN(5); j++ {
+			k := fmt.Sprintf("key-%02d", rng.IntN(30))
+			var v []byte
+			if rng.IntN(8) > 0 {
+				v = []byte(fmt.Sprintf("%s=%d.%d", k, i, j))
+			}
+			require.NoError(t, b.AppendKV(ts, []byte(k), v))
+			recs = append(recs, seenRecord{key: k, value: v})
+		}
+		batch, err := b.Build()
+		require.NoError(t, err)
+		res, err := l.AppendAsLeader(batch, 0, record.FromClient)
+		require.NoError(t, err)
+		for j := range recs {
+			recs[j].offset = res.FirstOffset + int64(j)
+		}
+		all = append(all, recs...)
+	}
+	return all
+}
+
+// checkCompacted checks the compaction contract: below cleanedTo each key
+// appears at most once, as its latest record; every record at or after
+// cleanedTo is untouched; offsets keep their order.
+func checkCompacted(t *testing.T, written, got []seenRecord, cleanedTo int64, tombstonesGone bool) {
+	t.Helper()
+	// The compacted prefix keeps, per key, the latest record of the prefix
+	// (a later record outside it supersedes it only in a later pass).
+	latest, latestBelow := map[string]seenRecord{}, map[string]seenRecord{}
+	for _, r := range written {
+		latest[r.key] = r
+		if r.offset < cleanedTo {
+			latestBelow[r.key] = r
+		}
+	}
+	seen := map[string]bool{}
+	prev := int64(-1)
+	byOffset := map[int64]seenRecord{}
+	for _, r := range written {
+		byOffset[r.offset] = r
+	}
+	for _, r := range got {
+		require.Greater(t, r.offset, prev, "order kept")
+		prev = r.offset
+		w, ok := byOffset[r.offset]
+		require.True(t, ok, "offset %d was never written", r.offset)
+		require.Equal(t, w.key, r.key)
+		require.Equal(t, w.value, r.value, "value at %d", r.offset)
+		if r.offset < cleanedTo {
+			require.False(t, seen[r.key], "key %s twice in the compacted part", r.key)
+			require.Equal(t, latestBelow[r.key].offset, r.offset, "only the latest record of %s survives", r.key)
+			if tombstonesGone {
+				require.NotNil(t, r.value, "tombstone of %s past its horizon", r.key)
+			}
+		}
+		seen[r.key] = true
+	}
+	// Every key's latest record survives, unless it is a tombstone past
+	// its horizon; every record after cleanedTo survives.
+	gotOffsets := map[int64]bool{}
+	for _, r := range got {
+		gotOffsets[r.offset] = true
+	}
+	for k, r := range latest {
+		if r.value == nil && tombstonesGone && r.offset < cleanedTo {
+			continue
+		}
+		require.True(t, gotOffsets[r.offset], "latest record of %s (offset %d) lost", k, r.offset)
+	}
+	for _, r := range written {
+		if r.offset >= cleanedTo {
+			require.True(t, gotOffsets[r.offset], "uncleaned record at %d lost", r.offset)
+		}
+	}
+}
+
+func TestCompactionKeepsLatestValuePerKey(t *testing.T) {
+	clock := NewManualClock(epoch0)
+	dir := t.TempDir()
+	cfg := compactConfig(t)
+	l := openLog(t, dir, cfg, Options{Clock: clock})
+	rng := rand.New(rand.NewPCG(11, 12))
+	written := writeUpdates(t, l, rng, 150, epoch0.UnixMilli())
+	require.NoError(t, l.Flush())
+	sizeBefore := l.Size()
+
+	res, err := l.Compact(context.Background(), true)
+	require.NoError(t, err)
+	require.Positive(t, res.Segments)
+	require.Positive(t, res.RecordsRemoved)
+	require.Less(t, l.Size(), sizeBefore)
+	got := readRecords(t, l)
+	checkCompacted(t, written, got, res.CleanedTo, false)
+	requireLogSound(t, l)
+
+	// Tombstones stay until delete.retention.ms after they were first
+	// cleaned, then go.
+	clock.Advance(59 * time.Second)
+	res2, err := l.Compact(context.Background(), true)
+	require.NoError(t, err)
+	require.Zero(t, res2.TombstonesRemoved)
+	clock.Advance(2 * time.Second)
+	res3, err := l.Compact(context.Background(), true)
+	require.NoError(t, err)
+	require.Positive(t, res3.TombstonesRemoved)
+	got = readRecords(t, l)
+	checkCompacted(t, written, got, res3.CleanedTo, true)
+
+	// More updates, another pass, then a restart: the same records.
+	written = append(written, writeUpdates(t, l, rng, 60, clock.Now().UnixMilli())...)
+	require.NoError(t, l.Flush())
+	res4, err := l.Compact(context.Background(), true)
+	require.NoError(t, err)
+	got = readRecords(t, l)
+	checkCompacted(t, written, got, res4.CleanedTo, false)
+	require.NoError(t, l.Close())
+	l = openLog(t, dir, cfg, Options{Clock: clock})
+	require.Equal(t, got, readRecords(t, l))
+	require.NoError(t, l.Close())
+}
+
+func TestCompactionRunsAlongsideAppendsAndReads(t *testing.T) {
+	clock := NewManualClock(epoch0)
+	cfg := compactConfig(t)
+	cfg.FsyncBeforeAck = false
+	l := openLog(t, t.TempDir(), cfg, Options{Clock: clock})
+	defer l.Close()
+	rng := rand.New(rand.NewPCG(21, 22))
+	written := writeUpdates(t, l, rng, 100, epoch0.UnixMilli())
+	require.NoError(t, l.Flush())
+
+	var mu sync.Mutex
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { // appender
+		defer wg.Done()
+		r := rand.New(rand.NewPCG(5, 6))
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			recs := writeUpdates(t, l, r, 1, epoch0.UnixMilli())
+			mu.Lock()
+			written = append(written, recs...)
+			mu.Unlock()
+		}
+	}()
+	go func() { // reader: whatever it reads is whole, valid batches
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			res, err := l.Read(l.LogStartOffset(), l.LogEndOffset(), 64<<10)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if len(res.Chunks) > 0 {
+				if _, err := record.Validate(res.AppendTo(nil), record.ValidateOptions{Origin: record.FromReplica}); err != nil {
+					t.Error(err)
+				}
+			}
+			res.Release()
+		}
+	}()
+	var cleanedTo int64
+	for i := 0; i < 3; i++ {
+		res, err := l.Compact(context.Background(), true)
+		require.NoError(t, err)
+		cleanedTo = max(cleanedTo, res.CleanedTo)
+	}
+	close(stop)
+	wg.Wait()
+	require.Positive(t, cleanedTo)
+	checkCompacted(t, written, readRecords(t, l), cleanedTo, false)
+	requireLogSound(t, l)
+}
+
+func TestCompactionTransactions(t *testing.T) {
+	clock := NewManualClock(epoch0)
+	l := openLog(t, t.TempDir(), compactConfig(t), Options{Clock: clock})
+	defer l.Close()
+	ts := epoch0.UnixMilli()
+	appendKV := func(pid int64, txn bool, key, value string) {
+		b := record.NewBuilder(record.CodecNone)
+		if pid >= 0 {
+			b.SetProducer(pid, 0, 0)
+		}
+		b.SetTransactional(txn)
+		require.NoError(t, b.AppendKV(ts, []byte(key), []byte(value)))
+		batch, err := b.Build()
+		require.NoError(t, err)
+		_, err = l.AppendAsLeader(bytes.Clone(batch), 0, record.FromClient)
+		require.NoError(t, err)
+	}
+	marker := func(pid int64, t2 record.ControlType) {
+		_, err := l.AppendAsLeader(record.AppendEndTxnMarker(nil, pid, 0, t2, 1, ts), 0, record.FromCoordinator)
+		require.NoError(t, err)
+	}
+	appendKV(-1, false, "a", "a1")  // 0
+	appendKV(7, true, "a", "a2")    // 1: aborted below
+	appendKV(8, true, "b", "b1")    // 2: committed below
+	marker(7, record.ControlAbort)  // 3
+	marker(8, record.ControlCommit) // 4
+	appendKV(-1, false, "b", "b2")  // 5
+	appendKV(9, true, "c", "c1")    // 6: still open
+	for i := 0; i < 40; i++ {       // fill and roll segments
+		appendKV(-1, false, fmt.Sprintf("z%d", i), string(make([]byte, 100)))
+	}
+	require.NoError(t, l.Flush())
+	_, err := l.Compact(context.Background(), true)
+	require.NoError(t, err)
+	var got []string
+	controls := 0
+	var it record.Iterator
+	res, err := l.Read(0, l.LogEndOffset(), 1<<20)
+	require.NoError(t, err)
+	it.Reset(res.AppendTo(nil))
+	res.Release()
+	for it.Next() {
+		r := it.Record()
+		if it.Batch().Attributes.Control() {
+			controls++
+			continue
+		}
+		if r.Offset < 7 {
+			got = append(got, fmt.Sprintf("%d:%s=%s", r.Offset, r.Key, r.Value))
+		}
+	}
+	require.NoError(t, it.Err())
+	// a1 survives: the later a2 was aborted. b1 is superseded by b2. The
+	// open transaction's c1 is kept. Markers stay until their horizon.
+	require.Equal(t, []string{"0:a=a1", "5:b=b2", "6:c=c1"}, got)
+	require.Equal(t, 2, controls)
+}
+
+func TestCompactionSwapSurvivesCrash(t *testing.T) {
+	clock := NewManualClock(epoch0)
+	dir := t.TempDir()
+	fs := vfs.NewFaultFS(vfs.OS, 9)
+	cfg := compactConfig(t)
+	l := openLog(t, dir, cfg, Options{Clock: clock, FS: fs})
+	rng := rand.New(rand.NewPCG(31, 32))
+	written := writeUpdates(t, l, rng, 120, epoch0.UnixMilli())
+	require.NoError(t, l.Flush())
+	sizeBefore := l.Size()
+	// Fail right after the commit point: deleting the old segments.
+	fs.Inject(vfs.Fault{Op: vfs.OpRemove, PathSuffix: logSuffix, Err: vfs.EIO})
+	_, err := l.Compact(context.Background(), true)
+	require.Error(t, err)
+	l.abandon()
+	fs.ClearFaults()
+
+	l = openLog(t, dir, cfg, Options{Clock: clock, FS: fs})
+	names, err := fs.ReadDir(dir)
+	require.NoError(t, err)
+	for _, n := range names {
+		require.NotContains(t, n, swapSuffix)
+		require.NotContains(t, n, cleanedSuffix)
+	}
+	require.Less(t, l.Size(), sizeBefore, "the interrupted swap was completed")
+	got := readRecords(t, l)
+	requireLogSound(t, l)
+	// The first group was swapped in during recovery; whatever was cleaned
+	// obeys the contract, and nothing written is lost beyond compaction.
+	cleanedTo := int64(0)
+	if len(got) > 0 {
+		for _, s := range l.segs[:len(l.segs)-1] {
+			if s.base == 0 {
+				cleanedTo = s.next
+			}
+		}
+	}
+	checkCompacted(t, written, got, cleanedTo, false)
+	require.NoError(t, l.Close())
+}

@@ -1,0 +1,389 @@
+package storage
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/storage/vfs"
+)
+
+// Group commit. Appends write to the page cache and return. A caller that
+// needs durability joins the pending flush round; the flusher goroutine takes
+// the pending round, then snapshots the log end, fdatasyncs the files, and
+// completes the round. Because a caller joins only after its write, and the
+// snapshot is taken only after the round was taken, one fdatasync covers
+// every batch whose caller was waiting at that moment, however many there
+// are; callers arriving during the fsync form the next round. This keeps the
+// cost per commit, not per batch: one fdatasync per 1 MiB gives ~540 MB/s
+// on the reference machine, one per 4 KiB under 20 MB/s.
+
+type flushRound struct {
+	done chan struct{}
+	err  error
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+type flusher struct {
+	l      *Log
+	wake   chan struct{}
+	quit   chan struct{}
+	exited chan struct{}
+	once   sync.Once
+
+	mu      sync.Mutex
+	pending *flushRound
+	stopped bool
+}
+
+func (f *flusher) start(l *Log) {
+	f.l = l
+	f.wake = make(chan struct{}, 1)
+	f.quit = make(chan struct{})
+	f.exited = make(chan struct{})
+	go f.run()
+}
+
+func (f *flusher) kick() {
+	if f.wake == nil {
+		return
+	}
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (f *flusher) stop() {
+	f.once.Do(func() {
+		if f.quit != nil {
+			close(f.quit)
+			<-f.exited
+		}
+	})
+}
+
+// join returns the pending round, creating it if needed.
+func (f *flusher) join() *flushRound {
+	f.mu.Lock()
+	if f.stopped {
+		f.mu.Unlock()
+		return &flushRound{done: closedChan, err: errClosed}
+	}
+	r := f.pending
+	if r == nil {
+		r = &flushRound{done: make(chan struct{})}
+		f.pending = r
+	}
+	f.mu.Unlock()
+	f.kick()
+	return r
+}
+
+func (f *flusher) take() *flushRound {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.pending
+	f.pending = nil
+	return r
+}
+
+// failWaiters completes the pending round with err and refuses new ones.
+func (f *flusher) failWaiters(err error) {
+	f.mu.Lock()
+	f.stopped = true
+	r := f.pending
+	f.pending = nil
+	f.mu.Unlock()
+	if r != nil {
+		r.err = err
+		close(r.done)
+	}
+}
+
+func (f *flusher) run() {
+	defer close(f.exited)
+	l := f.l
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		// flush.ms is about how long acknowledged data may sit in the page
+		// cache, so it runs on real time, not on the log's Clock.
+		wait, timed := l.nextTimedFlush()
+		if !timed {
+			wait = time.Hour
+		}
+		timer.Reset(wait)
+		select {
+		case <-f.quit:
+			return
+		case <-f.wake:
+		case <-timer.C:
+		}
+		r := f.take()
+		if r == nil && !l.flushDue() {
+			continue
+		}
+		l.syncMu.Lock()
+		var err error
+		var rp recoveryPoint
+		if l.isClosed() {
+			err = errClosed
+		} else {
+			rp, err = l.flushLocked()
+		}
+		if r != nil {
+			r.err = err
+			close(r.done)
+		}
+		if err == nil {
+			l.maybeCheckpointLocked(rp)
+		}
+		l.syncMu.Unlock()
+		if err != nil && l.check() != nil {
+			f.failWaiters(l.check())
+			// Keep serving quit; every later join fails at once.
+		}
+	}
+}
+
+func (l *Log) isClosed() bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.closed
+}
+
+// nextTimedFlush returns how long until flush.ms requires a flush.
+func (l *Log) nextTimedFlush() (time.Duration, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.unflushed == 0 || l.conf().FlushMs > int64(24*time.Hour/time.Millisecond) {
+		return 0, false
+	}
+	d := time.Until(l.oldestDirt.Add(time.Duration(l.conf().FlushMs) * time.Millisecond))
+	return max(d, 0), true
+}
+
+// flushDue reports whether flush.messages or flush.ms asks for a flush.
+func (l *Log) flushDue() bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.unflushed == 0 || l.closed {
+		return false
+	}
+	if l.unflushed >= l.conf().FlushMessages {
+		return true
+	}
+	return l.conf().FlushMs <= int64(24*time.Hour/time.Millisecond) &&
+		time.Since(l.oldestDirt) >= time.Duration(l.conf().FlushMs)*time.Millisecond
+}
+
+// flushLocked makes everything appended so far durable and returns the
+// recovery point it reached. syncMu must be held. Any failure takes the log
+// offline.
+func (l *Log) flushLocked() (recoveryPoint, error) {
+	if err := l.check(); err != nil {
+		return recoveryPoint{}, err
+	}
+	l.mu.Lock()
+	active := l.activeSegment()
+	rp := recoveryPoint{Offset: l.leo, Segment: active.base, Position: active.size}
+	sealed := l.needSync
+	l.needSync = nil
+	dirDirty := l.dirDirty
+	l.dirDirty = false
+	l.unflushed = 0
+	l.mu.Unlock()
+
+	if dirDirty {
+		if err := l.fs.SyncDir(l.dir); err != nil {
+			return rp, l.fail("syncing log directory", err)
+		}
+	}
+	for _, s := range sealed {
+		for _, f := range []vfs.File{s.log, s.offIdx.file, s.timeIdx.file} {
+			if err := f.Sync(); err != nil {
+				return rp, l.fail("syncing "+f.Name(), err)
+			}
+		}
+	}
+	if rp.Offset > l.durable.Load() {
+		if err := active.log.Sync(); err != nil {
+			return rp, l.fail("syncing "+active.log.Name(), err)
+		}
+		l.durable.Store(rp.Offset)
+	}
+	return rp, nil
+}
+
+// maybeCheckpointLocked persists the recovery point when the interval or
+// byte budget since the last one is used up. syncMu must be held.
+func (l *Log) maybeCheckpointLocked(rp recoveryPoint) {
+	if rp.Offset == l.ckptOffset {
+		return
+	}
+	l.mu.RLock()
+	flushedBytes := l.bytesBefore(rp)
+	l.mu.RUnlock()
+	if time.Since(l.ckptAt) < l.opts.CheckpointInterval && flushedBytes-l.ckptBytes < l.opts.CheckpointBytes {
+		return
+	}
+	if err := l.writeRecoveryCheckpointLocked(rp.Offset, rp.Segment, rp.Position); err != nil {
+		l.log.Error("persisting recovery point failed", "err", err)
+	}
+}
+
+// bytesBefore returns the log bytes below a recovery point, a measure of
+// progress that survives segment deletion well enough to pace checkpoints.
+// mu must be held.
+func (l *Log) bytesBefore(rp recoveryPoint) int64 {
+	var n int64
+	for _, s := range l.segs {
+		if s.base < rp.Segment {
+			n += s.size
+		} else if s.base == rp.Segment {
+			n += rp.Position
+		}
+	}
+	return n
+}
+
+// writeRecoveryCheckpointLocked persists a recovery point that is already
+// durable, after making the index entries it vouches for and the epoch
+// cache durable. syncMu must be held.
+func (l *Log) writeRecoveryCheckpointLocked(offset, segBase, pos int64) error {
+	if err := l.check(); err != nil {
+		return err
+	}
+	l.appendMu.Lock()
+	var seg *segment
+	for _, s := range l.segs {
+		if s.base == segBase {
+			seg = s
+		}
+	}
+	var err error
+	if seg != nil {
+		if err = seg.offIdx.persist(); err == nil {
+			err = seg.timeIdx.persist()
+		}
+	}
+	l.mu.Lock()
+	var epochData []byte
+	if l.epochs.dirty {
+		epochData = l.epochs.encode()
+		l.epochs.dirty = false
+	}
+	l.mu.Unlock()
+	l.appendMu.Unlock()
+	if err != nil {
+		return l.fail("writing index", err)
+	}
+	if seg != nil {
+		for _, f := range []vfs.File{seg.offIdx.file, seg.timeIdx.file} {
+			if err := f.Sync(); err != nil {
+				return l.fail("syncing "+f.Name(), err)
+			}
+		}
+	}
+	if epochData != nil {
+		if err := vfs.WriteFileAtomic(l.fs, filepath.Join(l.dir, epochCheckpointFile), epochData); err != nil {
+			return l.fail("writing leader epoch checkpoint", err)
+		}
+	}
+	rp := recoveryPoint{Offset: offset, Segment: segBase, Position: pos}
+	if err := vfs.WriteFileAtomic(l.fs, filepath.Join(l.dir, recoveryCheckpointFile), rp.encode()); err != nil {
+		return l.fail("writing recovery checkpoint", err)
+	}
+	l.ckptAt = time.Now()
+	l.ckptOffset = offset
+	l.mu.RLock()
+	l.ckptBytes = l.bytesBefore(rp)
+	l.mu.RUnlock()
+	return nil
+}
+
+// Flush makes every appended batch durable and persists the recovery point,
+// so a crash right after costs no recovery scan.
+func (l *Log) Flush() error {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	if l.isClosed() {
+		return errClosed
+	}
+	rp, err := l.flushLocked()
+	if err != nil {
+		return err
+	}
+	return l.writeRecoveryCheckpointLocked(rp.Offset, rp.Segment, rp.Position)
+}
+
+// Durability is a handle on a pending group commit.
+type Durability struct {
+	r *flushRound
+}
+
+// Done is closed once the commit completed (successfully or not).
+func (d Durability) Done() <-chan struct{} {
+	if d.r == nil {
+		return closedChan
+	}
+	return d.r.done
+}
+
+// Err returns the commit's error once Done is closed (a StorageError if the
+// fsync failed and the log went offline).
+func (d Durability) Err() error {
+	if d.r == nil {
+		return nil
+	}
+	select {
+	case <-d.r.done:
+		return d.r.err
+	default:
+		return nil
+	}
+}
+
+// Durable returns a handle that completes once every offset below upTo is
+// on stable storage; upTo must not exceed the log end offset. The handle
+// joins the next group commit: every caller waiting at that moment shares
+// one fdatasync.
+func (l *Log) Durable(upTo int64) Durability {
+	if err := l.check(); err != nil {
+		return Durability{r: &flushRound{done: closedChan, err: err}}
+	}
+	if l.durable.Load() >= upTo {
+		return Durability{}
+	}
+	return Durability{r: l.fl.join()}
+}
+
+// WaitDurable blocks until every offset below upTo is on stable storage, the
+// context ends, or the log fails. It fails with NotLeaderOrFollower if the
+// log was truncated below upTo meanwhile: those records were never
+// committed here.
+func (l *Log) WaitDurable(ctx context.Context, upTo int64) error {
+	for {
+		if l.durable.Load() >= upTo {
+			return nil
+		}
+		if leo := l.LogEndOffset(); leo < upTo {
+			if l.durable.Load() >= leo {
+				return errs.New(errs.NotLeaderOrFollower, "log truncated to %d while waiting for offset %d to be durable", leo, upTo)
+			}
+		}
+		d := l.Durable(upTo)
+		select {
+		case <-d.Done():
+			if err := d.Err(); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return errs.New(errs.RequestTimedOut, "waiting for durability: %w", ctx.Err())
+		}
+	}
+}

@@ -1,0 +1,252 @@
+package storage
+
+import (
+	"io"
+	"sync"
+
+	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/record"
+)
+
+// Chunk is a run of whole batches, a slice of a segment's memory map: the
+// page cache itself, with no copy and no decode. It stays valid until
+// Release, even if the segment is deleted, compacted away or the log closed
+// meanwhile. Release it promptly: truncating a segment waits for the
+// readers of its map.
+type Chunk struct {
+	// Data is the batches' bytes. Do not write to it.
+	Data []byte
+	m    *segMap
+}
+
+// Release gives the chunk's bytes back. Calling it twice is a no-op.
+func (c *Chunk) Release() {
+	if c.m != nil {
+		c.m.release()
+		c.m = nil
+	}
+	c.Data = nil
+}
+
+// ReadResult is what Read returns: chunks of whole batches in offset order.
+type ReadResult struct {
+	// Chunks hold the batches, one chunk per segment touched.
+	Chunks []Chunk
+	// NextOffset is the offset to read next: one past the last batch
+	// returned, or the requested offset if nothing was returned.
+	NextOffset int64
+	// Bytes is the total size of the chunks.
+	Bytes int
+	// LogStartOffset and LogEndOffset are the log's bounds at the time of
+	// the read.
+	LogStartOffset, LogEndOffset int64
+}
+
+// Release releases every chunk. The gRPC fetch path instead hands each
+// chunk's Release to the buffer it sends, so chunks are freed as they are
+// written to the wire.
+func (r *ReadResult) Release() {
+	for i := range r.Chunks {
+		r.Chunks[i].Release()
+	}
+	r.Chunks = r.Chunks[:0]
+	readResults.Put(r)
+}
+
+// AppendTo appends the bytes of every chunk to dst (a copy, for tests and
+// callers that need one buffer).
+func (r *ReadResult) AppendTo(dst []byte) []byte {
+	for _, c := range r.Chunks {
+		dst = append(dst, c.Data...)
+	}
+	return dst
+}
+
+// WriteTo writes the chunks to w.
+func (r *ReadResult) WriteTo(w io.Writer) (int64, error) {
+	var n int64
+	for _, c := range r.Chunks {
+		m, err := w.Write(c.Data)
+		n += int64(m)
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+var readResults = sync.Pool{New: func() any { return &ReadResult{Chunks: make([]Chunk, 0, 4)} }}
+
+// Read returns whole batches starting with the one that holds offset, up to
+// maxBytes (but always at least one batch, so a consumer can make progress
+// past a batch larger than its fetch size, as KIP-74 requires) and only
+// batches that end before maxOffset, the caller's visibility bound: the high
+// watermark for consumers, the last stable offset for read-committed ones,
+// the log end offset for followers. The bytes come straight from the page
+// cache through the segments' memory maps: no record is decoded or copied.
+//
+// An offset below the log start or above the log end fails with
+// OffsetOutOfRange; an offset at the log end or at or above maxOffset
+// returns no chunks. The caller must Release the result.
+func (l *Log) Read(offset, maxOffset int64, maxBytes int) (*ReadResult, error) {
+	if err := l.check(); err != nil {
+		return nil, err
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return nil, errClosed
+	}
+	if offset < l.logStart || offset > l.leo {
+		return nil, errs.New(errs.OffsetOutOfRange, "offset %d is outside the log [%d, %d)", offset, l.logStart, l.leo)
+	}
+	res := readResults.Get().(*ReadResult)
+	res.NextOffset, res.Bytes, res.LogStartOffset, res.LogEndOffset = offset, 0, l.logStart, l.leo
+	maxOffset = min(maxOffset, l.leo)
+	if offset >= maxOffset {
+		return res, nil
+	}
+	for si := max(l.segmentFor(offset), 0); si < len(l.segs); si++ {
+		s := l.segs[si]
+		if s.size == 0 {
+			continue
+		}
+		start := int64(0)
+		if s.base <= offset {
+			start = s.offIdx.lookupOffset(offset)
+		}
+		m, err := s.acquireMap(s.size)
+		if err != nil {
+			res.Release()
+			return nil, l.fail("mapping "+s.log.Name(), err)
+		}
+		data := m.data[:s.size]
+		from, to, next, done := scanRange(data, start, res.NextOffset, maxOffset, maxBytes-res.Bytes, res.Bytes == 0)
+		if to > from {
+			res.Chunks = append(res.Chunks, Chunk{Data: data[from:to:to], m: m})
+			res.Bytes += int(to - from)
+			res.NextOffset = next
+		} else {
+			m.release()
+		}
+		if done {
+			break
+		}
+	}
+	return res, nil
+}
+
+// scanRange walks batch headers in data from position start and returns the
+// byte range of the batches to return and the offset after the last of
+// them: it skips batches that end before offset and stops before a batch
+// that reaches maxOffset or would exceed budget bytes (unless it would be
+// the read's first batch, when first is set). done reports that the read is
+// complete: bound or budget reached, or bytes that are not a whole batch.
+func scanRange(data []byte, start, offset, maxOffset int64, budget int, first bool) (from, to, next int64, done bool) {
+	pos := start
+	from = -1
+	size := int64(len(data))
+	for pos+record.BatchHeaderSize <= size {
+		b := data[pos:]
+		n := int64(record.BatchSize(b))
+		if n < record.BatchHeaderSize || pos+n > size {
+			done = true
+			break
+		}
+		last := record.BaseOffset(b) + int64(record.LastOffsetDelta(b))
+		if last < offset {
+			pos += n
+			continue
+		}
+		if last >= maxOffset {
+			done = true
+			break
+		}
+		taken := int64(0)
+		if from >= 0 {
+			taken = pos - from
+		}
+		if taken+n > int64(budget) && !(first && from < 0) {
+			done = true
+			break
+		}
+		if from < 0 {
+			from = pos
+		}
+		pos += n
+		next = last + 1
+	}
+	if from < 0 {
+		return pos, pos, offset, done
+	}
+	return from, pos, next, done
+}
+
+// OffsetForTimestamp returns the offset and timestamp of the first record
+// whose timestamp is at least ts (ListOffsets by time). It finds the first
+// segment whose largest timestamp reaches ts, narrows the position with the
+// time and offset indexes, walks batch headers to the first batch whose max
+// timestamp reaches ts, and decodes only that batch. found is false if no
+// record is that recent.
+func (l *Log) OffsetForTimestamp(ts int64) (offset, timestamp int64, found bool, err error) {
+	if err := l.check(); err != nil {
+		return 0, 0, false, err
+	}
+	l.mu.RLock()
+	var (
+		m      *segMap
+		batch  []byte
+		minOff int64
+	)
+	for _, s := range l.segs {
+		if s.maxTS < ts || s.size == 0 {
+			continue
+		}
+		startOff := max(s.timeIdx.lookupTime(ts), l.logStart)
+		pos := s.offIdx.lookupOffset(startOff)
+		if m, err = s.acquireMap(s.size); err != nil {
+			l.mu.RUnlock()
+			return 0, 0, false, l.fail("mapping "+s.log.Name(), err)
+		}
+		data := m.data[:s.size]
+		for pos+record.BatchHeaderSize <= s.size {
+			n := int64(record.BatchSize(data[pos:]))
+			if n < record.BatchHeaderSize || pos+n > s.size {
+				break
+			}
+			b := data[pos : pos+n]
+			h, _ := record.ParseBatchHeader(b)
+			if h.MaxTimestamp >= ts && h.LastOffset() >= l.logStart {
+				batch = b
+				break
+			}
+			pos += n
+		}
+		if batch != nil {
+			break
+		}
+		m.release()
+		m = nil
+	}
+	minOff = l.logStart
+	l.mu.RUnlock()
+	if batch == nil {
+		return 0, 0, false, nil
+	}
+	defer m.release()
+	it := record.Iterator{DecompressLimit: l.opts.DecompressLimit}
+	it.Reset(batch)
+	for it.Next() {
+		r := it.Record()
+		if r.Timestamp >= ts && r.Offset >= minOff {
+			return r.Offset, r.Timestamp, true, nil
+		}
+	}
+	if it.Err() != nil {
+		return 0, 0, false, it.Err()
+	}
+	// Every record left in the batch was compacted away or is older; the
+	// batch's max timestamp still reached ts, so answer its last offset.
+	h, _ := record.ParseBatchHeader(batch)
+	return h.LastOffset(), h.MaxTimestamp, true, nil
+}
