@@ -11,6 +11,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -115,4 +117,8 @@ func (c *Client) anyNode(ctx context.Context, fn func(ctx context.Context, conn 
 		return err
 	}
 	return fmt.Errorf("no bootstrap node answered: %w", errors.Join(errList...))
+}
+
+func joinHostPort(host string, port int32) string {
+	return net.JoinHostPort(host, strconv.Itoa(int(port)))
 }

@@ -110,6 +110,9 @@ func NewServer(cfg ServerConfig, o ServerOptions) *Server {
 		return errs.New(errs.UnknownServerError, "internal error; the server logged the details")
 	})
 	opts := []grpc.ServerOption{
+		// Frames go out without copying their bodies; everything else is
+		// plain protobuf.
+		grpc.ForceServerCodecV2(PassThroughCodec()),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		// Clients ping idle connections every 10 s (see Dial); allow it.

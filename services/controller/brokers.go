@@ -224,12 +224,30 @@ func (c *Controller) ControlledShutdown(ctx context.Context, r *controllerv1.Con
 			return nil, err
 		}
 	}
-	// Give the reconciler a moment to move leadership, then report.
+	// Give the reconciler a moment to move leadership, then report what is
+	// left that can move: a partition with no other live in-sync replica
+	// keeps its leader until the node stops, and must not hold the
+	// shutdown.
 	deadline := time.Now().Add(2 * time.Second)
-	for c.leaderships(r.GetBrokerId()) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+	for c.movableLeaderships(r.GetBrokerId()) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
 		sleepCtx(ctx, 50*time.Millisecond)
 	}
-	return &controllerv1.ControlledShutdownResponse{RemainingLeaderships: c.leaderships(r.GetBrokerId())}, nil
+	return &controllerv1.ControlledShutdownResponse{RemainingLeaderships: c.movableLeaderships(r.GetBrokerId())}, nil
+}
+
+// movableLeaderships counts the partitions a node leads that another live
+// in-sync replica could take over.
+func (c *Controller) movableLeaderships(id int32) int32 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var n int32
+	c.st.eachPartition(func(_ string, _ int32, r *versioned[*metastorev1.PartitionRecord]) {
+		p := r.val.GetState()
+		if p.GetLeaderId() == id && anyOther(p.GetIsr(), id, c.st.live) {
+			n++
+		}
+	})
+	return n
 }
 
 // expireSessions fences nodes whose last heartbeat is older than the session

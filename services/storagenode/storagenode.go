@@ -1,4 +1,8 @@
-// Package storagenode is the storage-node role. It owns partition replicas on local disk, appends record batches and serves fetches straight from the page cache.
+// Package storagenode is the storage-node role. It owns this node's
+// partition replicas (libs/replica) and serves StorageService: produce
+// (unary and pipelined streams), fetch streamed from the page cache,
+// offsets lookups and record deletion. It also serves the node's
+// ReplicationService, the leader side of follower fetch streams.
 package storagenode
 
 import (
@@ -6,14 +10,17 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
+	replicationv1 "github.com/sluice-io/sluice/gen/go/sluice/replication/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
 	"github.com/sluice-io/sluice/libs/config"
 	"github.com/sluice-io/sluice/libs/grpcx"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/membership"
 	"github.com/sluice-io/sluice/libs/metadata"
+	"github.com/sluice-io/sluice/libs/replica"
 	"github.com/sluice-io/sluice/libs/telemetry"
 )
 
@@ -22,12 +29,16 @@ type Config struct {
 	// ControlledShutdownTimeout bounds how long a stopping node waits for
 	// its leaderships to move.
 	ControlledShutdownTimeout time.Duration
+	// ReplicaLagTimeMax is replica.lag.time.max.ms.
+	ReplicaLagTimeMax time.Duration
 }
 
 // RegisterFlags registers the role's flags.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ControlledShutdownTimeout, "storage.controlled-shutdown-timeout", 15*time.Second,
 		"How long a stopping storage node waits for its partition leaderships to move to other replicas.")
+	fs.DurationVar(&c.ReplicaLagTimeMax, "storage.replica-lag-time-max", 30*time.Second,
+		"A follower that has not caught up with its leader for this long leaves the ISR (replica.lag.time.max.ms).")
 }
 
 // Validate checks the configuration.
@@ -35,7 +46,15 @@ func (c *Config) Validate() error {
 	if c.ControlledShutdownTimeout < 0 {
 		return fmt.Errorf("storage.controlled-shutdown-timeout: %v is negative", c.ControlledShutdownTimeout)
 	}
+	if c.ReplicaLagTimeMax < 100*time.Millisecond {
+		return fmt.Errorf("storage.replica-lag-time-max: %v is below 100ms", c.ReplicaLagTimeMax)
+	}
 	return nil
+}
+
+// ReplicaConfig is the replica manager configuration for a node.
+func (c *Config) ReplicaConfig(node config.Node) replica.Config {
+	return replica.Config{Dir: filepath.Join(node.DataDir, "logs"), LagTimeMax: c.ReplicaLagTimeMax}
 }
 
 // Deps are the role's collaborators.
@@ -50,21 +69,27 @@ type Deps struct {
 	Member *membership.Member
 	// Pool holds connections to other nodes.
 	Pool *grpcx.Pool
+	// Replicas are this node's replicas; the role starts and stops them.
+	Replicas *replica.Manager
 }
 
-// StorageNode is the storage-node role. Its RPCs answer UNIMPLEMENTED until they are built.
+// StorageNode is the storage-node role.
 type StorageNode struct {
 	storagev1.UnimplementedStorageServiceServer
 
-	cfg    Config
-	deps   Deps
-	logger *slog.Logger
+	cfg      Config
+	deps     Deps
+	logger   *slog.Logger
+	replicas *replica.Manager
 }
 
-// New builds the role and registers its gRPC service on deps.Server.
+// New builds the role and registers its gRPC services on deps.Server.
 func New(cfg Config, deps Deps) *StorageNode {
-	r := &StorageNode{cfg: cfg, deps: deps, logger: deps.Logger.With(log.Role("storage-node"))}
+	r := &StorageNode{cfg: cfg, deps: deps, logger: deps.Logger.With(log.Role("storage-node")), replicas: deps.Replicas}
 	storagev1.RegisterStorageServiceServer(deps.Server.GRPC, r)
+	rs := replica.NewServer(deps.Replicas)
+	rs.Send = sendFollowerChunk
+	replicationv1.RegisterReplicationServiceServer(deps.Server.GRPC, rs)
 	registerValidators(deps.Server.Validators)
 	return r
 }
@@ -74,23 +99,22 @@ func (r *StorageNode) Name() string { return "storage-node" }
 
 // HealthServices implements service.HealthReporter.
 func (r *StorageNode) HealthServices() []string {
-	return []string{storagev1.StorageService_ServiceDesc.ServiceName}
+	return []string{storagev1.StorageService_ServiceDesc.ServiceName, replicationv1.ReplicationService_ServiceDesc.ServiceName}
 }
 
-// Start implements service.Service.
-func (r *StorageNode) Start(context.Context) error { return nil }
+// Start opens the replicas metadata assigns to this node.
+func (r *StorageNode) Start(ctx context.Context) error { return r.replicas.Start(ctx) }
 
 // Stop moves this node's leaderships to other in-sync replicas (controlled
 // shutdown) before the node stops serving, so producers and consumers move
-// over without waiting for a session to expire.
+// over without waiting for a session to expire; then it closes the logs.
 func (r *StorageNode) Stop(ctx context.Context) error {
-	if r.deps.Member == nil {
-		return nil
+	if r.deps.Member != nil {
+		sctx, cancel := context.WithTimeout(ctx, r.cfg.ControlledShutdownTimeout)
+		if err := r.deps.Member.ControlledShutdown(sctx); err != nil {
+			r.logger.Warn("controlled shutdown incomplete; stopping anyway", log.Err(err))
+		}
+		cancel()
 	}
-	sctx, cancel := context.WithTimeout(ctx, r.cfg.ControlledShutdownTimeout)
-	defer cancel()
-	if err := r.deps.Member.ControlledShutdown(sctx); err != nil {
-		r.logger.Warn("controlled shutdown incomplete; stopping anyway", log.Err(err))
-	}
-	return nil
+	return r.replicas.Stop(ctx)
 }

@@ -16,12 +16,8 @@ import (
 // and never reaches a log.
 func registerValidators(v *grpcx.Validators) {
 	grpcx.Register(v, validateProduce)
-	grpcx.Register(v, func(r *storagev1.ProduceStreamRequest) error {
-		if r.GetRequest() == nil {
-			return errs.Invalid(errs.InvalidRequest, "request", "is missing")
-		}
-		return validateProduce(r.GetRequest())
-	})
+	// ProduceStreamRequest is validated by the handler, which answers a bad
+	// request on the stream (with its request id) and keeps the stream.
 	grpcx.Register(v, validateFetch)
 	grpcx.Register(v, validateListOffsets)
 	grpcx.Register(v, validateOffsetForLeaderEpoch)

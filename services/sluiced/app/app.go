@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/membership"
 	"github.com/sluice-io/sluice/libs/metadata"
+	"github.com/sluice-io/sluice/libs/replica"
 	"github.com/sluice-io/sluice/libs/role"
 	"github.com/sluice-io/sluice/libs/service"
 	"github.com/sluice-io/sluice/libs/telemetry"
@@ -89,6 +90,9 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 			Roles: others.Strings(), Controllers: n.controllerAddrs(),
 		}, n.pool.Get, n.cache, logger)
 		m.Add(n.member)
+		if cfg.Roles.Has(role.StorageNode) {
+			n.replicas = replica.NewManager(cfg.StorageNode.ReplicaConfig(cfg.Node), int32(cfg.Node.ID), n.cache, n.member, n.pool, logger)
+		}
 		for _, r := range others {
 			m.Add(n.newRole(r))
 		}
@@ -108,6 +112,9 @@ type node struct {
 	cache  *metadata.Cache
 	pool   *grpcx.Pool
 	member *membership.Member
+	// replicas are the node's partition replicas, shared by the storage-node
+	// and replication roles.
+	replicas *replica.Manager
 }
 
 // controllerAddrs are the controllers to reach: --controllers, or this
@@ -126,10 +133,10 @@ func (n *node) newRole(r role.Role) service.Service {
 		return controller.New(cfg.Controller, controller.Deps{Logger: n.logger, Telemetry: n.tel, Server: n.srv, Node: cfg.Node, Metadata: n.cache})
 	case role.StorageNode:
 		return storagenode.New(cfg.StorageNode, storagenode.Deps{Logger: n.logger, Telemetry: n.tel, Server: n.srv, Node: cfg.Node,
-			Metadata: n.cache, Member: n.member, Pool: n.pool})
+			Metadata: n.cache, Member: n.member, Pool: n.pool, Replicas: n.replicas})
 	case role.Replication:
 		return replication.New(cfg.Replication, replication.Deps{Logger: n.logger, Telemetry: n.tel, Server: n.srv, Node: cfg.Node,
-			Metadata: n.cache, Member: n.member, Pool: n.pool})
+			Metadata: n.cache, Member: n.member, Pool: n.pool, Replicas: n.replicas})
 	case role.GroupCoordinator:
 		return groupcoord.New(cfg.GroupCoordinator, groupcoord.Deps{Logger: n.logger, Telemetry: n.tel, Server: n.srv, Node: cfg.Node,
 			Metadata: n.cache, Member: n.member, Pool: n.pool})

@@ -1,0 +1,623 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
+	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/record"
+)
+
+// Acks is the acknowledgement level of produced records.
+type Acks = storagev1.Acks
+
+// Acknowledgement levels.
+const (
+	AcksNone   = storagev1.Acks_ACKS_NONE
+	AcksLeader = storagev1.Acks_ACKS_LEADER
+	AcksAll    = storagev1.Acks_ACKS_ALL
+)
+
+// ProducerConfig configures a Producer. Zero values take the documented
+// defaults, which follow Kafka's producer.
+type ProducerConfig struct {
+	// Acks is the acknowledgement level (acks). Default AcksAll.
+	Acks Acks
+	// Linger is how long a batch waits for more records before it is sent
+	// (linger.ms). Default 5 ms.
+	Linger time.Duration
+	// BatchBytes is the size at which a batch is sealed and sent
+	// (batch.size). Default 16 KiB.
+	BatchBytes int
+	// MaxRequestBytes bounds one produce request (max.request.size).
+	// Default 1 MiB.
+	MaxRequestBytes int
+	// Compression is the batch codec (compression.type). Default none.
+	Compression record.Codec
+	// Partitioner chooses partitions for records without one. Default
+	// DefaultPartitioner (Kafka-compatible murmur2 for keys, sticky without).
+	Partitioner Partitioner
+	// RetryBackoff is the first wait before a retry, doubled up to
+	// RetryBackoffMax (retry.backoff.ms, retry.backoff.max.ms). Defaults
+	// 100 ms and 1 s.
+	RetryBackoff, RetryBackoffMax time.Duration
+	// DeliveryTimeout bounds the time from Produce to the record's result,
+	// retries included (delivery.timeout.ms). Default 2 minutes.
+	DeliveryTimeout time.Duration
+	// RequestTimeout bounds one produce request (request.timeout.ms).
+	// Default 30 s.
+	RequestTimeout time.Duration
+	// MaxInFlight is the most batches of one partition sent but not yet
+	// answered. Default 1: without idempotence, more than one may reorder
+	// records when a retry overtakes a later batch.
+	MaxInFlight int
+	// BufferBytes bounds the records waiting to be sent (buffer.memory);
+	// Produce blocks while it is full. Default 32 MiB.
+	BufferBytes int
+}
+
+func (c *ProducerConfig) defaults() {
+	if c.Acks == storagev1.Acks_ACKS_UNSPECIFIED {
+		c.Acks = AcksAll
+	}
+	if c.Linger == 0 {
+		c.Linger = 5 * time.Millisecond
+	}
+	if c.BatchBytes == 0 {
+		c.BatchBytes = 16 << 10
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = 1 << 20
+	}
+	if c.Partitioner == nil {
+		c.Partitioner = &DefaultPartitioner{}
+	}
+	if c.RetryBackoff == 0 {
+		c.RetryBackoff = 100 * time.Millisecond
+	}
+	if c.RetryBackoffMax == 0 {
+		c.RetryBackoffMax = time.Second
+	}
+	if c.DeliveryTimeout == 0 {
+		c.DeliveryTimeout = 2 * time.Minute
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = 30 * time.Second
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = 1
+	}
+	if c.BufferBytes == 0 {
+		c.BufferBytes = 32 << 20
+	}
+}
+
+// Record is a record to produce.
+type Record struct {
+	Topic string
+	// Partition is the target partition, or -1 for the partitioner's choice.
+	Partition int32
+	// Key and Value: nil is null, distinct from empty.
+	Key, Value []byte
+	Headers    []record.Header
+	// Timestamp; zero means now.
+	Timestamp time.Time
+}
+
+// Result is the outcome of one produced record.
+type Result struct {
+	Record    *Record
+	Partition int32
+	// Offset is the record's offset (-1 with AcksNone or on error).
+	Offset int64
+	Err    error
+}
+
+// Producer sends records in batches. It is safe for concurrent use.
+type Producer struct {
+	c   *Client
+	cfg ProducerConfig
+	md  *metaCache
+
+	mu        sync.Mutex
+	parts     map[tpKey]*prodPartition
+	buffered  int
+	spaceFree *sync.Cond
+	closed    bool
+	inflight  int // batches sent and not yet answered, for Flush
+
+	wake   chan struct{}
+	idle   *sync.Cond // signalled when a batch completes
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	connMu sync.Mutex
+	conns  map[string]*prodConn
+}
+
+type tpKey struct {
+	topic     string
+	partition int32
+}
+
+type pendingRecord struct {
+	rec *Record
+	cb  func(Result)
+	idx int32 // index in its batch
+}
+
+type prodBatch struct {
+	tp       tpKey
+	data     []byte
+	recs     []pendingRecord
+	bytes    int
+	created  time.Time
+	attempts int
+}
+
+type prodPartition struct {
+	tp        tpKey
+	builder   *record.Builder
+	open      []pendingRecord
+	openBytes int
+	openSince time.Time
+	ready     []*prodBatch // sealed, oldest first
+	inflight  int
+	retryAt   time.Time
+	backoff   time.Duration
+}
+
+// NewProducer returns a producer.
+func (c *Client) NewProducer(cfg ProducerConfig) *Producer {
+	cfg.defaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Producer{
+		c: c, cfg: cfg, md: newMetaCache(c), parts: map[tpKey]*prodPartition{},
+		wake: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{}), conns: map[string]*prodConn{},
+	}
+	p.spaceFree = sync.NewCond(&p.mu)
+	p.idle = sync.NewCond(&p.mu)
+	go func() {
+		defer close(p.done)
+		p.run(ctx)
+	}()
+	return p
+}
+
+// ErrProducerClosed is returned by Produce after Close.
+var ErrProducerClosed = errors.New("producer is closed")
+
+// Produce queues a record; cb (which may be nil) receives its result once.
+// It blocks while the producer's buffer is full, until ctx ends.
+func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) error {
+	if r.Topic == "" {
+		return errs.Invalid(errs.InvalidRequest, "topic", "is required")
+	}
+	n, err := p.md.partitions(ctx, r.Topic)
+	if err != nil {
+		return err
+	}
+	if r.Partition >= n {
+		return errs.New(errs.UnknownTopicOrPartition, "topic %q has %d partitions; %d does not exist", r.Topic, n, r.Partition)
+	}
+	size := len(r.Key) + len(r.Value) + 32
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.buffered+size > p.cfg.BufferBytes && p.buffered > 0 && !p.closed {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		p.waitCond(ctx, p.spaceFree)
+	}
+	if p.closed {
+		return ErrProducerClosed
+	}
+	part := r.Partition
+	if part < 0 {
+		part = p.cfg.Partitioner.Partition(r.Key, n)
+	}
+	pp := p.partition(tpKey{r.Topic, part})
+	ts := r.Timestamp
+	if ts.IsZero() {
+		ts = time.Now()
+	}
+	if pp.openBytes > 0 && pp.openBytes+size > p.cfg.BatchBytes {
+		p.sealLocked(pp)
+	}
+	if err := pp.builder.Append(&record.Record{Timestamp: ts.UnixMilli(), Key: r.Key, Value: r.Value, Headers: r.Headers}); err != nil {
+		return err
+	}
+	if len(pp.open) == 0 {
+		pp.openSince = time.Now()
+	}
+	pp.open = append(pp.open, pendingRecord{rec: r, cb: cb, idx: int32(len(pp.open))})
+	pp.openBytes += size
+	p.buffered += size
+	if pp.openBytes >= p.cfg.BatchBytes {
+		p.sealLocked(pp)
+	}
+	p.kick()
+	return nil
+}
+
+// waitCond waits on c (p.mu held), waking when ctx ends too.
+func (p *Producer) waitCond(ctx context.Context, c *sync.Cond) {
+	stop := context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		c.Broadcast()
+		p.mu.Unlock()
+	})
+	c.Wait()
+	stop()
+}
+
+func (p *Producer) partition(tp tpKey) *prodPartition {
+	pp, ok := p.parts[tp]
+	if !ok {
+		pp = &prodPartition{tp: tp, builder: record.NewBuilder(p.cfg.Compression)}
+		p.parts[tp] = pp
+	}
+	return pp
+}
+
+// sealLocked closes the open batch of a partition and queues it.
+func (p *Producer) sealLocked(pp *prodPartition) {
+	if len(pp.open) == 0 {
+		return
+	}
+	data, err := pp.builder.Build()
+	recs := pp.open
+	pp.open, pp.builder = nil, record.NewBuilder(p.cfg.Compression)
+	bytes := pp.openBytes
+	pp.openBytes = 0
+	p.cfg.Partitioner.BatchSealed(pp.tp.partition)
+	b := &prodBatch{tp: pp.tp, data: data, recs: recs, bytes: bytes, created: pp.openSince}
+	if err != nil {
+		p.finishLocked(b, -1, err)
+		return
+	}
+	pp.ready = append(pp.ready, b)
+}
+
+func (p *Producer) kick() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// ProduceSync produces records and waits for all their results.
+func (p *Producer) ProduceSync(ctx context.Context, recs ...*Record) ([]Result, error) {
+	out := make([]Result, len(recs))
+	var wg sync.WaitGroup
+	for i, r := range recs {
+		wg.Add(1)
+		if err := p.Produce(ctx, r, func(res Result) { out[i] = res; wg.Done() }); err != nil {
+			out[i] = Result{Record: r, Offset: -1, Err: err}
+			wg.Done()
+		}
+	}
+	wg.Wait()
+	var errList []error
+	for _, r := range out {
+		if r.Err != nil {
+			errList = append(errList, r.Err)
+		}
+	}
+	return out, errors.Join(errList...)
+}
+
+// Flush sends every queued record now and waits until each has a result.
+func (p *Producer) Flush(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pp := range p.parts {
+		p.sealLocked(pp)
+	}
+	p.kick()
+	for p.pendingLocked() {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		p.waitCond(ctx, p.idle)
+	}
+	return nil
+}
+
+func (p *Producer) pendingLocked() bool {
+	if p.inflight > 0 {
+		return true
+	}
+	for _, pp := range p.parts {
+		if len(pp.open) > 0 || len(pp.ready) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Close flushes (until ctx ends), fails what is left, and stops.
+func (p *Producer) Close(ctx context.Context) error {
+	err := p.Flush(ctx)
+	p.mu.Lock()
+	p.closed = true
+	for _, pp := range p.parts {
+		p.sealLocked(pp)
+		for _, b := range pp.ready {
+			p.finishLocked(b, -1, ErrProducerClosed)
+		}
+		pp.ready = nil
+	}
+	p.spaceFree.Broadcast()
+	p.mu.Unlock()
+	p.cancel()
+	<-p.done
+	p.connMu.Lock()
+	for _, c := range p.conns {
+		c.close()
+	}
+	p.connMu.Unlock()
+	return err
+}
+
+// finishLocked reports a batch's result to its records' callbacks (in a
+// goroutine, outside the lock) and frees its buffer space.
+func (p *Producer) finishLocked(b *prodBatch, base int64, err error) {
+	p.buffered -= b.bytes
+	p.spaceFree.Broadcast()
+	p.idle.Broadcast()
+	recs := b.recs
+	part := b.tp.partition
+	go func() {
+		for _, r := range recs {
+			if r.cb == nil {
+				continue
+			}
+			off := int64(-1)
+			if err == nil && base >= 0 {
+				off = base + int64(r.idx)
+			}
+			r.cb(Result{Record: r.rec, Partition: part, Offset: off, Err: err})
+		}
+	}()
+}
+
+// run is the sender loop: it seals batches whose linger expired and sends
+// ready batches to their leaders.
+func (p *Producer) run(ctx context.Context) {
+	timer := time.NewTimer(p.cfg.Linger)
+	defer timer.Stop()
+	for {
+		next := p.sendReady(ctx)
+		timer.Reset(next)
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// sendReady sends what can be sent and returns when to look again.
+func (p *Producer) sendReady(ctx context.Context) time.Duration {
+	now := time.Now()
+	next := p.cfg.Linger
+	byNode := map[string][]*prodBatch{}
+	p.mu.Lock()
+	for _, pp := range p.parts {
+		if len(pp.open) > 0 {
+			if age := now.Sub(pp.openSince); age >= p.cfg.Linger {
+				p.sealLocked(pp)
+			} else {
+				next = min(next, p.cfg.Linger-age)
+			}
+		}
+		if len(pp.ready) == 0 || pp.inflight >= p.cfg.MaxInFlight {
+			continue
+		}
+		if now.Before(pp.retryAt) {
+			next = min(next, pp.retryAt.Sub(now))
+			continue
+		}
+		b := pp.ready[0]
+		if now.Sub(b.created) > p.cfg.DeliveryTimeout {
+			pp.ready = pp.ready[1:]
+			p.finishLocked(b, -1, errs.New(errs.RequestTimedOut, "%s-%d: not delivered within %v", b.tp.topic, b.tp.partition, p.cfg.DeliveryTimeout))
+			continue
+		}
+		leader, ok := p.md.leader(b.tp.topic, b.tp.partition)
+		if !ok {
+			p.md.refreshSoon(b.tp.topic)
+			next = min(next, 50*time.Millisecond)
+			continue
+		}
+		pp.ready = pp.ready[1:]
+		pp.inflight++
+		p.inflight++
+		b.attempts++
+		byNode[leader.addr] = append(byNode[leader.addr], b)
+	}
+	p.mu.Unlock()
+	for addr, batches := range byNode {
+		p.send(ctx, addr, batches)
+	}
+	return max(next, time.Millisecond)
+}
+
+// send groups batches into requests of at most MaxRequestBytes on the
+// node's stream.
+func (p *Producer) send(ctx context.Context, addr string, batches []*prodBatch) {
+	for len(batches) > 0 {
+		req := &storagev1.ProduceRequest{Acks: p.cfg.Acks, TimeoutMs: int32(p.cfg.RequestTimeout / time.Millisecond)}
+		var group []*prodBatch
+		size := 0
+		for len(batches) > 0 && (len(group) == 0 || size+len(batches[0].data) <= p.cfg.MaxRequestBytes) {
+			b := batches[0]
+			batches = batches[1:]
+			size += len(b.data)
+			group = append(group, b)
+			epoch, _ := p.md.leaderEpoch(b.tp.topic, b.tp.partition)
+			req.Partitions = append(req.Partitions, &storagev1.ProducePartition{
+				Topic: b.tp.topic, Partition: b.tp.partition, CurrentLeaderEpoch: epoch,
+				Data: &storagev1.ProducePartition_Batches{Batches: b.data},
+			})
+		}
+		conn := p.conn(addr)
+		if err := conn.send(ctx, req, group); err != nil {
+			p.complete(group, nil, err)
+		}
+	}
+}
+
+// complete handles the answer (or failure) of one request.
+func (p *Producer) complete(group []*prodBatch, resp *storagev1.ProduceResponse, reqErr error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, b := range group {
+		pp := p.partition(b.tp)
+		pp.inflight--
+		p.inflight--
+		err := reqErr
+		base := int64(-1)
+		if err == nil {
+			if i >= len(resp.GetResults()) {
+				err = errs.New(errs.UnknownServerError, "response has %d results for %d partitions", len(resp.GetResults()), len(group))
+			} else {
+				res := resp.GetResults()[i]
+				if e := errs.FromProto(res.GetError()); e != nil {
+					err = e
+				}
+				base = res.GetBaseOffset()
+			}
+		}
+		if err == nil {
+			pp.backoff = 0
+			p.finishLocked(b, base, nil)
+			continue
+		}
+		e := errs.From(err)
+		if e.Leader != nil && e.Leader.GetLeaderAddress() != "" {
+			p.md.hint(b.tp.topic, b.tp.partition, e.Leader)
+		} else if e.Retriable() {
+			p.md.refreshSoon(b.tp.topic)
+		}
+		if e.Retriable() && time.Since(b.created) < p.cfg.DeliveryTimeout {
+			// Retry first, in order: the batch goes back to the front.
+			pp.ready = append([]*prodBatch{b}, pp.ready...)
+			pp.backoff = min(max(2*pp.backoff, p.cfg.RetryBackoff), p.cfg.RetryBackoffMax)
+			pp.retryAt = time.Now().Add(pp.backoff)
+			continue
+		}
+		p.finishLocked(b, -1, fmt.Errorf("%s-%d: %w", b.tp.topic, b.tp.partition, err))
+	}
+	p.kick()
+}
+
+// prodConn pipelines requests to one node on a ProduceStream, opened on
+// first use and again after it breaks.
+type prodConn struct {
+	p    *Producer
+	addr string
+
+	mu  sync.Mutex
+	cur *prodStream
+}
+
+// prodStream is one ProduceStream with the requests in flight on it.
+type prodStream struct {
+	stream  grpc.BidiStreamingClient[storagev1.ProduceStreamRequest, storagev1.ProduceStreamResponse]
+	cancel  context.CancelFunc
+	nextID  uint64
+	pending map[uint64][]*prodBatch
+}
+
+func (p *Producer) conn(addr string) *prodConn {
+	p.connMu.Lock()
+	defer p.connMu.Unlock()
+	c, ok := p.conns[addr]
+	if !ok {
+		c = &prodConn{p: p, addr: addr}
+		p.conns[addr] = c
+	}
+	return c
+}
+
+func (c *prodConn) send(ctx context.Context, req *storagev1.ProduceRequest, group []*prodBatch) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cur == nil {
+		conn, err := c.p.c.Conn(c.addr)
+		if err != nil {
+			return err
+		}
+		sctx, cancel := context.WithCancel(ctx)
+		stream, err := storagev1.NewStorageServiceClient(conn).ProduceStream(sctx)
+		if err != nil {
+			cancel()
+			return err
+		}
+		c.cur = &prodStream{stream: stream, cancel: cancel, pending: map[uint64][]*prodBatch{}}
+		go c.receive(c.cur)
+	}
+	ps := c.cur
+	ps.nextID++
+	id := ps.nextID
+	ps.pending[id] = group
+	if err := ps.stream.Send(&storagev1.ProduceStreamRequest{RequestId: id, Request: req}); err != nil {
+		// The receiver fails every request in flight on this stream,
+		// this one included.
+		ps.cancel()
+		c.cur = nil
+	}
+	return nil
+}
+
+// receive matches responses to requests; when the stream breaks, every
+// request in flight on it fails with the stream's (retriable) error.
+func (c *prodConn) receive(ps *prodStream) {
+	for {
+		resp, err := ps.stream.Recv()
+		if err != nil {
+			c.mu.Lock()
+			failed := ps.pending
+			ps.pending = map[uint64][]*prodBatch{}
+			if c.cur == ps {
+				c.cur = nil
+			}
+			c.mu.Unlock()
+			ps.cancel()
+			for _, g := range failed {
+				c.p.complete(g, nil, err)
+			}
+			return
+		}
+		c.mu.Lock()
+		group := ps.pending[resp.GetRequestId()]
+		delete(ps.pending, resp.GetRequestId())
+		c.mu.Unlock()
+		if group == nil {
+			continue
+		}
+		if e := errs.FromProto(resp.GetError()); e != nil {
+			c.p.complete(group, nil, e)
+			continue
+		}
+		c.p.complete(group, resp.GetResponse(), nil)
+	}
+}
+
+func (c *prodConn) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cur != nil {
+		c.cur.cancel()
+		c.cur = nil
+	}
+}

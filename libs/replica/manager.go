@@ -1,0 +1,300 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
+	"github.com/sluice-io/sluice/libs/grpcx"
+	"github.com/sluice-io/sluice/libs/log"
+	"github.com/sluice-io/sluice/libs/membership"
+	"github.com/sluice-io/sluice/libs/metadata"
+	"github.com/sluice-io/sluice/libs/storage"
+	"github.com/sluice-io/sluice/libs/topicconfig"
+)
+
+// Config tunes the replica manager.
+type Config struct {
+	// Dir holds one directory per replica.
+	Dir string
+	// LagTimeMax is replica.lag.time.max.ms: a follower that has not caught
+	// up for this long leaves the ISR.
+	LagTimeMax time.Duration
+	// Storage are the process-level options of every log.
+	Storage storage.Options
+}
+
+// TP names a partition.
+type TP struct {
+	Topic     string
+	Partition int32
+}
+
+func (tp TP) String() string { return fmt.Sprintf("%s-%d", tp.Topic, tp.Partition) }
+
+// Manager holds this node's replicas.
+type Manager struct {
+	cfg    Config
+	nodeID int32
+	cache  *metadata.Cache
+	member *membership.Member
+	pool   *grpcx.Pool
+	logger *slog.Logger
+
+	mu    sync.RWMutex
+	parts map[TP]*Partition
+	// changed is closed (and replaced) when the set of partitions or their
+	// roles change; follower fetchers wait on it.
+	changed chan struct{}
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewManager returns a manager; Start opens the replicas metadata assigns.
+func NewManager(cfg Config, nodeID int32, cache *metadata.Cache, member *membership.Member, pool *grpcx.Pool, logger *slog.Logger) *Manager {
+	if cfg.LagTimeMax == 0 {
+		cfg.LagTimeMax = 30 * time.Second
+	}
+	return &Manager{
+		cfg: cfg, nodeID: nodeID, cache: cache, member: member, pool: pool,
+		logger: logger.With(log.Component("replicas")),
+		parts:  map[TP]*Partition{}, changed: make(chan struct{}),
+	}
+}
+
+// NodeID returns this node's id.
+func (m *Manager) NodeID() int32 { return m.nodeID }
+
+// Start follows metadata: it opens replicas assigned to this node, makes
+// them leaders or followers, and closes and deletes replicas that left.
+func (m *Manager) Start(ctx context.Context) error {
+	if err := os.MkdirAll(m.cfg.Dir, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", m.cfg.Dir, err)
+	}
+	if _, err := m.cache.WaitFor(ctx, func(*metadata.Image) bool { return m.cache.Loaded() }); err != nil {
+		return err
+	}
+	m.apply(m.cache.Load())
+	runCtx, cancel := context.WithCancel(context.Background())
+	m.cancel = cancel
+	m.done = make(chan struct{})
+	go func() {
+		defer close(m.done)
+		m.run(runCtx)
+	}()
+	return nil
+}
+
+// Stop closes every log (cleanly, so the next start skips recovery).
+func (m *Manager) Stop(ctx context.Context) error {
+	if m.cancel != nil {
+		m.cancel()
+		select {
+		case <-m.done:
+		case <-ctx.Done():
+		}
+	}
+	m.mu.Lock()
+	parts := m.parts
+	m.parts = map[TP]*Partition{}
+	m.signal()
+	m.mu.Unlock()
+	var errList []error
+	for _, p := range parts {
+		if err := p.close(); err != nil {
+			errList = append(errList, err)
+		}
+	}
+	return errors.Join(errList...)
+}
+
+// run applies every metadata change and runs the leaders' periodic work
+// (ISR shrink checks, high-watermark checkpoints, retention).
+func (m *Manager) run(ctx context.Context) {
+	tick := time.NewTicker(min(m.cfg.LagTimeMax/4, time.Second))
+	defer tick.Stop()
+	lastRetention := time.Now()
+	for {
+		changed := m.cache.Changed()
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+			m.apply(m.cache.Load())
+		case <-tick.C:
+			for _, p := range m.Partitions() {
+				p.periodic(ctx)
+			}
+			if time.Since(lastRetention) > 30*time.Second {
+				lastRetention = time.Now()
+				for _, p := range m.Partitions() {
+					p.enforceRetention()
+				}
+			}
+		}
+	}
+}
+
+// Partitions returns the open partitions.
+func (m *Manager) Partitions() []*Partition {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]*Partition, 0, len(m.parts))
+	for _, p := range m.parts {
+		out = append(out, p)
+	}
+	return out
+}
+
+// Get returns an open partition.
+func (m *Manager) Get(tp TP) (*Partition, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	p, ok := m.parts[tp]
+	return p, ok
+}
+
+// Changed returns a channel closed when partitions are added, removed or
+// change role.
+func (m *Manager) Changed() <-chan struct{} {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.changed
+}
+
+func (m *Manager) signal() {
+	close(m.changed)
+	m.changed = make(chan struct{})
+}
+
+// apply brings the open replicas in line with an image.
+func (m *Manager) apply(img *metadata.Image) {
+	want := map[TP]*commonv1.PartitionState{}
+	topicID := map[string]string{}
+	for name, t := range img.Topics {
+		for _, ps := range t.Partitions {
+			if ps != nil && slices.Contains(ps.GetReplicas(), m.nodeID) {
+				want[TP{name, ps.GetPartition()}] = ps
+				topicID[name] = t.ID
+			}
+		}
+	}
+	m.mu.Lock()
+	var removed []*Partition
+	for tp, p := range m.parts {
+		if _, ok := want[tp]; !ok || p.topicID != topicID[tp.Topic] {
+			removed = append(removed, p)
+			delete(m.parts, tp)
+		}
+	}
+	var opened []*Partition
+	for tp := range want {
+		if _, ok := m.parts[tp]; ok {
+			continue
+		}
+		p, err := m.open(tp, topicID[tp.Topic], img)
+		if err != nil {
+			m.logger.Error("cannot open replica", log.TopicPartition(tp.Topic, tp.Partition), log.Err(err))
+			continue
+		}
+		m.parts[tp] = p
+		opened = append(opened, p)
+	}
+	parts := make([]*Partition, 0, len(m.parts))
+	for _, p := range m.parts {
+		parts = append(parts, p)
+	}
+	m.mu.Unlock()
+
+	roleChanged := len(removed) > 0 || len(opened) > 0
+	for _, p := range parts {
+		cfg := effectiveConfig(img, p.tp.Topic)
+		if p.applyState(want[p.tp], cfg, img) {
+			roleChanged = true
+		}
+	}
+	for _, p := range removed {
+		m.logger.Info("replica removed; deleting its data", log.TopicPartition(p.tp.Topic, p.tp.Partition))
+		_ = p.close() // the log goes away with its directory
+		if err := os.RemoveAll(p.dir); err != nil {
+			m.logger.Warn("cannot delete replica data", log.TopicPartition(p.tp.Topic, p.tp.Partition), log.Err(err))
+		}
+	}
+	if roleChanged {
+		m.mu.Lock()
+		m.signal()
+		m.mu.Unlock()
+	}
+}
+
+// effectiveConfig resolves a topic's storage config from its overrides and
+// the cluster-wide defaults.
+func effectiveConfig(img *metadata.Image, topic string) topicSettings {
+	var overrides map[string]string
+	if t, ok := img.Topics[topic]; ok {
+		overrides = t.Configs
+	}
+	eff := topicconfig.Effective(overrides, img.ClusterConfigs)
+	st := map[string]string{}
+	for k, v := range eff {
+		if _, ok := storage.LookupConfig(k); ok {
+			st[k] = v
+		}
+	}
+	cfg, err := storage.ParseConfig(st)
+	if err != nil {
+		cfg = storage.DefaultConfig() // validated by the controller; never expected
+	}
+	minISR, _ := strconv.Atoi(eff["min.insync.replicas"])
+	return topicSettings{storage: cfg, minISR: max(minISR, 1)}
+}
+
+type topicSettings struct {
+	storage storage.Config
+	minISR  int
+}
+
+// open opens (or creates) a replica's log. A directory left by an earlier
+// topic of the same name (another topic id) is wiped first.
+func (m *Manager) open(tp TP, topicID string, img *metadata.Image) (*Partition, error) {
+	dir := filepath.Join(m.cfg.Dir, dirName(tp))
+	idFile := filepath.Join(dir, "topic-id")
+	if b, err := os.ReadFile(idFile); err == nil && strings.TrimSpace(string(b)) != topicID {
+		m.logger.Info("replica directory belongs to a deleted topic of the same name; wiping it", log.TopicPartition(tp.Topic, tp.Partition))
+		if err := os.RemoveAll(dir); err != nil {
+			return nil, err
+		}
+	}
+	settings := effectiveConfig(img, tp.Topic)
+	l, err := storage.Open(dir, settings.storage, m.cfg.Storage)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(idFile, []byte(topicID+"\n"), 0o644); err != nil {
+		_ = l.Close() // reporting the write error
+		return nil, err
+	}
+	p := newPartition(m, tp, topicID, dir, l)
+	return p, nil
+}
+
+// dirName is the directory of a replica: topic names cannot contain '/'.
+func dirName(tp TP) string { return tp.Topic + "-" + strconv.Itoa(int(tp.Partition)) }
+
+// brokerEpoch returns this node's current broker epoch.
+func (m *Manager) brokerEpoch() int64 {
+	if m.member == nil {
+		return 0
+	}
+	return m.member.Epoch()
+}

@@ -1,0 +1,313 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"io"
+	"reflect"
+	"sort"
+	"sync"
+
+	"google.golang.org/grpc"
+
+	replicationv1 "github.com/sluice-io/sluice/gen/go/sluice/replication/v1"
+	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/storage"
+)
+
+// Server is the ReplicationService of a storage node: the leader side of
+// follower fetch streams, appends pushed by remote replication workers, and
+// replica state reports.
+type Server struct {
+	replicationv1.UnimplementedReplicationServiceServer
+	m *Manager
+	// Send is how a chunk leaves: the storage node installs a pass-through
+	// sender so batches go from the page cache to the wire without a copy.
+	Send func(stream grpc.ServerStream, resp *replicationv1.FollowerFetchResponse, data *storage.ReadResult) error
+}
+
+// NewServer returns the service over m.
+func NewServer(m *Manager) *Server {
+	return &Server{m: m, Send: copySend}
+}
+
+// copySend copies the batches into the message (the fallback sender).
+func copySend(stream grpc.ServerStream, resp *replicationv1.FollowerFetchResponse, data *storage.ReadResult) error {
+	if data != nil {
+		resp.Batches = data.AppendTo(nil)
+		data.Release()
+	}
+	return stream.SendMsg(resp)
+}
+
+// chunkBytes bounds one chunk per partition.
+const defaultChunkBytes = 1 << 20
+
+// followed is the leader's view of one partition on one follower stream.
+type followed struct {
+	fetchOffset int64
+	lastEpoch   int32
+	callerEpoch int32
+	// awaiting is set after a chunk or a divergence was sent: the next
+	// chunk waits for the follower's new position.
+	awaiting bool
+	// dirty is set when the follower reported a position not yet served.
+	dirty        bool
+	sentHW       int64
+	sentLogStart int64
+	stopped      bool
+}
+
+// FollowerFetch serves one follower's stream (see the service comment):
+// at most one chunk per partition is in flight, so the follower's next
+// position acknowledges it; the high watermark and log start travel in
+// position-only messages whenever they change.
+func (s *Server) FollowerFetch(stream grpc.BidiStreamingServer[replicationv1.FollowerFetchRequest, replicationv1.FollowerFetchResponse]) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	replica := first.GetReplicaId()
+	img := s.m.cache.Load()
+	if b, ok := img.Brokers[replica]; !ok || b.GetBrokerEpoch() != first.GetReplicaBrokerEpoch() {
+		// KIP-903: an old incarnation of a follower must not count towards
+		// the high watermark.
+		return errs.New(errs.StaleBrokerEpoch, "follower %d with broker epoch %d is not the registered incarnation", replica, first.GetReplicaBrokerEpoch())
+	}
+	chunk := int(first.GetPartitionMaxBytes())
+	if chunk <= 0 {
+		chunk = defaultChunkBytes
+	}
+
+	var mu sync.Mutex
+	parts := map[TP]*followed{}
+	wake := make(chan struct{}, 1)
+	apply := func(req *replicationv1.FollowerFetchRequest) {
+		mu.Lock()
+		for _, pos := range req.GetPositions() {
+			tp := TP{pos.GetTopic(), pos.GetPartition()}
+			if pos.GetRemove() {
+				delete(parts, tp)
+				continue
+			}
+			f, ok := parts[tp]
+			if !ok {
+				f = &followed{sentHW: -1, sentLogStart: -1}
+				parts[tp] = f
+			}
+			f.fetchOffset, f.lastEpoch, f.callerEpoch = pos.GetFetchOffset(), pos.GetLastFetchedEpoch(), pos.GetCurrentLeaderEpoch()
+			f.awaiting, f.dirty, f.stopped = false, true, false
+		}
+		mu.Unlock()
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	apply(first)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			apply(req)
+		}
+	}()
+
+	ctx := stream.Context()
+	for {
+		// Serve every partition that has something to send.
+		mu.Lock()
+		tps := make([]TP, 0, len(parts))
+		for tp := range parts {
+			tps = append(tps, tp)
+		}
+		mu.Unlock()
+		var waits []<-chan struct{}
+		for _, tp := range tps {
+			ch, err := s.serveOne(stream, replica, tp, &mu, parts, chunk)
+			if err != nil {
+				return err
+			}
+			if ch != nil {
+				waits = append(waits, ch)
+			}
+		}
+		// Wait for a new position, a partition change or the end.
+		cases := []reflect.SelectCase{
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(wake)},
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(recvErr)},
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.m.Changed())},
+		}
+		for _, w := range waits {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w)})
+		}
+		chosen, v, _ := reflect.Select(cases)
+		switch chosen {
+		case 1:
+			return nil
+		case 2:
+			if err, _ := v.Interface().(error); err != nil && !errors.Is(err, io.EOF) {
+				return err
+			}
+			return nil
+		}
+	}
+}
+
+// serveOne sends what one partition needs and returns the channel to wait
+// on before looking at it again (nil: wait for the follower instead).
+func (s *Server) serveOne(stream grpc.ServerStream, replica int32, tp TP, mu *sync.Mutex, parts map[TP]*followed, chunk int) (<-chan struct{}, error) {
+	mu.Lock()
+	f, ok := parts[tp]
+	if !ok || f.stopped {
+		mu.Unlock()
+		return nil, nil
+	}
+	st := *f
+	mu.Unlock()
+
+	p, ok := s.m.Get(tp)
+	if !ok {
+		return nil, s.stop(stream, tp, mu, parts, errs.New(errs.NotLeaderOrFollower, "node %d hosts no replica of %s", s.m.nodeID, tp))
+	}
+	changed := p.Changed()
+	resp := &replicationv1.FollowerFetchResponse{Topic: tp.Topic, Partition: tp.Partition}
+	if st.awaiting {
+		// A chunk is in flight; still pass on a new high watermark.
+		v := p.View()
+		if v.HighWatermark != st.sentHW || v.LogStart != st.sentLogStart {
+			resp.LeaderEpoch, resp.HighWatermark, resp.LogStartOffset, resp.BaseOffset = v.LeaderEpoch, v.HighWatermark, v.LogStart, -1
+			if err := stream.SendMsg(resp); err != nil {
+				return nil, err
+			}
+			mu.Lock()
+			f.sentHW, f.sentLogStart = v.HighWatermark, v.LogStart
+			mu.Unlock()
+		}
+		return changed, nil
+	}
+	callerEpoch := st.callerEpoch
+	data, v, div, err := p.ReadForFollower(replica, st.fetchOffset, st.lastEpoch, &callerEpoch, chunk)
+	if err != nil {
+		return nil, s.stop(stream, tp, mu, parts, err)
+	}
+	resp.LeaderEpoch, resp.HighWatermark, resp.LogStartOffset, resp.BaseOffset = v.LeaderEpoch, v.HighWatermark, v.LogStart, -1
+	switch {
+	case div != nil:
+		resp.DivergingEpoch = &replicationv1.DivergingEpoch{Epoch: div.Epoch, EndOffset: div.EndOffset}
+		mu.Lock()
+		f.awaiting, f.dirty = true, false
+		mu.Unlock()
+		return nil, stream.SendMsg(resp)
+	case data != nil && len(data.Chunks) > 0:
+		resp.BaseOffset = st.fetchOffset
+		mu.Lock()
+		f.awaiting, f.dirty, f.sentHW, f.sentLogStart = true, false, v.HighWatermark, v.LogStart
+		mu.Unlock()
+		return changed, s.Send(stream, resp, data)
+	default:
+		if data != nil {
+			data.Release()
+		}
+		if v.HighWatermark != st.sentHW || v.LogStart != st.sentLogStart || st.dirty {
+			mu.Lock()
+			f.sentHW, f.sentLogStart, f.dirty = v.HighWatermark, v.LogStart, false
+			mu.Unlock()
+			if err := stream.SendMsg(resp); err != nil {
+				return nil, err
+			}
+		}
+		return changed, nil
+	}
+}
+
+// stop tells the follower this stream no longer serves a partition.
+func (s *Server) stop(stream grpc.ServerStream, tp TP, mu *sync.Mutex, parts map[TP]*followed, err error) error {
+	mu.Lock()
+	if f, ok := parts[tp]; ok {
+		f.stopped = true
+	}
+	mu.Unlock()
+	return stream.SendMsg(&replicationv1.FollowerFetchResponse{Topic: tp.Topic, Partition: tp.Partition, Error: errs.ItemError(err), BaseOffset: -1})
+}
+
+// ReplicaAppend applies batches pushed by a replication worker running in
+// another process to a follower replica on this node.
+func (s *Server) ReplicaAppend(stream grpc.BidiStreamingServer[replicationv1.ReplicaAppendRequest, replicationv1.ReplicaAppendResponse]) error {
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		tp := TP{req.GetTopic(), req.GetPartition()}
+		resp := &replicationv1.ReplicaAppendResponse{Topic: tp.Topic, Partition: tp.Partition}
+		p, ok := s.m.Get(tp)
+		if !ok {
+			resp.Error = errs.New(errs.NotLeaderOrFollower, "node %d hosts no replica of %s", s.m.nodeID, tp).Proto()
+		} else {
+			err := error(nil)
+			if req.GetTruncateTo() >= 0 {
+				err = p.TruncateTo(req.GetTruncateTo())
+			}
+			if err == nil {
+				_, err = p.AppendReplicated(stream.Context(), req.GetBatches(), req.GetHighWatermark(), 0)
+			}
+			resp.Error = errs.ItemError(err)
+			leo, last, _, _, _ := p.FollowerState()
+			resp.LogEndOffset, resp.LastEpoch = leo, last
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// DescribeReplicas reports this node's replicas.
+func (s *Server) DescribeReplicas(_ context.Context, r *replicationv1.DescribeReplicasRequest) (*replicationv1.DescribeReplicasResponse, error) {
+	want := map[TP]bool{}
+	for _, tp := range r.GetPartitions() {
+		want[TP{tp.GetTopic(), tp.GetPartition()}] = true
+	}
+	out := &replicationv1.DescribeReplicasResponse{BrokerId: s.m.nodeID}
+	for _, p := range s.m.Partitions() {
+		if len(want) > 0 && !want[p.tp] {
+			continue
+		}
+		out.Replicas = append(out.Replicas, p.describe())
+	}
+	sort.Slice(out.Replicas, func(i, j int) bool {
+		a, b := out.Replicas[i], out.Replicas[j]
+		return a.GetTopic() < b.GetTopic() || a.GetTopic() == b.GetTopic() && a.GetPartition() < b.GetPartition()
+	})
+	return out, nil
+}
+
+func (p *Partition) describe() *replicationv1.ReplicaState {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := &replicationv1.ReplicaState{
+		Topic: p.tp.Topic, Partition: p.tp.Partition, LeaderEpoch: p.leaderEpoch,
+		LogStartOffset: p.log.LogStartOffset(), LogEndOffset: p.log.LogEndOffset(), HighWatermark: p.hw,
+		SizeBytes: p.log.Size(), Role: replicationv1.ReplicaRole_REPLICA_ROLE_FOLLOWER,
+	}
+	switch {
+	case p.log.Err() != nil:
+		st.Role = replicationv1.ReplicaRole_REPLICA_ROLE_OFFLINE
+	case p.isLeader:
+		st.Role = replicationv1.ReplicaRole_REPLICA_ROLE_LEADER
+		st.Isr = p.isr
+		st.FollowerOffsets = map[int32]int64{}
+		for id, f := range p.followers {
+			st.FollowerOffsets[id] = f.leo
+		}
+	}
+	return st
+}

@@ -1,0 +1,224 @@
+package storagenode
+
+import (
+	"reflect"
+	"time"
+
+	"google.golang.org/grpc"
+
+	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
+	replicationv1 "github.com/sluice-io/sluice/gen/go/sluice/replication/v1"
+	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
+	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/grpcx"
+	"github.com/sluice-io/sluice/libs/record"
+	"github.com/sluice-io/sluice/libs/replica"
+	"github.com/sluice-io/sluice/libs/storage"
+)
+
+// batchesField is the field number of the batch bytes in FetchResponse and
+// FollowerFetchResponse: the last field, so the bytes can follow the
+// encoded head straight from the page cache.
+const batchesField = 15
+
+const (
+	defaultPartitionMaxBytes = 1 << 20
+	defaultFetchMaxBytes     = 50 << 20
+)
+
+// frameOf turns a message head and a read result into a frame whose body is
+// the read's memory-mapped chunks, released as the transport writes them.
+func frameOf(head []byte, data *storage.ReadResult) *grpcx.Frame {
+	f := &grpcx.Frame{Head: head, Field: batchesField}
+	for i := range data.Chunks {
+		c := &data.Chunks[i]
+		f.Body = append(f.Body, c.Data)
+		chunk := *c
+		f.Release = append(f.Release, chunk.Release)
+		c.Data = nil
+	}
+	return f
+}
+
+// sendFollowerChunk sends a chunk to a follower without copying its bytes.
+func sendFollowerChunk(stream grpc.ServerStream, resp *replicationv1.FollowerFetchResponse, data *storage.ReadResult) error {
+	head, err := grpcx.HeadOf(resp)
+	if err != nil {
+		data.Release()
+		return err
+	}
+	f := frameOf(head, data)
+	if err := stream.SendMsg(f); err != nil {
+		f.Free()
+		return err
+	}
+	return nil
+}
+
+// fetchState is one partition of a fetch stream.
+type fetchState struct {
+	tp          replica.TP
+	offset      int64
+	maxBytes    int
+	epoch       *int32
+	lastEpoch   *int32
+	lastFetched bool // lastEpoch checked once, at the start
+	done        bool
+}
+
+// Fetch streams chunks of whole batches from the page cache (see the
+// service comment). Each chunk's bytes go from the segment's memory map to
+// the socket without a copy in Sluice; in RECORDS format the server decodes
+// them for simple clients.
+func (r *StorageNode) Fetch(req *storagev1.FetchRequest, stream grpc.ServerStreamingServer[storagev1.FetchResponse]) error {
+	ctx := stream.Context()
+	states := make([]*fetchState, len(req.GetPartitions()))
+	for i, fp := range req.GetPartitions() {
+		mb := int(fp.GetPartitionMaxBytes())
+		if mb <= 0 {
+			mb = defaultPartitionMaxBytes
+		}
+		states[i] = &fetchState{tp: replica.TP{Topic: fp.GetTopic(), Partition: fp.GetPartition()}, offset: fp.GetFetchOffset(),
+			maxBytes: mb, epoch: fp.CurrentLeaderEpoch, lastEpoch: fp.LastFetchedEpoch}
+	}
+	maxBytes := int(req.GetMaxBytes())
+	if maxBytes <= 0 {
+		maxBytes = defaultFetchMaxBytes
+	}
+	records := req.GetFormat() == storagev1.RecordFormat_RECORD_FORMAT_RECORDS
+	deadline := time.Now().Add(time.Duration(req.GetMaxWaitMs()) * time.Millisecond)
+	collected := 0
+	for {
+		var waits []<-chan struct{}
+		active := 0
+		budget := maxBytes - collected
+		if req.GetFollow() {
+			budget = maxBytes
+		}
+		for _, st := range states {
+			if st.done {
+				continue
+			}
+			active++
+			n, ch, err := r.fetchOne(stream, st, min(st.maxBytes, max(budget, 1)), records)
+			if err != nil {
+				return err
+			}
+			collected += n
+			budget -= n
+			if ch != nil {
+				waits = append(waits, ch)
+			}
+		}
+		if active == 0 {
+			return nil
+		}
+		if !req.GetFollow() {
+			if collected >= int(req.GetMinBytes()) && (collected > 0 || !time.Now().Before(deadline)) || collected >= maxBytes {
+				return nil
+			}
+		} else if collected > 0 {
+			collected = 0
+			continue // keep draining while data is there
+		}
+		// Wait for new data on any partition, a role change, or the end.
+		cases := []reflect.SelectCase{
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(r.replicas.Changed())},
+		}
+		if !req.GetFollow() {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(time.After(time.Until(deadline)))})
+		}
+		for _, w := range waits {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w)})
+		}
+		if chosen, _, _ := reflect.Select(cases); chosen == 0 {
+			return nil
+		}
+	}
+}
+
+// fetchOne sends what one partition has from its position and returns the
+// bytes sent and the channel that signals more.
+func (r *StorageNode) fetchOne(stream grpc.ServerStream, st *fetchState, maxBytes int, records bool) (int, <-chan struct{}, error) {
+	resp := &storagev1.FetchResponse{Topic: st.tp.Topic, Partition: st.tp.Partition, NextOffset: st.offset}
+	part, err := r.partition(st.tp.Topic, st.tp.Partition)
+	if err != nil {
+		st.done = true
+		resp.Error = errs.ItemError(err)
+		return 0, nil, stream.SendMsg(resp)
+	}
+	changed := part.Changed()
+	var lastEpoch *int32
+	if !st.lastFetched {
+		lastEpoch, st.lastFetched = st.lastEpoch, true
+	}
+	data, v, div, err := part.ReadForConsumer(st.offset, maxBytes, st.epoch, lastEpoch)
+	resp.HighWatermark, resp.LastStableOffset, resp.LogStartOffset = v.HighWatermark, v.HighWatermark, v.LogStart
+	switch {
+	case err != nil:
+		st.done = true
+		resp.Error = errs.ItemError(err)
+		return 0, nil, stream.SendMsg(resp)
+	case div != nil:
+		st.done = true
+		resp.DivergingEpoch = &storagev1.EpochEndOffset{Epoch: div.Epoch, EndOffset: div.EndOffset}
+		return 0, nil, stream.SendMsg(resp)
+	case data == nil || len(data.Chunks) == 0:
+		if data != nil {
+			data.Release()
+		}
+		return 0, changed, nil
+	}
+	n := data.Bytes
+	from := st.offset
+	st.offset = data.NextOffset
+	resp.NextOffset = data.NextOffset
+	if records {
+		resp.Records = decodeRecords(data, from)
+		data.Release()
+		return n, changed, stream.SendMsg(resp)
+	}
+	head, err := grpcx.HeadOf(resp)
+	if err != nil {
+		data.Release()
+		return 0, nil, err
+	}
+	f := frameOf(head, data)
+	if err := stream.SendMsg(f); err != nil {
+		f.Free()
+		return 0, nil, err
+	}
+	return n, changed, nil
+}
+
+// decodeRecords decodes batches for a RECORDS-format fetch, skipping
+// control batches and records below from.
+func decodeRecords(data *storage.ReadResult, from int64) *commonv1.Records {
+	out := &commonv1.Records{}
+	var it record.Iterator
+	for _, c := range data.Chunks {
+		it.Reset(c.Data)
+		for it.Next() {
+			if it.Batch().Attributes.Control() {
+				continue
+			}
+			rec := it.Record()
+			if rec.Offset < from {
+				continue
+			}
+			pr := &commonv1.Record{Offset: rec.Offset, TimestampMs: rec.Timestamp, LeaderEpoch: it.Batch().PartitionLeaderEpoch}
+			if rec.Key != nil {
+				pr.Key = append([]byte{}, rec.Key...)
+			}
+			if rec.Value != nil {
+				pr.Value = append([]byte{}, rec.Value...)
+			}
+			for _, h := range rec.Headers {
+				pr.Headers = append(pr.Headers, &commonv1.Header{Key: h.Key, Value: append([]byte(nil), h.Value...)})
+			}
+			out.Records = append(out.Records, pr)
+		}
+	}
+	return out
+}

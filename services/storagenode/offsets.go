@@ -1,0 +1,91 @@
+package storagenode
+
+import (
+	"context"
+
+	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
+	"github.com/sluice-io/sluice/libs/errs"
+)
+
+// ListOffsets looks up earliest, latest and by-timestamp offsets on the
+// leader. LATEST is the high watermark; a new leader answers
+// OFFSET_NOT_AVAILABLE until it has committed a record in its own epoch,
+// since until then its high watermark may trail the true one.
+func (r *StorageNode) ListOffsets(_ context.Context, req *storagev1.ListOffsetsRequest) (*storagev1.ListOffsetsResponse, error) {
+	out := &storagev1.ListOffsetsResponse{}
+	for _, lp := range req.GetPartitions() {
+		res := &storagev1.ListOffsetsResult{Topic: lp.GetTopic(), Partition: lp.GetPartition(), Offset: -1, TimestampMs: -1, LeaderEpoch: -1}
+		out.Results = append(out.Results, res)
+		part, err := r.partition(lp.GetTopic(), lp.GetPartition())
+		if err != nil {
+			res.Error = errs.ItemError(err)
+			continue
+		}
+		v, err := part.LeaderView(lp.CurrentLeaderEpoch)
+		if err != nil {
+			res.Error = errs.ItemError(err)
+			continue
+		}
+		switch lp.GetSpec() {
+		case storagev1.OffsetSpec_OFFSET_SPEC_EARLIEST:
+			res.Offset = v.LogStart
+		case storagev1.OffsetSpec_OFFSET_SPEC_LATEST:
+			if !v.Committed {
+				res.Error = errs.New(errs.OffsetNotAvailable, "%s-%d: the new leader has not committed in its epoch yet; retry", lp.GetTopic(), lp.GetPartition()).Proto()
+				continue
+			}
+			res.Offset, res.LeaderEpoch = v.HighWatermark, v.LeaderEpoch
+		case storagev1.OffsetSpec_OFFSET_SPEC_TIMESTAMP:
+			off, ts, found, err := part.Log().OffsetForTimestamp(lp.GetTimestampMs())
+			if err != nil {
+				res.Error = errs.ItemError(err)
+				continue
+			}
+			if found && off < v.HighWatermark {
+				res.Offset, res.TimestampMs = off, ts
+			}
+		default:
+			res.Error = errs.New(errs.Unimplemented, "offset spec %v is not supported yet", lp.GetSpec()).Proto()
+		}
+	}
+	return out, nil
+}
+
+// OffsetForLeaderEpoch returns where an epoch ends in the leader's log, so
+// a consumer can detect that the log was truncated under it (KIP-320).
+func (r *StorageNode) OffsetForLeaderEpoch(_ context.Context, req *storagev1.OffsetForLeaderEpochRequest) (*storagev1.OffsetForLeaderEpochResponse, error) {
+	out := &storagev1.OffsetForLeaderEpochResponse{}
+	for _, lp := range req.GetPartitions() {
+		res := &storagev1.OffsetForLeaderEpochResult{Topic: lp.GetTopic(), Partition: lp.GetPartition()}
+		out.Results = append(out.Results, res)
+		part, err := r.partition(lp.GetTopic(), lp.GetPartition())
+		if err == nil {
+			_, err = part.LeaderView(lp.CurrentLeaderEpoch)
+		}
+		if err != nil {
+			res.Error = errs.ItemError(err)
+			continue
+		}
+		e, end := part.Log().EndOffsetForEpoch(lp.GetLeaderEpoch())
+		res.End = &storagev1.EpochEndOffset{Epoch: e, EndOffset: end}
+	}
+	return out, nil
+}
+
+// DeleteRecords moves partitions' log start offsets on the leader;
+// followers follow on their fetch streams.
+func (r *StorageNode) DeleteRecords(_ context.Context, req *storagev1.DeleteRecordsRequest) (*storagev1.DeleteRecordsResponse, error) {
+	out := &storagev1.DeleteRecordsResponse{}
+	for _, dp := range req.GetPartitions() {
+		res := &storagev1.DeleteRecordsResult{Topic: dp.GetTopic(), Partition: dp.GetPartition(), LowWatermark: -1}
+		out.Results = append(out.Results, res)
+		part, err := r.partition(dp.GetTopic(), dp.GetPartition())
+		if err != nil {
+			res.Error = errs.ItemError(err)
+			continue
+		}
+		low, err := part.DeleteRecords(dp.GetOffset())
+		res.Error, res.LowWatermark = errs.ItemError(err), low
+	}
+	return out, nil
+}

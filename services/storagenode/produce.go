@@ -1,0 +1,243 @@
+package storagenode
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+
+	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
+	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
+	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
+	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/record"
+	"github.com/sluice-io/sluice/libs/replica"
+	"github.com/sluice-io/sluice/libs/storage"
+)
+
+const defaultProduceTimeout = 30 * time.Second
+
+// partition finds a replica this node hosts, or explains where the
+// partition is: NOT_LEADER_OR_FOLLOWER naming the leader when it lives
+// elsewhere, UNKNOWN_TOPIC_OR_PARTITION when it does not exist.
+func (r *StorageNode) partition(topic string, p int32) (*replica.Partition, error) {
+	if part, ok := r.replicas.Get(replica.TP{Topic: topic, Partition: p}); ok {
+		return part, nil
+	}
+	img := r.deps.Metadata.Load()
+	t, ok := img.Topics[topic]
+	if !ok {
+		return nil, errs.New(errs.UnknownTopicOrPartition, "topic %q does not exist", topic)
+	}
+	ps, ok := img.Partition(topic, p)
+	if !ok {
+		return nil, errs.New(errs.UnknownTopicOrPartition, "topic %q has %d partitions; %d does not exist", topic, len(t.Partitions), p)
+	}
+	return nil, errs.New(errs.NotLeaderOrFollower, "node %d hosts no replica of %s-%d; node %d leads it", r.replicas.NodeID(), topic, p, ps.GetLeaderId()).
+		WithLeader(&edpb.LeaderHint{Topic: topic, Partition: p, LeaderId: ps.GetLeaderId(), LeaderEpoch: ps.GetLeaderEpoch(), LeaderAddress: img.Address(ps.GetLeaderId())})
+}
+
+func acksOf(a storagev1.Acks) replica.Acks {
+	switch a {
+	case storagev1.Acks_ACKS_NONE:
+		return replica.AcksNone
+	case storagev1.Acks_ACKS_LEADER:
+		return replica.AcksLeader
+	default:
+		return replica.AcksAll
+	}
+}
+
+// batchesOf returns the batch bytes of a produce partition, building one
+// batch from plain records.
+func batchesOf(pp *storagev1.ProducePartition) ([]byte, error) {
+	if b := pp.GetBatches(); b != nil {
+		return b, nil
+	}
+	codec := record.Codec(0)
+	if c := pp.GetCompression(); c > commonv1.Compression_COMPRESSION_NONE {
+		codec = record.Codec(c - 1)
+	}
+	bld := record.NewBuilder(codec)
+	if pr := pp.GetProducer(); pr != nil {
+		bld.SetProducer(pr.GetProducerId(), int16(pr.GetProducerEpoch()), pr.GetBaseSequence())
+		bld.SetTransactional(pr.GetTransactional())
+	}
+	now := time.Now().UnixMilli()
+	for _, rec := range pp.GetRecords().GetRecords() {
+		ts := rec.GetTimestampMs()
+		if ts == 0 {
+			ts = now
+		}
+		hs := make([]record.Header, len(rec.GetHeaders()))
+		for i, h := range rec.GetHeaders() {
+			hs[i] = record.Header{Key: h.GetKey(), Value: h.GetValue()}
+		}
+		if err := bld.Append(&record.Record{Timestamp: ts, Key: rec.Key, Value: rec.Value, Headers: hs}); err != nil {
+			return nil, err
+		}
+	}
+	return bld.Build()
+}
+
+// pending is one partition's append waiting for its acknowledgement.
+type pending struct {
+	res    *storagev1.ProducePartitionResult
+	part   *replica.Partition
+	append storage.AppendResult
+	epoch  int32
+}
+
+// appendAll appends every partition of a request in order and returns
+// what is left to wait for. Results of partitions that failed are final.
+func (r *StorageNode) appendAll(ctx context.Context, req *storagev1.ProduceRequest) (*storagev1.ProduceResponse, []pending) {
+	acks := acksOf(req.GetAcks())
+	out := &storagev1.ProduceResponse{Results: make([]*storagev1.ProducePartitionResult, len(req.GetPartitions()))}
+	var waits []pending
+	span := trace.SpanFromContext(ctx)
+	for i, pp := range req.GetPartitions() {
+		res := &storagev1.ProducePartitionResult{Topic: pp.GetTopic(), Partition: pp.GetPartition(), BaseOffset: -1, LogAppendTimeMs: -1}
+		out.Results[i] = res
+		part, err := r.partition(pp.GetTopic(), pp.GetPartition())
+		if err == nil {
+			var batches []byte
+			if batches, err = batchesOf(pp); err == nil {
+				var ar storage.AppendResult
+				var epoch int32
+				ar, epoch, err = part.Append(batches, acks, pp.CurrentLeaderEpoch, record.FromClient)
+				if err == nil {
+					res.BaseOffset, res.LogAppendTimeMs, res.LogStartOffset = ar.FirstOffset, ar.LogAppendTime, ar.LogStartOffset
+					span.AddEvent("appended", trace.WithAttributes(attribute.String("topic", pp.GetTopic()),
+						attribute.Int("partition", int(pp.GetPartition())), attribute.Int64("offset", ar.FirstOffset),
+						attribute.Int("records", int(ar.Records)), attribute.Int("leader_epoch", int(epoch))))
+					waits = append(waits, pending{res: res, part: part, append: ar, epoch: epoch})
+				}
+			}
+		}
+		if err != nil {
+			res.Error = errs.ItemError(err)
+		}
+	}
+	if acks == replica.AcksNone {
+		for _, w := range waits {
+			w.res.BaseOffset = -1
+		}
+		return out, nil
+	}
+	return out, waits
+}
+
+// awaitAll waits for every pending append's acknowledgement concurrently.
+func awaitAll(ctx context.Context, acks replica.Acks, waits []pending) {
+	if len(waits) == 0 {
+		return
+	}
+	span := trace.SpanFromContext(ctx)
+	var wg sync.WaitGroup
+	for _, w := range waits {
+		wg.Go(func() {
+			if err := w.part.AwaitAck(ctx, w.append, w.epoch, acks); err != nil {
+				w.res.Error = errs.ItemError(err)
+				return
+			}
+			if acks == replica.AcksAll {
+				span.AddEvent("replicated", trace.WithAttributes(attribute.String("topic", w.res.GetTopic()),
+					attribute.Int("partition", int(w.res.GetPartition())), attribute.Int64("offset", w.append.LastOffset)))
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func produceTimeout(req *storagev1.ProduceRequest) time.Duration {
+	if req.GetTimeoutMs() > 0 {
+		return time.Duration(req.GetTimeoutMs()) * time.Millisecond
+	}
+	return defaultProduceTimeout
+}
+
+// Produce appends each partition's batches and answers at the requested
+// acknowledgement level.
+func (r *StorageNode) Produce(ctx context.Context, req *storagev1.ProduceRequest) (*storagev1.ProduceResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, produceTimeout(req))
+	defer cancel()
+	out, waits := r.appendAll(ctx, req)
+	awaitAll(ctx, acksOf(req.GetAcks()), waits)
+	return out, nil
+}
+
+func validateStreamRequest(r *storagev1.ProduceStreamRequest) error {
+	if r.GetRequest() == nil {
+		return errs.Invalid(errs.InvalidRequest, "request", "is missing")
+	}
+	return validateProduce(r.GetRequest())
+}
+
+// maxPipelined bounds the requests of one stream waiting for their
+// acknowledgement; the stream stops reading beyond it (backpressure).
+const maxPipelined = 256
+
+// ProduceStream appends requests in the order they arrive and answers them
+// in the same order, while many wait for their acknowledgements at once:
+// a pipelined producer's requests share fsyncs and replication round trips.
+func (r *StorageNode) ProduceStream(stream grpc.BidiStreamingServer[storagev1.ProduceStreamRequest, storagev1.ProduceStreamResponse]) error {
+	ctx := stream.Context()
+	type future struct {
+		id   uint64
+		resp *storagev1.ProduceResponse
+		err  *edpb.Error
+		done chan struct{}
+	}
+	queue := make(chan *future, maxPipelined)
+	sendErr := make(chan error, 1)
+	go func() {
+		for f := range queue {
+			<-f.done
+			if err := stream.Send(&storagev1.ProduceStreamResponse{RequestId: f.id, Response: f.resp, Error: f.err}); err != nil {
+				sendErr <- err
+				for range queue { // drain so the reader does not block
+				}
+				return
+			}
+		}
+		sendErr <- nil
+	}()
+	defer func() { close(queue) }()
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if verr := validateStreamRequest(req); verr != nil {
+			// A bad request is answered with its error; the stream goes on.
+			f := &future{id: req.GetRequestId(), err: errs.ItemError(verr), done: make(chan struct{})}
+			close(f.done)
+			queue <- f
+			continue
+		}
+		preq := req.GetRequest()
+		rctx, cancel := context.WithTimeout(ctx, produceTimeout(preq))
+		resp, waits := r.appendAll(rctx, preq)
+		f := &future{id: req.GetRequestId(), resp: resp, done: make(chan struct{})}
+		select {
+		case queue <- f:
+		case err := <-sendErr:
+			cancel()
+			return err
+		}
+		acks := acksOf(preq.GetAcks())
+		go func() {
+			defer cancel()
+			awaitAll(rctx, acks, waits)
+			close(f.done)
+		}()
+	}
+}
