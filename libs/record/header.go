@@ -39,23 +39,26 @@ const (
 	Magic = 2
 )
 
-// Attribute bits of a v2 batch.
+// Attribute bits of a v2 batch (KIP-98 added transactional and control;
+// KIP-534 added the delete horizon).
 const (
-	codecMask            = 0x07
-	timestampTypeBit     = 0x08
-	transactionalBit     = 0x10
-	controlBit           = 0x20
-	deleteHorizonBit     = 0x40
-	knownAttributeBits   = codecMask | timestampTypeBit | transactionalBit | controlBit | deleteHorizonBit
-	noProducerID         = -1
-	noSequence           = -1
-	noProducerEpoch      = -1
-	noPartitionLeaderEpo = -1
+	codecMask        = 0x07
+	timestampTypeBit = 0x08
+	transactionalBit = 0x10
+	controlBit       = 0x20
+	deleteHorizonBit = 0x40
+)
+
+// Values of the producer fields in a batch written without idempotence.
+const (
+	noProducerID    = -1
+	noProducerEpoch = -1
+	noSequence      = -1
 )
 
 // NoPartitionLeaderEpoch is the partition leader epoch a producer writes: the
 // leader stamps its own epoch on append.
-const NoPartitionLeaderEpoch int32 = noPartitionLeaderEpo
+const NoPartitionLeaderEpoch int32 = -1
 
 // castagnoli is the CRC-32C table; hash/crc32 uses the SSE4.2 / ARMv8 CRC
 // instructions for it where the CPU has them.

@@ -116,6 +116,16 @@ func (l *Log) Compact(ctx context.Context, force bool) (CompactionResult, error)
 	if !cfg.CleanupPolicy.Compact() {
 		return CompactionResult{}, nil
 	}
+	// Compaction rewrites only durable data; on a topic that does not
+	// fsync on its own, make the sealed segments durable first.
+	l.mu.RLock()
+	sealedEnd := l.segs[len(l.segs)-1].base
+	l.mu.RUnlock()
+	if l.durable.Load() < sealedEnd {
+		if err := l.Flush(); err != nil {
+			return CompactionResult{}, err
+		}
+	}
 	now := l.clock.Now().UnixMilli()
 	segs, ok := l.planCompaction(cfg, now, force)
 	if !ok {

@@ -191,17 +191,14 @@ func TestCompactionRunsAlongsideAppendsAndReads(t *testing.T) {
 
 	var mu sync.Mutex
 	stop := make(chan struct{})
+	appended := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { // appender
+	go func() { // appender: a bounded amount, so the test's cost is too
 		defer wg.Done()
+		defer close(appended)
 		r := rand.New(rand.NewPCG(5, 6))
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
+		for i := 0; i < 300; i++ {
 			recs := writeUpdates(t, l, r, 1, epoch0.UnixMilli())
 			mu.Lock()
 			written = append(written, recs...)
@@ -229,14 +226,22 @@ func TestCompactionRunsAlongsideAppendsAndReads(t *testing.T) {
 			res.Release()
 		}
 	}()
+	// Compact over and over while the appender runs.
 	var cleanedTo int64
-	for i := 0; i < 3; i++ {
+	passes := 0
+	for done := false; !done || passes < 3; passes++ {
+		select {
+		case <-appended:
+			done = true
+		default:
+		}
 		res, err := l.Compact(context.Background(), true)
 		require.NoError(t, err)
 		cleanedTo = max(cleanedTo, res.CleanedTo)
 	}
 	close(stop)
 	wg.Wait()
+	t.Logf("%d compactions alongside %d appended records", passes, len(written))
 	require.Positive(t, cleanedTo)
 	checkCompacted(t, written, readRecords(t, l), cleanedTo, false)
 	requireLogSound(t, l)

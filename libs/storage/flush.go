@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-io/sluice/libs/errs"
@@ -20,12 +21,48 @@ import (
 // cost per commit, not per batch: one fdatasync per 1 MiB gives ~540 MB/s
 // on the reference machine, one per 4 KiB under 20 MB/s.
 
-type flushRound struct {
-	done chan struct{}
-	err  error
+// waiter is one caller waiting for a group commit. Waiters are pooled so
+// that a synchronous append allocates nothing: the flusher hands each one
+// the round's result through its one-slot channel. state arbitrates between
+// a waiter that gives up (context done) and the flusher delivering: the
+// flusher claims the waiter (waiting -> delivered) before it sends; a waiter
+// that gives up first (waiting -> abandoned) is recycled by the flusher
+// instead, and one that gives up too late receives the result anyway.
+type waiter struct {
+	ch    chan error
+	state atomic.Int32
 }
 
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+const (
+	waiterWaiting int32 = iota
+	waiterAbandoned
+	waiterDelivered
+)
+
+var waiters = sync.Pool{New: func() any { return &waiter{ch: make(chan error, 1)} }}
+
+func getWaiter() *waiter { return waiters.Get().(*waiter) }
+
+func putWaiter(w *waiter) {
+	w.state.Store(waiterWaiting)
+	waiters.Put(w)
+}
+
+// deliver hands a waiter the result of its round.
+func deliver(w *waiter, err error, pooled bool) {
+	if w.state.CompareAndSwap(waiterWaiting, waiterDelivered) {
+		w.ch <- err
+		return
+	}
+	if pooled {
+		putWaiter(w) // abandoned: nobody will read it
+	}
+}
+
+type pendingWaiter struct {
+	w      *waiter
+	pooled bool
+}
 
 type flusher struct {
 	l      *Log
@@ -35,7 +72,8 @@ type flusher struct {
 	once   sync.Once
 
 	mu      sync.Mutex
-	pending *flushRound
+	pending []pendingWaiter // waiters for the next round
+	spare   []pendingWaiter // the previous round's slice, reused
 	stopped bool
 }
 
@@ -66,42 +104,50 @@ func (f *flusher) stop() {
 	})
 }
 
-// join returns the pending round, creating it if needed.
-func (f *flusher) join() *flushRound {
+// join adds a waiter to the next round; false if the flusher has stopped.
+func (f *flusher) join(w *waiter, pooled bool) bool {
 	f.mu.Lock()
 	if f.stopped {
 		f.mu.Unlock()
-		return &flushRound{done: closedChan, err: errClosed}
+		return false
 	}
-	r := f.pending
-	if r == nil {
-		r = &flushRound{done: make(chan struct{})}
-		f.pending = r
-	}
+	f.pending = append(f.pending, pendingWaiter{w, pooled})
 	f.mu.Unlock()
 	f.kick()
-	return r
+	return true
 }
 
-func (f *flusher) take() *flushRound {
+// take returns the waiters of the round about to run (possibly none).
+func (f *flusher) take() []pendingWaiter {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	r := f.pending
-	f.pending = nil
-	return r
+	ws := f.pending
+	f.pending = f.spare[:0]
+	f.spare = nil
+	return ws
+}
+
+// finish delivers a round's result and keeps its slice for reuse.
+func (f *flusher) finish(ws []pendingWaiter, err error) {
+	for i, p := range ws {
+		deliver(p.w, err, p.pooled)
+		ws[i] = pendingWaiter{}
+	}
+	f.mu.Lock()
+	if f.spare == nil {
+		f.spare = ws[:0]
+	}
+	f.mu.Unlock()
 }
 
 // failWaiters completes the pending round with err and refuses new ones.
 func (f *flusher) failWaiters(err error) {
 	f.mu.Lock()
 	f.stopped = true
-	r := f.pending
+	ws := f.pending
 	f.pending = nil
 	f.mu.Unlock()
-	if r != nil {
-		r.err = err
-		close(r.done)
-	}
+	f.finish(ws, err)
 }
 
 func (f *flusher) run() {
@@ -123,8 +169,9 @@ func (f *flusher) run() {
 		case <-f.wake:
 		case <-timer.C:
 		}
-		r := f.take()
-		if r == nil && !l.flushDue() {
+		ws := f.take()
+		if len(ws) == 0 && !l.flushDue() {
+			f.finish(ws, nil)
 			continue
 		}
 		l.syncMu.Lock()
@@ -135,10 +182,7 @@ func (f *flusher) run() {
 		} else {
 			rp, err = l.flushLocked()
 		}
-		if r != nil {
-			r.err = err
-			close(r.done)
-		}
+		f.finish(ws, err)
 		if err == nil {
 			l.maybeCheckpointLocked(rp)
 		}
@@ -222,7 +266,7 @@ func (l *Log) flushLocked() (recoveryPoint, error) {
 // maybeCheckpointLocked persists the recovery point when the interval or
 // byte budget since the last one is used up. syncMu must be held.
 func (l *Log) maybeCheckpointLocked(rp recoveryPoint) {
-	if rp.Offset == l.ckptOffset {
+	if l.ckptValid && rp == l.ckpt {
 		return
 	}
 	l.mu.RLock()
@@ -299,7 +343,7 @@ func (l *Log) writeRecoveryCheckpointLocked(offset, segBase, pos int64) error {
 		return l.fail("writing recovery checkpoint", err)
 	}
 	l.ckptAt = time.Now()
-	l.ckptOffset = offset
+	l.ckpt, l.ckptValid = rp, true
 	l.mu.RLock()
 	l.ckptBytes = l.bytesBefore(rp)
 	l.mu.RUnlock()
@@ -323,67 +367,67 @@ func (l *Log) Flush() error {
 
 // Durability is a handle on a pending group commit.
 type Durability struct {
-	r *flushRound
+	c <-chan error
 }
 
-// Done is closed once the commit completed (successfully or not).
-func (d Durability) Done() <-chan struct{} {
-	if d.r == nil {
-		return closedChan
-	}
-	return d.r.done
-}
-
-// Err returns the commit's error once Done is closed (a StorageError if the
-// fsync failed and the log went offline).
-func (d Durability) Err() error {
-	if d.r == nil {
-		return nil
-	}
-	select {
-	case <-d.r.done:
-		return d.r.err
-	default:
-		return nil
-	}
-}
+// C returns a channel that delivers exactly one value once the commit is
+// done: nil when the offsets are durable, or the error that made that
+// impossible (a StorageError once the log is offline).
+func (d Durability) C() <-chan error { return d.c }
 
 // Durable returns a handle that completes once every offset below upTo is
 // on stable storage; upTo must not exceed the log end offset. The handle
 // joins the next group commit: every caller waiting at that moment shares
-// one fdatasync.
+// one fdatasync. Unlike WaitDurable, a handle costs an allocation; it is for
+// callers that wait on many things at once (the replication fetch loop).
 func (l *Log) Durable(upTo int64) Durability {
-	if err := l.check(); err != nil {
-		return Durability{r: &flushRound{done: closedChan, err: err}}
+	w := &waiter{ch: make(chan error, 1)}
+	switch {
+	case l.check() != nil:
+		w.ch <- l.check()
+	case l.durable.Load() >= upTo:
+		w.ch <- nil
+	case !l.fl.join(w, false):
+		w.ch <- errClosed
 	}
-	if l.durable.Load() >= upTo {
-		return Durability{}
-	}
-	return Durability{r: l.fl.join()}
+	return Durability{c: w.ch}
 }
 
 // WaitDurable blocks until every offset below upTo is on stable storage, the
 // context ends, or the log fails. It fails with NotLeaderOrFollower if the
 // log was truncated below upTo meanwhile: those records were never
-// committed here.
+// committed here. It does not allocate.
 func (l *Log) WaitDurable(ctx context.Context, upTo int64) error {
 	for {
 		if l.durable.Load() >= upTo {
 			return nil
 		}
-		if leo := l.LogEndOffset(); leo < upTo {
-			if l.durable.Load() >= leo {
-				return errs.New(errs.NotLeaderOrFollower, "log truncated to %d while waiting for offset %d to be durable", leo, upTo)
-			}
+		if err := l.check(); err != nil {
+			return err
 		}
-		d := l.Durable(upTo)
-		select {
-		case <-d.Done():
-			if err := d.Err(); err != nil {
+		if leo := l.LogEndOffset(); leo < upTo && l.durable.Load() >= leo {
+			return errs.New(errs.NotLeaderOrFollower, "log truncated to %d while waiting for offset %d to be durable", leo, upTo)
+		}
+		w := getWaiter()
+		if !l.fl.join(w, true) {
+			putWaiter(w)
+			if err := l.check(); err != nil {
 				return err
 			}
+			return errClosed
+		}
+		var err error
+		select {
+		case err = <-w.ch:
 		case <-ctx.Done():
-			return errs.New(errs.RequestTimedOut, "waiting for durability: %w", ctx.Err())
+			if w.state.CompareAndSwap(waiterWaiting, waiterAbandoned) {
+				return errs.New(errs.RequestTimedOut, "waiting for durability: %w", ctx.Err())
+			}
+			err = <-w.ch // the flusher claimed it first: its send is on the way
+		}
+		putWaiter(w)
+		if err != nil {
+			return err
 		}
 	}
 }

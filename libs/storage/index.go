@@ -71,19 +71,18 @@ func (x *index) appendTime(ts, offset int64) {
 	x.buf = append(x.buf, e[:]...)
 }
 
-// lookupOffset returns the position of the last entry whose offset is at
-// most target, or 0 (the segment start) if there is none.
-func (x *index) lookupOffset(target int64) int64 {
+// lookupOffset returns the last entry whose offset is at most target, or
+// (base, 0), the segment start, if there is none.
+func (x *index) lookupOffset(target int64) (offset, pos int64) {
 	n := x.len()
 	i := sort.Search(n, func(i int) bool {
 		off, _ := x.offsetEntry(i)
 		return off > target
 	})
 	if i == 0 {
-		return 0
+		return x.base, 0
 	}
-	_, pos := x.offsetEntry(i - 1)
-	return pos
+	return x.offsetEntry(i - 1)
 }
 
 // lookupTime returns the offset of the last entry whose timestamp is below

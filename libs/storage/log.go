@@ -118,9 +118,10 @@ type Log struct {
 	fl flusher
 
 	// Recovery-point bookkeeping, guarded by syncMu.
-	ckptAt     time.Time
-	ckptOffset int64
-	ckptBytes  int64 // bytes flushed since the last checkpoint
+	ckpt      recoveryPoint // the persisted recovery point
+	ckptValid bool          // whether ckpt was read or written
+	ckptAt    time.Time
+	ckptBytes int64 // log bytes below ckpt when it was written
 
 	compactMu sync.Mutex // one compaction at a time
 
@@ -312,10 +313,7 @@ func (l *Log) Close() error {
 	}
 	// Waiters of a round the stopped flusher never ran are covered by the
 	// final flush (or learn why it failed).
-	if r := l.fl.take(); r != nil {
-		r.err = err
-		close(r.done)
-	}
+	l.fl.finish(l.fl.take(), err)
 	l.fl.failWaiters(errClosed)
 	l.closeSegments()
 	return err

@@ -206,3 +206,50 @@ func TestWaitDurableTimeout(t *testing.T) {
 	}
 	require.NoError(t, l.WaitDurable(context.Background(), res.LastOffset+1))
 }
+
+// The append path allocates nothing once warm: validation, offset
+// assignment, the write and the index update reuse what exists. (Rolls and
+// the heap index's amortised growth allocate; group-commit rounds allocate
+// one handle per fsync, shared by every waiter.)
+func TestAppendSteadyStateAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector")
+	}
+	cfg := testConfig(t, map[string]string{"segment.bytes": "1073741824", "sluice.fsync.before.ack": "false"})
+	l := openLog(t, t.TempDir(), cfg, Options{})
+	defer l.Close()
+	batch := simpleBatch(t, 20, 1)
+	var leaderErr, followerErr error
+	allocs := testing.AllocsPerRun(200, func() {
+		if _, err := l.AppendAsLeader(batch, 1, record.FromClient); err != nil {
+			leaderErr = err
+		}
+	})
+	require.NoError(t, leaderErr)
+	require.Zero(t, allocs, "leader append")
+
+	f := openLog(t, t.TempDir(), cfg, Options{})
+	defer f.Close()
+	allocs = testing.AllocsPerRun(200, func() {
+		record.AssignOffsets(batch, f.LogEndOffset(), 1)
+		if _, err := f.AppendAsFollower(batch); err != nil {
+			followerErr = err
+		}
+	})
+	require.NoError(t, followerErr)
+	require.Zero(t, allocs, "follower append")
+
+	r, err := l.Read(0, l.LogEndOffset(), 1<<20)
+	require.NoError(t, err)
+	r.Release()
+	allocs = testing.AllocsPerRun(200, func() {
+		r, err := l.Read(100, l.LogEndOffset(), 64<<10)
+		if err != nil {
+			leaderErr = err
+			return
+		}
+		r.Release()
+	})
+	require.NoError(t, leaderErr)
+	require.Zero(t, allocs, "read")
+}

@@ -111,16 +111,19 @@ func (l *Log) Read(offset, maxOffset int64, maxBytes int) (*ReadResult, error) {
 		if s.size == 0 {
 			continue
 		}
-		start := int64(0)
-		if s.base <= offset {
-			start = s.offIdx.lookupOffset(offset)
-		}
 		m, err := s.acquireMap(s.size)
 		if err != nil {
 			res.Release()
 			return nil, l.fail("mapping "+s.log.Name(), err)
 		}
 		data := m.data[:s.size]
+		start := int64(0)
+		if s.base <= offset {
+			var ok bool
+			if start, ok = s.startPosition(offset, func(p int64) []byte { return tail(data, p) }); !ok {
+				l.log.Warn("offset index entry does not match the log; scanning the segment instead", "segment", s.base)
+			}
+		}
 		from, to, next, done := scanRange(data, start, res.NextOffset, maxOffset, maxBytes-res.Bytes, res.Bytes == 0)
 		if to > from {
 			res.Chunks = append(res.Chunks, Chunk{Data: data[from:to:to], m: m})
@@ -203,12 +206,12 @@ func (l *Log) OffsetForTimestamp(ts int64) (offset, timestamp int64, found bool,
 			continue
 		}
 		startOff := max(s.timeIdx.lookupTime(ts), l.logStart)
-		pos := s.offIdx.lookupOffset(startOff)
 		if m, err = s.acquireMap(s.size); err != nil {
 			l.mu.RUnlock()
 			return 0, 0, false, l.fail("mapping "+s.log.Name(), err)
 		}
 		data := m.data[:s.size]
+		pos, _ := s.startPosition(startOff, func(p int64) []byte { return tail(data, p) })
 		for pos+record.BatchHeaderSize <= s.size {
 			n := int64(record.BatchSize(data[pos:]))
 			if n < record.BatchHeaderSize || pos+n > s.size {
@@ -249,4 +252,12 @@ func (l *Log) OffsetForTimestamp(ts int64) (offset, timestamp int64, found bool,
 	// batch's max timestamp still reached ts, so answer its last offset.
 	h, _ := record.ParseBatchHeader(batch)
 	return h.LastOffset(), h.MaxTimestamp, true, nil
+}
+
+// tail returns data[p:], or nil if p is past the end.
+func tail(data []byte, p int64) []byte {
+	if p < 0 || p >= int64(len(data)) {
+		return nil
+	}
+	return data[p:]
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/sluice-io/sluice/libs/errs"
 	"github.com/sluice-io/sluice/libs/record"
@@ -157,8 +158,16 @@ func (l *Log) load() error {
 			s.sinceIdx = s.size
 		}
 		l.leo = rp.Offset
-	} else if err := l.recover(scanSeg, scanPos, scanOff); err != nil {
-		return err
+		l.durable.Store(l.leo)
+	} else {
+		// Only what the recovery point vouches for is known durable; the
+		// recovered tail may exist only in the page cache of the crashed
+		// process's machine, so finishOpen fsyncs it before claiming it.
+		l.durable.Store(scanOff)
+		if err := l.recover(scanSeg, scanPos, scanOff); err != nil {
+			return err
+		}
+		l.durable.Store(min(l.durable.Load(), l.leo))
 	}
 
 	l.logStart = l.segs[0].base
@@ -170,10 +179,10 @@ func (l *Log) load() error {
 		if err := l.resetTo(l.logStart); err != nil {
 			return err
 		}
+		l.durable.Store(l.leo)
 	}
 	l.epochs.truncateFromStart(l.logStart)
 	l.epochs.truncateFromEnd(l.leo)
-	l.durable.Store(l.leo)
 	return l.finishOpen(noScan)
 }
 
@@ -189,9 +198,10 @@ func (l *Log) finishOpen(skipCheckpoint bool) error {
 			return err
 		}
 	}
-	l.ckptOffset = -1
 	if skipCheckpoint && !l.epochs.dirty {
-		l.ckptOffset = l.leo
+		active := l.activeSegment()
+		l.ckpt, l.ckptValid = recoveryPoint{Offset: l.leo, Segment: active.base, Position: active.size}, true
+		l.ckptAt = time.Now()
 		return nil
 	}
 	l.syncMu.Lock()
@@ -457,6 +467,7 @@ func (l *Log) recover(si int, pos, off int64) error {
 				return err
 			}
 			s.sealed = true
+			l.needSync = append(l.needSync, s)
 		}
 	}
 	active := l.activeSegment()

@@ -154,31 +154,44 @@ func (l *Log) deleteSegments(byPolicy bool) (RetentionResult, error) {
 }
 
 // repairCheckpointLocked rewrites the recovery point when the segment it
-// names is gone or it lies past the log end, so the next Open finds it
-// usable. syncMu must be held.
+// names is gone (retention, compaction) or it lies past the log end
+// (truncation), so the next Open can use it. It never fsyncs data: the
+// repaired point is one that is already durable. Every change that
+// invalidates a recovery point keeps the data below min(old point, log end)
+// durable, so the start of the last segment at or below that offset is a
+// valid point (recovery then rescans at most that segment beyond the old
+// point); a truncation, which fsyncs the cut file, keeps the exact end.
+// syncMu must be held.
 func (l *Log) repairCheckpointLocked() error {
-	rp, ok := decodeCheckpointFile(l)
 	l.mu.RLock()
+	rp, ok := l.ckpt, l.ckptValid
 	valid := ok && rp.Offset <= l.leo && slices.ContainsFunc(l.segs, func(s *segment) bool {
 		return s.base == rp.Segment && rp.Position <= s.size
 	})
+	var next recoveryPoint
+	switch {
+	case valid:
+	case ok && rp.Offset >= l.leo:
+		active := l.activeSegment()
+		next = recoveryPoint{Offset: l.leo, Segment: active.base, Position: active.size}
+	default:
+		limit := l.leo
+		if ok {
+			limit = min(limit, rp.Offset)
+		}
+		b := l.segs[0].base
+		for _, s := range l.segs {
+			if s.base <= limit {
+				b = s.base
+			}
+		}
+		next = recoveryPoint{Offset: b, Segment: b, Position: 0}
+	}
 	l.mu.RUnlock()
 	if valid {
 		return nil
 	}
-	rp2, err := l.flushLocked()
-	if err != nil {
-		return err
-	}
-	return l.writeRecoveryCheckpointLocked(rp2.Offset, rp2.Segment, rp2.Position)
-}
-
-func decodeCheckpointFile(l *Log) (recoveryPoint, bool) {
-	data, err := vfs.ReadFile(l.fs, filepath.Join(l.dir, recoveryCheckpointFile))
-	if err != nil {
-		return recoveryPoint{}, false
-	}
-	return decodeRecoveryPoint(data)
+	return l.writeRecoveryCheckpointLocked(next.Offset, next.Segment, next.Position)
 }
 
 // TruncateTo removes every batch that holds an offset at or after offset,
@@ -231,7 +244,10 @@ func (l *Log) truncateLocked(offset int64) error {
 	rd := batchReader{f: target.log, size: target.size}
 	pos := int64(0)
 	if target.base <= offset {
-		pos = target.offIdx.lookupOffset(offset)
+		pos, _ = target.startPosition(offset, func(p int64) []byte {
+			b, _, _ := rd.batchAt(p)
+			return b
+		})
 	}
 	newLEO := offset
 	for pos < target.size {

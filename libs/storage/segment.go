@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-io/sluice/libs/record"
 	"github.com/sluice-io/sluice/libs/storage/vfs"
 )
 
@@ -96,6 +97,33 @@ type segment struct {
 
 	mapMu sync.Mutex
 	mp    *segMap
+
+	// badIndex is set when an index entry turned out not to point at the
+	// batch it names: a damaged index file that passed the load-time
+	// checks, which cannot read the whole segment. Lookups then scan from
+	// the segment start; the next Open rebuilds nothing by itself, so the
+	// condition is logged.
+	badIndex atomic.Bool
+}
+
+// startPosition returns where to start walking batches for target: the
+// index entry's position if the batch there is the one the entry names,
+// else 0. header reads the first bytes of the batch at a position (nil if
+// there is none).
+func (s *segment) startPosition(target int64, header func(pos int64) []byte) (int64, bool) {
+	if s.badIndex.Load() {
+		return 0, true
+	}
+	off, pos := s.offIdx.lookupOffset(target)
+	if pos == 0 {
+		return 0, true
+	}
+	if h := header(pos); len(h) >= record.BatchHeaderSize && record.BaseOffset(h) == off &&
+		record.BatchSize(h) >= record.BatchHeaderSize && pos+int64(record.BatchSize(h)) <= s.size {
+		return pos, true
+	}
+	s.badIndex.Store(true)
+	return 0, false
 }
 
 func (s *segment) path(suffix string) string {

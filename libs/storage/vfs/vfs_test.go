@@ -1,0 +1,119 @@
+package vfs
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-io/sluice/libs/testutil"
+)
+
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
+
+func TestFaultFSDropsUnsyncedBytes(t *testing.T) {
+	dir := t.TempDir()
+	fs := NewFaultFS(OS, 1)
+	path := filepath.Join(dir, "a")
+	f, err := fs.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte("durable"), 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	_, err = f.WriteAt([]byte(" and lost"), 7)
+	require.NoError(t, err)
+	require.EqualValues(t, 7, fs.DurableSize(path))
+
+	require.NoError(t, fs.Crash(CrashOptions{}))
+	_, err = f.WriteAt([]byte("x"), 0)
+	require.ErrorIs(t, err, ErrCrashed)
+	require.NoError(t, f.Close())
+	data, err := ReadFile(fs, path)
+	require.NoError(t, err)
+	require.Equal(t, "durable", string(data))
+}
+
+func TestFaultFSTornWritesAndRenames(t *testing.T) {
+	dir := t.TempDir()
+	fs := NewFaultFS(OS, 2)
+	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	f, err := fs.OpenFile(a, os.O_CREATE|os.O_RDWR, 0o644)
+	require.NoError(t, err)
+	_, err = f.WriteAt(make([]byte, 1000), 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	_, err = f.WriteAt(make([]byte, 1000), 1000)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	require.NoError(t, fs.Rename(a, b))
+	require.EqualValues(t, 1000, fs.DurableSize(b), "durability follows the rename")
+	require.NoError(t, fs.Crash(CrashOptions{KeepSomeUnsynced: true, GarbleKept: true}))
+	fi, err := fs.Stat(b)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, fi.Size(), int64(1000))
+	require.LessOrEqual(t, fi.Size(), int64(2000))
+
+	// WriteFileAtomic leaves the old or the new content, never a mix.
+	require.NoError(t, WriteFileAtomic(fs, b, []byte("new")))
+	require.NoError(t, fs.Crash(CrashOptions{}))
+	data, err := ReadFile(fs, b)
+	require.NoError(t, err)
+	require.Equal(t, "new", string(data))
+}
+
+func TestFaultInjection(t *testing.T) {
+	dir := t.TempDir()
+	fs := NewFaultFS(OS, 3)
+	path := filepath.Join(dir, "seg.log")
+	f, err := fs.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	require.NoError(t, err)
+	defer f.Close()
+
+	remove := fs.Inject(Fault{Op: OpSync, PathSuffix: ".log", Err: EIO, After: 1, Times: 1})
+	require.NoError(t, f.Sync())
+	err = f.Sync()
+	require.True(t, errors.Is(err, syscall.EIO), "%v", err)
+	require.NoError(t, f.Sync(), "Times bounds the fault")
+	remove()
+
+	fs.Inject(Fault{Op: OpWrite, PathSuffix: ".log", Err: ENOSPC, Partial: true, Times: 1})
+	n, err := f.WriteAt([]byte("0123456789"), 0)
+	require.True(t, errors.Is(err, syscall.ENOSPC))
+	require.Equal(t, 5, n, "half the bytes were written")
+	size, err := f.Size()
+	require.NoError(t, err)
+	require.EqualValues(t, 5, size)
+	require.Equal(t, 1, fs.Count(OpWrite))
+
+	require.NoError(t, fs.FlipBit(path, 0, 0))
+	buf := make([]byte, 1)
+	_, err = f.ReadAt(buf, 0)
+	require.NoError(t, err)
+	require.Equal(t, byte('0')^1, buf[0])
+	require.NoError(t, fs.TruncateFile(path, 2))
+	size, err = f.Size()
+	require.NoError(t, err)
+	require.EqualValues(t, 2, size)
+}
+
+func TestOSMap(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "m")
+	f, err := OS.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = f.WriteAt([]byte("hello"), 0)
+	require.NoError(t, err)
+	m, err := f.Map(1 << 20) // longer than the file: allowed
+	require.NoError(t, err)
+	require.Equal(t, "hello", string(m.Bytes()[:5]))
+	_, err = f.WriteAt([]byte(" world"), 5)
+	require.NoError(t, err)
+	require.Equal(t, "hello world", string(m.Bytes()[:11]), "writes show through the shared map")
+	require.NoError(t, m.Close())
+	names, err := OS.ReadDir(filepath.Dir(path))
+	require.NoError(t, err)
+	require.Equal(t, []string{"m"}, names)
+}
