@@ -96,6 +96,18 @@ func Start(t testing.TB, o Options) *devcluster.Cluster {
 		if t.Failed() {
 			dumpLogs(t, dir)
 		}
+		// SLUICE_TEST_LOGS keeps every process log of every test, for
+		// looking into a run that passed but behaved oddly.
+		if keep := os.Getenv("SLUICE_TEST_LOGS"); keep != "" {
+			dst := filepath.Join(keep, strings.ReplaceAll(t.Name(), "/", "_"))
+			_ = os.MkdirAll(dst, 0o755)
+			logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+			for _, l := range logs {
+				if b, err := os.ReadFile(l); err == nil {
+					_ = os.WriteFile(filepath.Join(dst, filepath.Base(l)), b, 0o644)
+				}
+			}
+		}
 	})
 	return c
 }

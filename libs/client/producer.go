@@ -469,10 +469,7 @@ func (p *Producer) send(ctx context.Context, addr string, batches []*prodBatch) 
 				Data: &storagev1.ProducePartition_Batches{Batches: b.data},
 			})
 		}
-		conn := p.conn(addr)
-		if err := conn.send(ctx, req, group); err != nil {
-			p.complete(group, nil, err)
-		}
+		p.conn(addr).enqueue(req, group)
 	}
 }
 
@@ -521,13 +518,23 @@ func (p *Producer) complete(group []*prodBatch, resp *storagev1.ProduceResponse,
 }
 
 // prodConn pipelines requests to one node on a ProduceStream, opened on
-// first use and again after it breaks.
+// first use and again after it breaks. Each node has its own sending
+// goroutine, so a node that stops reading (paused, cut off) blocks only the
+// partitions it leads.
 type prodConn struct {
 	p    *Producer
 	addr string
 
-	mu  sync.Mutex
-	cur *prodStream
+	mu     sync.Mutex
+	cond   *sync.Cond
+	queue  []queuedReq
+	cur    *prodStream
+	closed bool
+}
+
+type queuedReq struct {
+	req   *storagev1.ProduceRequest
+	group []*prodBatch
 }
 
 // prodStream is one ProduceStream with the requests in flight on it.
@@ -535,7 +542,12 @@ type prodStream struct {
 	stream  grpc.BidiStreamingClient[storagev1.ProduceStreamRequest, storagev1.ProduceStreamResponse]
 	cancel  context.CancelFunc
 	nextID  uint64
-	pending map[uint64][]*prodBatch
+	pending map[uint64]inflightReq
+}
+
+type inflightReq struct {
+	group []*prodBatch
+	sent  time.Time
 }
 
 func (p *Producer) conn(addr string) *prodConn {
@@ -544,39 +556,137 @@ func (p *Producer) conn(addr string) *prodConn {
 	c, ok := p.conns[addr]
 	if !ok {
 		c = &prodConn{p: p, addr: addr}
+		c.cond = sync.NewCond(&c.mu)
 		p.conns[addr] = c
+		go c.loop()
+		go c.watch()
 	}
 	return c
 }
 
-func (c *prodConn) send(ctx context.Context, req *storagev1.ProduceRequest, group []*prodBatch) error {
+// enqueue queues a request for the node; it never blocks.
+func (c *prodConn) enqueue(req *storagev1.ProduceRequest, group []*prodBatch) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cur == nil {
-		conn, err := c.p.c.Conn(c.addr)
-		if err != nil {
-			return err
+	c.queue = append(c.queue, queuedReq{req, group})
+	c.cond.Signal()
+	c.mu.Unlock()
+}
+
+// loop sends queued requests in order.
+func (c *prodConn) loop() {
+	for {
+		c.mu.Lock()
+		for len(c.queue) == 0 && !c.closed {
+			c.cond.Wait()
 		}
-		sctx, cancel := context.WithCancel(ctx)
-		stream, err := storagev1.NewStorageServiceClient(conn).ProduceStream(sctx)
-		if err != nil {
-			cancel()
-			return err
+		if c.closed {
+			queue := c.queue
+			c.queue = nil
+			c.mu.Unlock()
+			for _, q := range queue {
+				c.p.complete(q.group, nil, ErrProducerClosed)
+			}
+			return
 		}
-		c.cur = &prodStream{stream: stream, cancel: cancel, pending: map[uint64][]*prodBatch{}}
-		go c.receive(c.cur)
+		q := c.queue[0]
+		c.queue = c.queue[1:]
+		ps, err := c.streamLocked()
+		if err != nil {
+			c.mu.Unlock()
+			c.p.complete(q.group, nil, err)
+			continue
+		}
+		ps.nextID++
+		id := ps.nextID
+		ps.pending[id] = inflightReq{group: q.group, sent: time.Now()}
+		c.mu.Unlock()
+		// Send may block on flow control while the node does not read;
+		// only this node's requests wait.
+		if err := ps.stream.Send(&storagev1.ProduceStreamRequest{RequestId: id, Request: q.req}); err != nil {
+			// The receiver fails every request in flight on this stream,
+			// this one included.
+			c.abandon(ps)
+		}
 	}
-	ps := c.cur
-	ps.nextID++
-	id := ps.nextID
-	ps.pending[id] = group
-	if err := ps.stream.Send(&storagev1.ProduceStreamRequest{RequestId: id, Request: req}); err != nil {
-		// The receiver fails every request in flight on this stream,
-		// this one included.
-		ps.cancel()
+}
+
+// streamLocked returns the current stream, opening one if needed.
+func (c *prodConn) streamLocked() (*prodStream, error) {
+	if c.cur != nil {
+		return c.cur, nil
+	}
+	conn, err := c.p.c.Conn(c.addr)
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	stream, err := storagev1.NewStorageServiceClient(conn).ProduceStream(sctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	c.cur = &prodStream{stream: stream, cancel: cancel, pending: map[uint64]inflightReq{}}
+	go c.receive(c.cur)
+	return c.cur, nil
+}
+
+// abandon cancels a stream; its receiver then fails what was in flight.
+func (c *prodConn) abandon(ps *prodStream) {
+	c.mu.Lock()
+	if c.cur == ps {
 		c.cur = nil
 	}
-	return nil
+	c.mu.Unlock()
+	ps.cancel()
+}
+
+// watch abandons a stream whose oldest request has waited longer than the
+// request timeout, or whose requests' partitions metadata says moved to
+// another leader (the node may be paused or cut off, and will never
+// answer).
+func (c *prodConn) watch() {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for range tick.C {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return
+		}
+		ps := c.cur
+		var oldest time.Time
+		var batches []*prodBatch
+		if ps != nil {
+			for _, r := range ps.pending {
+				if oldest.IsZero() || r.sent.Before(oldest) {
+					oldest = r.sent
+				}
+				batches = append(batches, r.group...)
+			}
+		}
+		c.mu.Unlock()
+		if ps == nil || oldest.IsZero() {
+			continue
+		}
+		age := time.Since(oldest)
+		if age > c.p.cfg.RequestTimeout {
+			c.abandon(ps)
+			continue
+		}
+		if age < time.Second {
+			continue
+		}
+		moved := false
+		for _, b := range batches {
+			c.p.md.refreshSoon(b.tp.topic)
+			if l, ok := c.p.md.leader(b.tp.topic, b.tp.partition); ok && l.addr != c.addr {
+				moved = true
+			}
+		}
+		if moved {
+			c.abandon(ps)
+		}
+	}
 }
 
 // receive matches responses to requests; when the stream breaks, every
@@ -587,37 +697,40 @@ func (c *prodConn) receive(ps *prodStream) {
 		if err != nil {
 			c.mu.Lock()
 			failed := ps.pending
-			ps.pending = map[uint64][]*prodBatch{}
+			ps.pending = map[uint64]inflightReq{}
 			if c.cur == ps {
 				c.cur = nil
 			}
 			c.mu.Unlock()
 			ps.cancel()
-			for _, g := range failed {
-				c.p.complete(g, nil, err)
+			for _, r := range failed {
+				c.p.complete(r.group, nil, err)
 			}
 			return
 		}
 		c.mu.Lock()
-		group := ps.pending[resp.GetRequestId()]
+		r, ok := ps.pending[resp.GetRequestId()]
 		delete(ps.pending, resp.GetRequestId())
 		c.mu.Unlock()
-		if group == nil {
+		if !ok {
 			continue
 		}
 		if e := errs.FromProto(resp.GetError()); e != nil {
-			c.p.complete(group, nil, e)
+			c.p.complete(r.group, nil, e)
 			continue
 		}
-		c.p.complete(group, resp.GetResponse(), nil)
+		c.p.complete(r.group, resp.GetResponse(), nil)
 	}
 }
 
 func (c *prodConn) close() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cur != nil {
-		c.cur.cancel()
-		c.cur = nil
+	c.closed = true
+	cur := c.cur
+	c.cur = nil
+	c.cond.Broadcast()
+	c.mu.Unlock()
+	if cur != nil {
+		cur.cancel()
 	}
 }

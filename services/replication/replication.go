@@ -302,9 +302,15 @@ func (f *fetcher) receive(ctx context.Context, stream grpc.BidiStreamingClient[r
 				}
 				continue
 			}
-			// NOT_LEADER or an epoch error: metadata will move this partition
-			// to the right leader; until then it waits.
-			f.r.logger.Debug("leader stopped serving a partition", log.TopicPartition(tp.Topic, tp.Partition), log.NodeID(f.leader), log.Err(e))
+			// NOT_LEADER or an epoch error. Either this node learned of the
+			// leadership before the leader did (ask again shortly), or the
+			// partition moved (metadata will take it off this stream).
+			f.r.logger.Debug("leader refused a partition; asking again", log.TopicPartition(tp.Topic, tp.Partition), log.NodeID(f.leader), log.Err(e))
+			time.AfterFunc(100*time.Millisecond, func() {
+				if cur, ok := f.partitions()[tp]; ok && cur == p && ctx.Err() == nil {
+					_ = send([]*replicationv1.FollowerPosition{position(p)}) // a broken stream is handled by the receive loop
+				}
+			})
 			continue
 		}
 		if d := resp.GetDivergingEpoch(); d != nil {
