@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	replicationv1 "github.com/sluice-io/sluice/gen/go/sluice/replication/v1"
 	"github.com/sluice-io/sluice/integration/cluster"
 	"github.com/sluice-io/sluice/libs/client"
@@ -384,4 +385,9 @@ func replicaStates(t *testing.T, ctx context.Context, cl *client.Client, addr st
 	resp, err := replicationv1.NewReplicationServiceClient(conn).DescribeReplicas(ctx, &replicationv1.DescribeReplicasRequest{})
 	require.NoError(t, err)
 	return resp.GetReplicas()
+}
+
+// oneRecord is a single plain record whose key names its origin.
+func oneRecord(key string) *commonv1.Records {
+	return &commonv1.Records{Records: []*commonv1.Record{{Key: []byte(key), Value: []byte("-1")}}}
 }

@@ -31,6 +31,10 @@ type Options struct {
 	Combined bool
 	// ExtraArgs are passed to every process.
 	ExtraArgs []string
+	// Hosts and Wrap place processes in network namespaces (see
+	// devcluster.Spec).
+	Hosts []string
+	Wrap  func(k int) []string
 }
 
 // DefaultArgs make processes start fast on a busy test machine without
@@ -84,6 +88,8 @@ func Start(t testing.TB, o Options) *devcluster.Cluster {
 		Controllers:  o.Controllers,
 		StorageNodes: o.StorageNodes,
 		Combined:     o.Combined,
+		Hosts:        o.Hosts,
+		Wrap:         o.Wrap,
 		ExtraArgs:    append(append([]string{}, DefaultArgs...), o.ExtraArgs...),
 		ReadyTimeout: 90 * time.Second,
 	})

@@ -45,6 +45,13 @@ type Spec struct {
 	BasePort int
 	// Host is the address to bind; empty means 127.0.0.1.
 	Host string
+	// Hosts, if set, gives each process (controllers first) its own
+	// address, such as a network namespace's; every process then uses the
+	// base ports.
+	Hosts []string
+	// Wrap, if set, returns a command prefix for process k, such as
+	// "ip netns exec <ns>".
+	Wrap func(k int) []string
 	// ExtraArgs are appended to every process's command line.
 	ExtraArgs []string
 	// Output, if set, receives every process's log lines prefixed with its
@@ -95,13 +102,19 @@ func Start(ctx context.Context, spec Spec) (*Cluster, error) {
 		return nil, err
 	}
 	var peers, controllerAddrs []string
+	host := func(k int) string {
+		if k < len(spec.Hosts) {
+			return spec.Hosts[k]
+		}
+		return spec.Host
+	}
 	for i := range spec.Controllers {
-		peers = append(peers, fmt.Sprintf("controller-%d=http://%s:%d", i+1, spec.Host, ports[i][3]))
-		controllerAddrs = append(controllerAddrs, fmt.Sprintf("%s:%d", spec.Host, ports[i][0]))
+		peers = append(peers, fmt.Sprintf("controller-%d=http://%s:%d", i+1, host(i), ports[i][3]))
+		controllerAddrs = append(controllerAddrs, fmt.Sprintf("%s:%d", host(i), ports[i][0]))
 	}
 	for k := range n {
-		p := &Process{cluster: c, NodeID: int32(k + 1)}
-		addr := func(i int) string { return fmt.Sprintf("%s:%d", spec.Host, ports[k][i]) }
+		p := &Process{cluster: c, NodeID: int32(k + 1), index: k}
+		addr := func(i int) string { return fmt.Sprintf("%s:%d", host(k), ports[k][i]) }
 		p.Addr, p.HTTPAddr = addr(0), addr(1)
 		if k < spec.Controllers {
 			p.Name = fmt.Sprintf("controller-%d", k+1)
@@ -154,6 +167,18 @@ func Start(ctx context.Context, spec Spec) (*Cluster, error) {
 // ports.
 func (c *Cluster) ports(n int) ([][4]int, error) {
 	out := make([][4]int, n)
+	if len(c.spec.Hosts) > 0 {
+		base := c.spec.BasePort
+		if base == 0 {
+			base = 9090
+		}
+		for k := range n {
+			for i := range 4 {
+				out[k][i] = base + i
+			}
+		}
+		return out, nil
+	}
 	if c.spec.BasePort != 0 {
 		for k := range n {
 			for i := range 4 {

@@ -33,6 +33,7 @@ type Process struct {
 	Args           []string
 
 	cluster *Cluster
+	index   int
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -62,7 +63,11 @@ func (p *Process) Start() error {
 	if err != nil {
 		return fmt.Errorf("opening log of %s: %w", p.Name, err)
 	}
-	cmd := exec.Command(p.cluster.spec.Sluiced, p.Args...)
+	argv := append([]string{p.cluster.spec.Sluiced}, p.Args...)
+	if wrap := p.cluster.spec.Wrap; wrap != nil {
+		argv = append(wrap(p.index), argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	var sink io.Writer = logFile
 	var pw *io.PipeWriter
 	if p.cluster.out != nil {

@@ -1,0 +1,105 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
+	"github.com/sluice-io/sluice/integration/cluster"
+	"github.com/sluice-io/sluice/integration/netns"
+	"github.com/sluice-io/sluice/libs/client"
+	"github.com/sluice-io/sluice/libs/errs"
+)
+
+// A storage node cut off from the controller and the other storage nodes
+// (but still reachable by clients) never acknowledges an acks=all write:
+// its followers cannot fetch from it, so its high watermark cannot move.
+// After the partition heals, every record that was acknowledged is read
+// back, and the replicas agree byte for byte.
+func TestIsolatedNodeNeverAcknowledges(t *testing.T) {
+	if err := netns.Available(); err != nil {
+		if os.Getenv("SLUICE_REQUIRE_NETNS") != "" {
+			t.Fatalf("network namespaces are required here: %v", err)
+		}
+		t.Skipf("no network namespaces: %v", err)
+	}
+	net := netns.New(t, 4)
+	var hosts []string
+	for _, h := range net.Hosts {
+		hosts = append(hosts, h.IP)
+	}
+	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 3, ExtraArgs: fastSessions, Hosts: hosts, Wrap: net.Exec})
+	cl := cluster.Client(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const topic, partitions = "cut", int32(3)
+	_, err := cl.CreateTopic(ctx, topic, partitions, 3, map[string]string{"min.insync.replicas": "2"})
+	require.NoError(t, err)
+
+	p := cl.NewProducer(client.ProducerConfig{Acks: client.AcksAll, DeliveryTimeout: 3 * time.Minute, Linger: 2 * time.Millisecond})
+	w := &workload{lastAck: map[int32]time.Time{}}
+	pctx, stopProducing := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { w.run(pctx, t, p, topic) })
+	time.Sleep(3 * time.Second)
+
+	ls, _ := leaders(t, ctx, cl, topic)
+	victim := nodeByID(c, ls[0])
+	k := int(victim.NodeID - 1) // process index = host index
+	var others []int
+	for i := range net.Hosts {
+		if i != k {
+			others = append(others, i)
+		}
+	}
+	t.Logf("cutting node %d (%s) off from the controller and the other storage nodes", victim.NodeID, victim.Addr)
+	net.Isolate(k, others...)
+
+	// Produce straight to the isolated node for the partition it led,
+	// with its old leader epoch, for the whole isolation: nothing may be
+	// acknowledged.
+	conn, err := cl.Conn(victim.Addr)
+	require.NoError(t, err)
+	sc := storagev1.NewStorageServiceClient(conn)
+	isolatedUntil := time.Now().Add(15 * time.Second)
+	attempts, refused := 0, map[string]int{}
+	for time.Now().Before(isolatedUntil) {
+		rctx, rcancel := context.WithTimeout(ctx, 4*time.Second)
+		resp, err := sc.Produce(rctx, &storagev1.ProduceRequest{Acks: storagev1.Acks_ACKS_ALL, TimeoutMs: 3000,
+			Partitions: []*storagev1.ProducePartition{{Topic: topic, Partition: 0,
+				Data: &storagev1.ProducePartition_Records{Records: oneRecord("from-the-minority")}}}})
+		rcancel()
+		attempts++
+		if err == nil {
+			err = errs.FromProto(resp.GetResults()[0].GetError())
+		}
+		require.Error(t, err, "the isolated node acknowledged a write")
+		refused[errs.Name(errs.CodeOf(err))]++
+	}
+	t.Logf("%d writes sent to the isolated node, none acknowledged: %v", attempts, refused)
+	net.Heal(k)
+	t.Logf("healed")
+	time.Sleep(5 * time.Second)
+	stopProducing()
+	wg.Wait()
+	require.NoError(t, p.Close(ctx))
+
+	w.mu.Lock()
+	acked := append([]ack(nil), w.acked...)
+	w.mu.Unlock()
+	waitFullISR(t, ctx, cl, topic)
+	read := readAll(t, ctx, cl, topic, partitions)
+	dups := checkHistory(t, acked, read)
+	for _, recs := range read {
+		for _, r := range recs {
+			require.NotEqual(t, "from-the-minority", r.key, "a write refused by the isolated node survived")
+		}
+	}
+	t.Logf("%d acknowledged records all read back (%d duplicates from retries)", len(acked), dups)
+	checkReplicasIdentical(t, ctx, c, cl, topic, partitions)
+}
