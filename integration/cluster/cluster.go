@@ -42,36 +42,46 @@ type Options struct {
 // leases stay as configured.
 var DefaultArgs = []string{"--log.level=debug"}
 
-var (
-	buildOnce sync.Once
-	buildPath string
-	buildErr  error
-)
+// binary builds a program of this workspace once per test binary, unless
+// env names a prebuilt one (the Makefile sets SLUICED and SLUICE to bin/).
+type binary struct {
+	env, pkg, name string
+	once           sync.Once
+	path           string
+	err            error
+}
 
-// Sluiced returns the path of a sluiced binary: $SLUICED if set (the
-// Makefile sets it to the freshly built bin/sluiced), otherwise one built
-// from this workspace once per test binary.
-func Sluiced(t testing.TB) string {
+func (b *binary) get(t testing.TB) string {
 	t.Helper()
-	if p := os.Getenv("SLUICED"); p != "" {
+	if p := os.Getenv(b.env); p != "" {
 		return p
 	}
-	buildOnce.Do(func() {
+	b.once.Do(func() {
 		dir := filepath.Join(os.TempDir(), "sluice-it-build")
-		if buildErr = os.MkdirAll(dir, 0o755); buildErr != nil {
+		if b.err = os.MkdirAll(dir, 0o755); b.err != nil {
 			return
 		}
-		buildPath = filepath.Join(dir, "sluiced")
-		out, err := exec.Command("go", "build", "-o", buildPath, "github.com/sluice-io/sluice/services/sluiced").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("building sluiced: %v\n%s", err, out)
+		b.path = filepath.Join(dir, b.name)
+		if out, err := exec.Command("go", "build", "-o", b.path, b.pkg).CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("building %s: %v\n%s", b.name, err, out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return buildPath
+	return b.path
 }
+
+var (
+	sluiced = &binary{env: "SLUICED", pkg: "github.com/sluice-io/sluice/services/sluiced", name: "sluiced"}
+	cli     = &binary{env: "SLUICE", pkg: "github.com/sluice-io/sluice/tools/sluice", name: "sluice"}
+)
+
+// Sluiced returns the path of a sluiced binary.
+func Sluiced(t testing.TB) string { return sluiced.get(t) }
+
+// CLI returns the path of a sluice (CLI) binary.
+func CLI(t testing.TB) string { return cli.get(t) }
 
 // Start starts a cluster for the test and stops it when the test ends.
 func Start(t testing.TB, o Options) *devcluster.Cluster {
