@@ -35,6 +35,8 @@ type Options struct {
 	// devcluster.Spec).
 	Hosts []string
 	Wrap  func(k int) []string
+	// Env is added to every process's environment.
+	Env []string
 }
 
 // DefaultArgs make processes start fast on a busy test machine without
@@ -99,6 +101,7 @@ func Start(t testing.TB, o Options) *devcluster.Cluster {
 		StorageNodes: o.StorageNodes,
 		Combined:     o.Combined,
 		Hosts:        o.Hosts,
+		Env:          o.Env,
 		Wrap:         o.Wrap,
 		ExtraArgs:    append(append([]string{}, DefaultArgs...), o.ExtraArgs...),
 		ReadyTimeout: 90 * time.Second,

@@ -7,6 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
@@ -195,6 +198,7 @@ func (k *Consumer) Poll(ctx context.Context) ([]*ConsumedRecord, error) {
 				return nil, f.err
 			}
 			if recs := k.accept(f); len(recs) > 0 {
+				k.traceConsume(ctx, recs)
 				return recs, nil
 			}
 		case <-ctx.Done():
@@ -222,6 +226,43 @@ func (k *Consumer) accept(f fetched) []*ConsumedRecord {
 		out = append(out, r)
 	}
 	return out
+}
+
+// RecordContext returns ctx carrying the trace context a producer put in a
+// record's headers (W3C traceparent), so processing the record can be a
+// span of the producer's trace, or link to it.
+func RecordContext(ctx context.Context, r *ConsumedRecord) context.Context {
+	carrier := propagation.MapCarrier{}
+	for _, h := range r.Headers {
+		if h.Key == "traceparent" || h.Key == "tracestate" {
+			carrier[h.Key] = string(h.Value)
+		}
+	}
+	if len(carrier) == 0 {
+		return ctx
+	}
+	return propagation.TraceContext{}.Extract(ctx, carrier)
+}
+
+// traceConsume records a "consume" span for records returned by Poll,
+// linked to the spans that produced them.
+func (k *Consumer) traceConsume(ctx context.Context, recs []*ConsumedRecord) {
+	tel := k.c.cfg.Telemetry
+	if tel == nil || len(recs) == 0 {
+		return
+	}
+	var links []trace.Link
+	for _, r := range recs {
+		if sc := trace.SpanContextFromContext(RecordContext(context.Background(), r)); sc.IsValid() && len(links) < 128 {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
+	if len(links) == 0 {
+		return
+	}
+	_, span := tel.Tracer("client").Tracer("github.com/sluice-io/sluice/libs/client").Start(ctx, "consume",
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(links...), trace.WithAttributes(attribute.Int("records", len(recs))))
+	span.End()
 }
 
 // Close stops fetching.

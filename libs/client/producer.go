@@ -7,6 +7,10 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
@@ -150,6 +154,8 @@ type pendingRecord struct {
 	rec *Record
 	cb  func(Result)
 	idx int32 // index in its batch
+	// sc is the span of the code that produced the record, if traced.
+	sc trace.SpanContext
 }
 
 type prodBatch struct {
@@ -159,6 +165,7 @@ type prodBatch struct {
 	bytes    int
 	created  time.Time
 	attempts int
+	span     trace.Span // the request span of the current attempt
 }
 
 type prodPartition struct {
@@ -227,16 +234,27 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 	if ts.IsZero() {
 		ts = time.Now()
 	}
+	sc := trace.SpanContextFromContext(ctx)
+	headers := r.Headers
+	if sc.IsValid() && p.c.cfg.Telemetry != nil {
+		// The trace travels with the record, so a consumer's span can link
+		// to the producer's (W3C traceparent header).
+		carrier := propagation.MapCarrier{}
+		p.c.cfg.Telemetry.Propagator.Inject(ctx, carrier)
+		for k, v := range carrier {
+			headers = append(headers[:len(headers):len(headers)], record.Header{Key: k, Value: []byte(v)})
+		}
+	}
 	if pp.openBytes > 0 && pp.openBytes+size > p.cfg.BatchBytes {
 		p.sealLocked(pp)
 	}
-	if err := pp.builder.Append(&record.Record{Timestamp: ts.UnixMilli(), Key: r.Key, Value: r.Value, Headers: r.Headers}); err != nil {
+	if err := pp.builder.Append(&record.Record{Timestamp: ts.UnixMilli(), Key: r.Key, Value: r.Value, Headers: headers}); err != nil {
 		return err
 	}
 	if len(pp.open) == 0 {
 		pp.openSince = time.Now()
 	}
-	pp.open = append(pp.open, pendingRecord{rec: r, cb: cb, idx: int32(len(pp.open))})
+	pp.open = append(pp.open, pendingRecord{rec: r, cb: cb, idx: int32(len(pp.open)), sc: sc})
 	pp.openBytes += size
 	p.buffered += size
 	if pp.openBytes >= p.cfg.BatchBytes {
@@ -469,12 +487,59 @@ func (p *Producer) send(ctx context.Context, addr string, batches []*prodBatch) 
 				Data: &storagev1.ProducePartition_Batches{Batches: b.data},
 			})
 		}
+		p.traceRequest(req, group)
 		p.conn(addr).enqueue(req, group)
+	}
+}
+
+// traceRequest starts the span of a request whose records were produced
+// under a trace: a child of the first traced record's span, linked to the
+// others'. The request carries it to the leader.
+func (p *Producer) traceRequest(req *storagev1.ProduceRequest, group []*prodBatch) {
+	tel := p.c.cfg.Telemetry
+	if tel == nil {
+		return
+	}
+	var parent trace.SpanContext
+	var links []trace.Link
+	for _, b := range group {
+		for _, r := range b.recs {
+			if !r.sc.IsValid() {
+				continue
+			}
+			if !parent.IsValid() {
+				parent = r.sc
+			} else if len(links) < 32 && !r.sc.Equal(parent) {
+				links = append(links, trace.Link{SpanContext: r.sc})
+			}
+		}
+	}
+	if !parent.IsValid() {
+		return
+	}
+	ctx, span := tel.Tracer("client").Tracer("github.com/sluice-io/sluice/libs/client").Start(
+		trace.ContextWithSpanContext(context.Background(), parent), "produce",
+		trace.WithSpanKind(trace.SpanKindProducer), trace.WithLinks(links...),
+		trace.WithAttributes(attribute.Int("partitions", len(req.GetPartitions())), attribute.String("acks", req.GetAcks().String())))
+	carrier := propagation.MapCarrier{}
+	tel.Propagator.Inject(ctx, carrier)
+	req.TraceContext = carrier
+	for _, b := range group {
+		b.span = span
 	}
 }
 
 // complete handles the answer (or failure) of one request.
 func (p *Producer) complete(group []*prodBatch, resp *storagev1.ProduceResponse, reqErr error) {
+	if len(group) > 0 && group[0].span != nil {
+		if reqErr != nil {
+			group[0].span.SetStatus(otelcodes.Error, reqErr.Error())
+		}
+		group[0].span.End()
+		for _, b := range group {
+			b.span = nil
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, b := range group {

@@ -54,6 +54,8 @@ type Spec struct {
 	Wrap func(k int) []string
 	// ExtraArgs are appended to every process's command line.
 	ExtraArgs []string
+	// Env is added to every process's environment.
+	Env []string
 	// Output, if set, receives every process's log lines prefixed with its
 	// name; otherwise logs go only to <Dir>/<name>.log.
 	Output io.Writer

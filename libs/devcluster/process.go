@@ -68,6 +68,9 @@ func (p *Process) Start() error {
 		argv = append(wrap(p.index), argv...)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
+	if len(p.cluster.spec.Env) > 0 {
+		cmd.Env = append(os.Environ(), p.cluster.spec.Env...)
+	}
 	var sink io.Writer = logFile
 	var pw *io.PipeWriter
 	if p.cluster.out != nil {

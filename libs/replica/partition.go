@@ -51,6 +51,7 @@ type Partition struct {
 	hwSaved  int64
 	closed   bool
 	cfgStamp storage.Config
+	traced   []*tracedAppend
 }
 
 // follower is what a leader knows of one follower.
@@ -443,6 +444,7 @@ func (p *Partition) updateFollowerLocked(replica int32, leo int64) {
 	f.lastFetch = now
 	if leo > f.leo {
 		f.leo = leo
+		p.traceFollowerLocked(replica, leo)
 	}
 	if f.leo >= p.log.LogEndOffset() {
 		f.lastCaughtUp = now

@@ -206,6 +206,7 @@ func (s *Server) serveOne(stream grpc.ServerStream, replica int32, tp TP, mu *sy
 		return nil, stream.SendMsg(resp)
 	case data != nil && len(data.Chunks) > 0:
 		resp.BaseOffset = st.fetchOffset
+		resp.TraceContext = p.traceContextFor(st.fetchOffset, data.NextOffset)
 		mu.Lock()
 		f.awaiting, f.dirty, f.sentHW, f.sentLogStart = true, false, v.HighWatermark, v.LogStart
 		mu.Unlock()

@@ -19,6 +19,10 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 
 	replicationv1 "github.com/sluice-io/sluice/gen/go/sluice/replication/v1"
@@ -71,13 +75,18 @@ type Replication struct {
 	cfg    Config
 	deps   Deps
 	logger *slog.Logger
+	tracer trace.Tracer
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
 // New builds the role.
 func New(cfg Config, deps Deps) *Replication {
-	return &Replication{cfg: cfg, deps: deps, logger: deps.Logger.With(log.Role("replication"))}
+	r := &Replication{cfg: cfg, deps: deps, logger: deps.Logger.With(log.Role("replication")), tracer: noop.NewTracerProvider().Tracer("")}
+	if deps.Telemetry != nil {
+		r.tracer = deps.Telemetry.Tracer("replication").Tracer("github.com/sluice-io/sluice/services/replication")
+	}
+	return r
 }
 
 // Name implements service.Service.
@@ -325,9 +334,20 @@ func (f *fetcher) receive(ctx context.Context, stream grpc.BidiStreamingClient[r
 			continue
 		}
 		hasData := len(resp.GetBatches()) > 0
+		var span trace.Span
+		if tc := resp.GetTraceContext(); len(tc) > 0 && f.r.deps.Telemetry != nil {
+			// The chunk carries a traced produce: its append joins that trace.
+			sctx := f.r.deps.Telemetry.Propagator.Extract(ctx, propagation.MapCarrier(tc))
+			_, span = f.r.tracer.Start(sctx, "replica append", trace.WithAttributes(attribute.String("topic", tp.Topic),
+				attribute.Int("partition", int(tp.Partition)), attribute.Int64("base_offset", resp.GetBaseOffset()),
+				attribute.Int("replica", int(f.r.deps.Replicas.NodeID()))))
+		}
 		if _, err := p.AppendReplicated(ctx, resp.GetBatches(), resp.GetHighWatermark(), resp.GetLogStartOffset()); err != nil {
 			f.r.logger.Warn("cannot append replicated batches; resyncing", log.TopicPartition(tp.Topic, tp.Partition), log.Err(err))
 			hasData = true // report the real position so the leader resends from it
+		}
+		if span != nil {
+			span.End()
 		}
 		if hasData {
 			if err := send([]*replicationv1.FollowerPosition{position(p)}); err != nil {

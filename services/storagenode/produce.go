@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
@@ -133,25 +135,48 @@ func (r *StorageNode) appendAll(ctx context.Context, req *storagev1.ProduceReque
 }
 
 // awaitAll waits for every pending append's acknowledgement concurrently.
-func awaitAll(ctx context.Context, acks replica.Acks, waits []pending) {
+// For a traced acks=all produce each partition's wait is a "replicate"
+// span: followers' appends join it, and it records when each caught up.
+func (r *StorageNode) awaitAll(ctx context.Context, acks replica.Acks, waits []pending) {
 	if len(waits) == 0 {
 		return
 	}
-	span := trace.SpanFromContext(ctx)
+	traced := acks == replica.AcksAll && r.deps.Telemetry != nil && r.deps.Telemetry.Exporting() &&
+		trace.SpanFromContext(ctx).SpanContext().IsSampled()
 	var wg sync.WaitGroup
 	for _, w := range waits {
 		wg.Go(func() {
-			if err := w.part.AwaitAck(ctx, w.append, w.epoch, acks); err != nil {
-				w.res.Error = errs.ItemError(err)
-				return
+			wctx := ctx
+			if traced {
+				var span trace.Span
+				wctx, span = r.tracer.Start(ctx, "replicate", trace.WithAttributes(attribute.String("topic", w.res.GetTopic()),
+					attribute.Int("partition", int(w.res.GetPartition())), attribute.Int64("last_offset", w.append.LastOffset)))
+				carrier := propagation.MapCarrier{}
+				r.deps.Telemetry.Propagator.Inject(wctx, carrier)
+				done := w.part.TraceAppend(w.append.LastOffset, span, carrier)
+				defer func() {
+					done()
+					span.End()
+				}()
 			}
-			if acks == replica.AcksAll {
-				span.AddEvent("replicated", trace.WithAttributes(attribute.String("topic", w.res.GetTopic()),
-					attribute.Int("partition", int(w.res.GetPartition())), attribute.Int64("offset", w.append.LastOffset)))
+			if err := w.part.AwaitAck(wctx, w.append, w.epoch, acks); err != nil {
+				w.res.Error = errs.ItemError(err)
+				trace.SpanFromContext(wctx).SetStatus(otelcodes.Error, err.Error())
 			}
 		})
 	}
 	wg.Wait()
+}
+
+// requestSpan starts the span of one produce request, continuing the
+// trace the request carries (on a stream, gRPC metadata covers the whole
+// stream, not each request).
+func (r *StorageNode) requestSpan(ctx context.Context, req *storagev1.ProduceRequest) (context.Context, trace.Span) {
+	if tc := req.GetTraceContext(); len(tc) > 0 && r.deps.Telemetry != nil {
+		ctx = r.deps.Telemetry.Propagator.Extract(ctx, propagation.MapCarrier(tc))
+	}
+	return r.tracer.Start(ctx, "produce", trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("acks", req.GetAcks().String()), attribute.Int("partitions", len(req.GetPartitions()))))
 }
 
 func produceTimeout(req *storagev1.ProduceRequest) time.Duration {
@@ -166,8 +191,10 @@ func produceTimeout(req *storagev1.ProduceRequest) time.Duration {
 func (r *StorageNode) Produce(ctx context.Context, req *storagev1.ProduceRequest) (*storagev1.ProduceResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, produceTimeout(req))
 	defer cancel()
+	ctx, span := r.requestSpan(ctx, req)
+	defer span.End()
 	out, waits := r.appendAll(ctx, req)
-	awaitAll(ctx, acksOf(req.GetAcks()), waits)
+	r.awaitAll(ctx, acksOf(req.GetAcks()), waits)
 	return out, nil
 }
 
@@ -225,6 +252,7 @@ func (r *StorageNode) ProduceStream(stream grpc.BidiStreamingServer[storagev1.Pr
 		}
 		preq := req.GetRequest()
 		rctx, cancel := context.WithTimeout(ctx, produceTimeout(preq))
+		rctx, span := r.requestSpan(rctx, preq)
 		resp, waits := r.appendAll(rctx, preq)
 		f := &future{id: req.GetRequestId(), resp: resp, done: make(chan struct{})}
 		select {
@@ -236,7 +264,8 @@ func (r *StorageNode) ProduceStream(stream grpc.BidiStreamingServer[storagev1.Pr
 		acks := acksOf(preq.GetAcks())
 		go func() {
 			defer cancel()
-			awaitAll(rctx, acks, waits)
+			r.awaitAll(rctx, acks, waits)
+			span.End()
 			close(f.done)
 		}()
 	}

@@ -13,6 +13,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	replicationv1 "github.com/sluice-io/sluice/gen/go/sluice/replication/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
 	"github.com/sluice-io/sluice/libs/config"
@@ -81,11 +84,16 @@ type StorageNode struct {
 	deps     Deps
 	logger   *slog.Logger
 	replicas *replica.Manager
+	tracer   trace.Tracer
 }
 
 // New builds the role and registers its gRPC services on deps.Server.
 func New(cfg Config, deps Deps) *StorageNode {
-	r := &StorageNode{cfg: cfg, deps: deps, logger: deps.Logger.With(log.Role("storage-node")), replicas: deps.Replicas}
+	r := &StorageNode{cfg: cfg, deps: deps, logger: deps.Logger.With(log.Role("storage-node")), replicas: deps.Replicas,
+		tracer: noop.NewTracerProvider().Tracer("")}
+	if deps.Telemetry != nil {
+		r.tracer = deps.Telemetry.Tracer("storage-node").Tracer("github.com/sluice-io/sluice/services/storagenode")
+	}
 	storagev1.RegisterStorageServiceServer(deps.Server.GRPC, r)
 	rs := replica.NewServer(deps.Replicas)
 	rs.Send = sendFollowerChunk

@@ -279,6 +279,9 @@ type FollowerFetchResponse struct {
 	DivergingEpoch *DivergingEpoch `protobuf:"bytes,7,opt,name=diverging_epoch,json=divergingEpoch,proto3,oneof" json:"diverging_epoch,omitempty"`
 	// Offset of the first batch in batches.
 	BaseOffset int64 `protobuf:"varint,8,opt,name=base_offset,json=baseOffset,proto3" json:"base_offset,omitempty"`
+	// W3C trace context of a traced produce whose records are in this chunk,
+	// so the follower's append joins that produce's trace.
+	TraceContext map[string]string `protobuf:"bytes,9,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Record batches as stored in the leader's log. Always the last field on
 	// the wire, so the leader can stream it from the page cache.
 	Batches       []byte `protobuf:"bytes,15,opt,name=batches,proto3" json:"batches,omitempty"`
@@ -370,6 +373,13 @@ func (x *FollowerFetchResponse) GetBaseOffset() int64 {
 		return x.BaseOffset
 	}
 	return 0
+}
+
+func (x *FollowerFetchResponse) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
+	}
+	return nil
 }
 
 func (x *FollowerFetchResponse) GetBatches() []byte {
@@ -874,7 +884,7 @@ const file_sluice_replication_v1_messages_proto_rawDesc = "" +
 	"replica_id\x18\x01 \x01(\x05R\treplicaId\x120\n" +
 	"\x14replica_broker_epoch\x18\x02 \x01(\x03R\x12replicaBrokerEpoch\x12E\n" +
 	"\tpositions\x18\x03 \x03(\v2'.sluice.replication.v1.FollowerPositionR\tpositions\x12.\n" +
-	"\x13partition_max_bytes\x18\x04 \x01(\x05R\x11partitionMaxBytes\"\x98\x03\n" +
+	"\x13partition_max_bytes\x18\x04 \x01(\x05R\x11partitionMaxBytes\"\xbe\x04\n" +
 	"\x15FollowerFetchResponse\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x123\n" +
@@ -884,8 +894,12 @@ const file_sluice_replication_v1_messages_proto_rawDesc = "" +
 	"\x10log_start_offset\x18\x06 \x01(\x03R\x0elogStartOffset\x12S\n" +
 	"\x0fdiverging_epoch\x18\a \x01(\v2%.sluice.replication.v1.DivergingEpochH\x00R\x0edivergingEpoch\x88\x01\x01\x12\x1f\n" +
 	"\vbase_offset\x18\b \x01(\x03R\n" +
-	"baseOffset\x12\x18\n" +
-	"\abatches\x18\x0f \x01(\fR\abatchesB\x12\n" +
+	"baseOffset\x12c\n" +
+	"\rtrace_context\x18\t \x03(\v2>.sluice.replication.v1.FollowerFetchResponse.TraceContextEntryR\ftraceContext\x12\x18\n" +
+	"\abatches\x18\x0f \x01(\fR\abatches\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x12\n" +
 	"\x10_diverging_epoch\"E\n" +
 	"\x0eDivergingEpoch\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x05R\x05epoch\x12\x1d\n" +
@@ -952,7 +966,7 @@ func file_sluice_replication_v1_messages_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_replication_v1_messages_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sluice_replication_v1_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_sluice_replication_v1_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_sluice_replication_v1_messages_proto_goTypes = []any{
 	(ReplicaRole)(0),                 // 0: sluice.replication.v1.ReplicaRole
 	(*FollowerPosition)(nil),         // 1: sluice.replication.v1.FollowerPosition
@@ -964,24 +978,26 @@ var file_sluice_replication_v1_messages_proto_goTypes = []any{
 	(*DescribeReplicasRequest)(nil),  // 7: sluice.replication.v1.DescribeReplicasRequest
 	(*ReplicaState)(nil),             // 8: sluice.replication.v1.ReplicaState
 	(*DescribeReplicasResponse)(nil), // 9: sluice.replication.v1.DescribeReplicasResponse
-	nil,                              // 10: sluice.replication.v1.ReplicaState.FollowerOffsetsEntry
-	(*v1.Error)(nil),                 // 11: sluice.errordetails.v1.Error
-	(*v11.TopicPartition)(nil),       // 12: sluice.common.v1.TopicPartition
+	nil,                              // 10: sluice.replication.v1.FollowerFetchResponse.TraceContextEntry
+	nil,                              // 11: sluice.replication.v1.ReplicaState.FollowerOffsetsEntry
+	(*v1.Error)(nil),                 // 12: sluice.errordetails.v1.Error
+	(*v11.TopicPartition)(nil),       // 13: sluice.common.v1.TopicPartition
 }
 var file_sluice_replication_v1_messages_proto_depIdxs = []int32{
 	1,  // 0: sluice.replication.v1.FollowerFetchRequest.positions:type_name -> sluice.replication.v1.FollowerPosition
-	11, // 1: sluice.replication.v1.FollowerFetchResponse.error:type_name -> sluice.errordetails.v1.Error
+	12, // 1: sluice.replication.v1.FollowerFetchResponse.error:type_name -> sluice.errordetails.v1.Error
 	4,  // 2: sluice.replication.v1.FollowerFetchResponse.diverging_epoch:type_name -> sluice.replication.v1.DivergingEpoch
-	11, // 3: sluice.replication.v1.ReplicaAppendResponse.error:type_name -> sluice.errordetails.v1.Error
-	12, // 4: sluice.replication.v1.DescribeReplicasRequest.partitions:type_name -> sluice.common.v1.TopicPartition
-	0,  // 5: sluice.replication.v1.ReplicaState.role:type_name -> sluice.replication.v1.ReplicaRole
-	10, // 6: sluice.replication.v1.ReplicaState.follower_offsets:type_name -> sluice.replication.v1.ReplicaState.FollowerOffsetsEntry
-	8,  // 7: sluice.replication.v1.DescribeReplicasResponse.replicas:type_name -> sluice.replication.v1.ReplicaState
-	8,  // [8:8] is the sub-list for method output_type
-	8,  // [8:8] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	10, // 3: sluice.replication.v1.FollowerFetchResponse.trace_context:type_name -> sluice.replication.v1.FollowerFetchResponse.TraceContextEntry
+	12, // 4: sluice.replication.v1.ReplicaAppendResponse.error:type_name -> sluice.errordetails.v1.Error
+	13, // 5: sluice.replication.v1.DescribeReplicasRequest.partitions:type_name -> sluice.common.v1.TopicPartition
+	0,  // 6: sluice.replication.v1.ReplicaState.role:type_name -> sluice.replication.v1.ReplicaRole
+	11, // 7: sluice.replication.v1.ReplicaState.follower_offsets:type_name -> sluice.replication.v1.ReplicaState.FollowerOffsetsEntry
+	8,  // 8: sluice.replication.v1.DescribeReplicasResponse.replicas:type_name -> sluice.replication.v1.ReplicaState
+	9,  // [9:9] is the sub-list for method output_type
+	9,  // [9:9] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_sluice_replication_v1_messages_proto_init() }
@@ -996,7 +1012,7 @@ func file_sluice_replication_v1_messages_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_replication_v1_messages_proto_rawDesc), len(file_sluice_replication_v1_messages_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -417,8 +417,12 @@ type ProduceRequest struct {
 	Partitions []*ProducePartition `protobuf:"bytes,3,rep,name=partitions,proto3" json:"partitions,omitempty"`
 	// Transactional id, for transactional batches.
 	TransactionalId string `protobuf:"bytes,4,opt,name=transactional_id,json=transactionalId,proto3" json:"transactional_id,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// W3C trace context (traceparent, tracestate) of the client span that
+	// sends this request. On ProduceStream, gRPC metadata covers the whole
+	// stream; this carries each request's own trace.
+	TraceContext  map[string]string `protobuf:"bytes,5,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ProduceRequest) Reset() {
@@ -477,6 +481,13 @@ func (x *ProduceRequest) GetTransactionalId() string {
 		return x.TransactionalId
 	}
 	return ""
+}
+
+func (x *ProduceRequest) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
+	}
+	return nil
 }
 
 // RecordError reports one record the server refused.
@@ -2263,7 +2274,7 @@ const file_sluice_storage_v1_messages_proto_rawDesc = "" +
 	"\vcompression\x18\x06 \x01(\x0e2\x1d.sluice.common.v1.CompressionR\vcompression\x12;\n" +
 	"\bproducer\x18\a \x01(\v2\x1f.sluice.storage.v1.ProducerInfoR\bproducerB\x06\n" +
 	"\x04dataB\x17\n" +
-	"\x15_current_leader_epoch\"\xcc\x01\n" +
+	"\x15_current_leader_epoch\"\xe7\x02\n" +
 	"\x0eProduceRequest\x12+\n" +
 	"\x04acks\x18\x01 \x01(\x0e2\x17.sluice.storage.v1.AcksR\x04acks\x12\x1d\n" +
 	"\n" +
@@ -2271,7 +2282,11 @@ const file_sluice_storage_v1_messages_proto_rawDesc = "" +
 	"\n" +
 	"partitions\x18\x03 \x03(\v2#.sluice.storage.v1.ProducePartitionR\n" +
 	"partitions\x12)\n" +
-	"\x10transactional_id\x18\x04 \x01(\tR\x0ftransactionalId\"H\n" +
+	"\x10transactional_id\x18\x04 \x01(\tR\x0ftransactionalId\x12X\n" +
+	"\rtrace_context\x18\x05 \x03(\v23.sluice.storage.v1.ProduceRequest.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"H\n" +
 	"\vRecordError\x12\x1f\n" +
 	"\vbatch_index\x18\x01 \x01(\x05R\n" +
 	"batchIndex\x12\x18\n" +
@@ -2443,7 +2458,7 @@ func file_sluice_storage_v1_messages_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_storage_v1_messages_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_sluice_storage_v1_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_sluice_storage_v1_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_sluice_storage_v1_messages_proto_goTypes = []any{
 	(Acks)(0),                             // 0: sluice.storage.v1.Acks
 	(RecordFormat)(0),                     // 1: sluice.storage.v1.RecordFormat
@@ -2477,53 +2492,55 @@ var file_sluice_storage_v1_messages_proto_goTypes = []any{
 	(*WriteTxnMarkersRequest)(nil),        // 29: sluice.storage.v1.WriteTxnMarkersRequest
 	(*TxnMarkerResult)(nil),               // 30: sluice.storage.v1.TxnMarkerResult
 	(*WriteTxnMarkersResponse)(nil),       // 31: sluice.storage.v1.WriteTxnMarkersResponse
-	(*v1.Records)(nil),                    // 32: sluice.common.v1.Records
-	(v1.Compression)(0),                   // 33: sluice.common.v1.Compression
-	(*v11.Error)(nil),                     // 34: sluice.errordetails.v1.Error
-	(v1.IsolationLevel)(0),                // 35: sluice.common.v1.IsolationLevel
-	(*v1.TopicPartition)(nil),             // 36: sluice.common.v1.TopicPartition
+	nil,                                   // 32: sluice.storage.v1.ProduceRequest.TraceContextEntry
+	(*v1.Records)(nil),                    // 33: sluice.common.v1.Records
+	(v1.Compression)(0),                   // 34: sluice.common.v1.Compression
+	(*v11.Error)(nil),                     // 35: sluice.errordetails.v1.Error
+	(v1.IsolationLevel)(0),                // 36: sluice.common.v1.IsolationLevel
+	(*v1.TopicPartition)(nil),             // 37: sluice.common.v1.TopicPartition
 }
 var file_sluice_storage_v1_messages_proto_depIdxs = []int32{
-	32, // 0: sluice.storage.v1.ProducePartition.records:type_name -> sluice.common.v1.Records
-	33, // 1: sluice.storage.v1.ProducePartition.compression:type_name -> sluice.common.v1.Compression
+	33, // 0: sluice.storage.v1.ProducePartition.records:type_name -> sluice.common.v1.Records
+	34, // 1: sluice.storage.v1.ProducePartition.compression:type_name -> sluice.common.v1.Compression
 	3,  // 2: sluice.storage.v1.ProducePartition.producer:type_name -> sluice.storage.v1.ProducerInfo
 	0,  // 3: sluice.storage.v1.ProduceRequest.acks:type_name -> sluice.storage.v1.Acks
 	4,  // 4: sluice.storage.v1.ProduceRequest.partitions:type_name -> sluice.storage.v1.ProducePartition
-	34, // 5: sluice.storage.v1.ProducePartitionResult.error:type_name -> sluice.errordetails.v1.Error
-	6,  // 6: sluice.storage.v1.ProducePartitionResult.record_errors:type_name -> sluice.storage.v1.RecordError
-	7,  // 7: sluice.storage.v1.ProduceResponse.results:type_name -> sluice.storage.v1.ProducePartitionResult
-	5,  // 8: sluice.storage.v1.ProduceStreamRequest.request:type_name -> sluice.storage.v1.ProduceRequest
-	8,  // 9: sluice.storage.v1.ProduceStreamResponse.response:type_name -> sluice.storage.v1.ProduceResponse
-	34, // 10: sluice.storage.v1.ProduceStreamResponse.error:type_name -> sluice.errordetails.v1.Error
-	11, // 11: sluice.storage.v1.FetchRequest.partitions:type_name -> sluice.storage.v1.FetchPartition
-	35, // 12: sluice.storage.v1.FetchRequest.isolation_level:type_name -> sluice.common.v1.IsolationLevel
-	1,  // 13: sluice.storage.v1.FetchRequest.format:type_name -> sluice.storage.v1.RecordFormat
-	34, // 14: sluice.storage.v1.FetchResponse.error:type_name -> sluice.errordetails.v1.Error
-	13, // 15: sluice.storage.v1.FetchResponse.aborted_transactions:type_name -> sluice.storage.v1.AbortedTransaction
-	14, // 16: sluice.storage.v1.FetchResponse.diverging_epoch:type_name -> sluice.storage.v1.EpochEndOffset
-	32, // 17: sluice.storage.v1.FetchResponse.records:type_name -> sluice.common.v1.Records
-	2,  // 18: sluice.storage.v1.ListOffsetsPartition.spec:type_name -> sluice.storage.v1.OffsetSpec
-	16, // 19: sluice.storage.v1.ListOffsetsRequest.partitions:type_name -> sluice.storage.v1.ListOffsetsPartition
-	35, // 20: sluice.storage.v1.ListOffsetsRequest.isolation_level:type_name -> sluice.common.v1.IsolationLevel
-	34, // 21: sluice.storage.v1.ListOffsetsResult.error:type_name -> sluice.errordetails.v1.Error
-	18, // 22: sluice.storage.v1.ListOffsetsResponse.results:type_name -> sluice.storage.v1.ListOffsetsResult
-	20, // 23: sluice.storage.v1.OffsetForLeaderEpochRequest.partitions:type_name -> sluice.storage.v1.OffsetForLeaderEpochPartition
-	34, // 24: sluice.storage.v1.OffsetForLeaderEpochResult.error:type_name -> sluice.errordetails.v1.Error
-	14, // 25: sluice.storage.v1.OffsetForLeaderEpochResult.end:type_name -> sluice.storage.v1.EpochEndOffset
-	22, // 26: sluice.storage.v1.OffsetForLeaderEpochResponse.results:type_name -> sluice.storage.v1.OffsetForLeaderEpochResult
-	24, // 27: sluice.storage.v1.DeleteRecordsRequest.partitions:type_name -> sluice.storage.v1.DeleteRecordsPartition
-	34, // 28: sluice.storage.v1.DeleteRecordsResult.error:type_name -> sluice.errordetails.v1.Error
-	26, // 29: sluice.storage.v1.DeleteRecordsResponse.results:type_name -> sluice.storage.v1.DeleteRecordsResult
-	36, // 30: sluice.storage.v1.TxnMarker.partitions:type_name -> sluice.common.v1.TopicPartition
-	28, // 31: sluice.storage.v1.WriteTxnMarkersRequest.markers:type_name -> sluice.storage.v1.TxnMarker
-	36, // 32: sluice.storage.v1.TxnMarkerResult.partition:type_name -> sluice.common.v1.TopicPartition
-	34, // 33: sluice.storage.v1.TxnMarkerResult.error:type_name -> sluice.errordetails.v1.Error
-	30, // 34: sluice.storage.v1.WriteTxnMarkersResponse.results:type_name -> sluice.storage.v1.TxnMarkerResult
-	35, // [35:35] is the sub-list for method output_type
-	35, // [35:35] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	32, // 5: sluice.storage.v1.ProduceRequest.trace_context:type_name -> sluice.storage.v1.ProduceRequest.TraceContextEntry
+	35, // 6: sluice.storage.v1.ProducePartitionResult.error:type_name -> sluice.errordetails.v1.Error
+	6,  // 7: sluice.storage.v1.ProducePartitionResult.record_errors:type_name -> sluice.storage.v1.RecordError
+	7,  // 8: sluice.storage.v1.ProduceResponse.results:type_name -> sluice.storage.v1.ProducePartitionResult
+	5,  // 9: sluice.storage.v1.ProduceStreamRequest.request:type_name -> sluice.storage.v1.ProduceRequest
+	8,  // 10: sluice.storage.v1.ProduceStreamResponse.response:type_name -> sluice.storage.v1.ProduceResponse
+	35, // 11: sluice.storage.v1.ProduceStreamResponse.error:type_name -> sluice.errordetails.v1.Error
+	11, // 12: sluice.storage.v1.FetchRequest.partitions:type_name -> sluice.storage.v1.FetchPartition
+	36, // 13: sluice.storage.v1.FetchRequest.isolation_level:type_name -> sluice.common.v1.IsolationLevel
+	1,  // 14: sluice.storage.v1.FetchRequest.format:type_name -> sluice.storage.v1.RecordFormat
+	35, // 15: sluice.storage.v1.FetchResponse.error:type_name -> sluice.errordetails.v1.Error
+	13, // 16: sluice.storage.v1.FetchResponse.aborted_transactions:type_name -> sluice.storage.v1.AbortedTransaction
+	14, // 17: sluice.storage.v1.FetchResponse.diverging_epoch:type_name -> sluice.storage.v1.EpochEndOffset
+	33, // 18: sluice.storage.v1.FetchResponse.records:type_name -> sluice.common.v1.Records
+	2,  // 19: sluice.storage.v1.ListOffsetsPartition.spec:type_name -> sluice.storage.v1.OffsetSpec
+	16, // 20: sluice.storage.v1.ListOffsetsRequest.partitions:type_name -> sluice.storage.v1.ListOffsetsPartition
+	36, // 21: sluice.storage.v1.ListOffsetsRequest.isolation_level:type_name -> sluice.common.v1.IsolationLevel
+	35, // 22: sluice.storage.v1.ListOffsetsResult.error:type_name -> sluice.errordetails.v1.Error
+	18, // 23: sluice.storage.v1.ListOffsetsResponse.results:type_name -> sluice.storage.v1.ListOffsetsResult
+	20, // 24: sluice.storage.v1.OffsetForLeaderEpochRequest.partitions:type_name -> sluice.storage.v1.OffsetForLeaderEpochPartition
+	35, // 25: sluice.storage.v1.OffsetForLeaderEpochResult.error:type_name -> sluice.errordetails.v1.Error
+	14, // 26: sluice.storage.v1.OffsetForLeaderEpochResult.end:type_name -> sluice.storage.v1.EpochEndOffset
+	22, // 27: sluice.storage.v1.OffsetForLeaderEpochResponse.results:type_name -> sluice.storage.v1.OffsetForLeaderEpochResult
+	24, // 28: sluice.storage.v1.DeleteRecordsRequest.partitions:type_name -> sluice.storage.v1.DeleteRecordsPartition
+	35, // 29: sluice.storage.v1.DeleteRecordsResult.error:type_name -> sluice.errordetails.v1.Error
+	26, // 30: sluice.storage.v1.DeleteRecordsResponse.results:type_name -> sluice.storage.v1.DeleteRecordsResult
+	37, // 31: sluice.storage.v1.TxnMarker.partitions:type_name -> sluice.common.v1.TopicPartition
+	28, // 32: sluice.storage.v1.WriteTxnMarkersRequest.markers:type_name -> sluice.storage.v1.TxnMarker
+	37, // 33: sluice.storage.v1.TxnMarkerResult.partition:type_name -> sluice.common.v1.TopicPartition
+	35, // 34: sluice.storage.v1.TxnMarkerResult.error:type_name -> sluice.errordetails.v1.Error
+	30, // 35: sluice.storage.v1.WriteTxnMarkersResponse.results:type_name -> sluice.storage.v1.TxnMarkerResult
+	36, // [36:36] is the sub-list for method output_type
+	36, // [36:36] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_sluice_storage_v1_messages_proto_init() }
@@ -2545,7 +2562,7 @@ func file_sluice_storage_v1_messages_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_storage_v1_messages_proto_rawDesc), len(file_sluice_storage_v1_messages_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
