@@ -326,7 +326,10 @@ func (m *Member) beat(stream grpc.BidiStreamingClient[controllerv1.BrokerHeartbe
 func (m *Member) ControlledShutdown(ctx context.Context) error {
 	for {
 		var remaining int32
-		err := m.call(ctx, func(ctx context.Context, c controllerv1.ControllerServiceClient) error {
+		// No controller within a few seconds (the whole cluster is going
+		// down): stop without moving leadership rather than hang.
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		err := m.call(cctx, func(ctx context.Context, c controllerv1.ControllerServiceClient) error {
 			resp, err := c.ControlledShutdown(ctx, &controllerv1.ControlledShutdownRequest{BrokerId: m.cfg.NodeID, BrokerEpoch: m.Epoch()})
 			if err != nil {
 				return err
@@ -337,6 +340,7 @@ func (m *Member) ControlledShutdown(ctx context.Context) error {
 			remaining = resp.GetRemainingLeaderships()
 			return nil
 		})
+		cancel()
 		if err != nil {
 			return err
 		}

@@ -58,7 +58,14 @@ type Manager struct {
 
 	cancel context.CancelFunc
 	done   chan struct{}
+	// stopping is closed when Stop begins: long-lived streams (fetch,
+	// follower fetch) end so the server can stop without waiting for them.
+	stopping     chan struct{}
+	stoppingOnce sync.Once
 }
+
+// Stopping returns a channel closed when the manager begins to stop.
+func (m *Manager) Stopping() <-chan struct{} { return m.stopping }
 
 // NewManager returns a manager; Start opens the replicas metadata assigns.
 func NewManager(cfg Config, nodeID int32, cache *metadata.Cache, member *membership.Member, pool *grpcx.Pool, logger *slog.Logger) *Manager {
@@ -68,7 +75,7 @@ func NewManager(cfg Config, nodeID int32, cache *metadata.Cache, member *members
 	return &Manager{
 		cfg: cfg, nodeID: nodeID, cache: cache, member: member, pool: pool,
 		logger: logger.With(log.Component("replicas")),
-		parts:  map[TP]*Partition{}, changed: make(chan struct{}),
+		parts:  map[TP]*Partition{}, changed: make(chan struct{}), stopping: make(chan struct{}),
 	}
 }
 
@@ -97,6 +104,7 @@ func (m *Manager) Start(ctx context.Context) error {
 
 // Stop closes every log (cleanly, so the next start skips recovery).
 func (m *Manager) Stop(ctx context.Context) error {
+	m.stoppingOnce.Do(func() { close(m.stopping) })
 	if m.cancel != nil {
 		m.cancel()
 		select {

@@ -142,6 +142,7 @@ func (s *Server) FollowerFetch(stream grpc.BidiStreamingServer[replicationv1.Fol
 			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
 			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(recvErr)},
 			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.m.Changed())},
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.m.Stopping())},
 		}
 		for _, w := range waits {
 			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w)})
@@ -150,6 +151,8 @@ func (s *Server) FollowerFetch(stream grpc.BidiStreamingServer[replicationv1.Fol
 		switch chosen {
 		case 1:
 			return nil
+		case 4:
+			return errs.New(errs.NodeNotReady, "node %d is stopping", s.m.nodeID)
 		case 2:
 			if err, _ := v.Interface().(error); err != nil && !errors.Is(err, io.EOF) {
 				return err

@@ -87,15 +87,36 @@ func (c *Controller) touch(t *term, id int32) {
 // ends when this controller stops being active; the node then finds the new
 // one.
 func (c *Controller) BrokerHeartbeat(stream grpc.BidiStreamingServer[controllerv1.BrokerHeartbeatRequest, controllerv1.BrokerHeartbeatResponse]) error {
+	type recv struct {
+		req *controllerv1.BrokerHeartbeatRequest
+		err error
+	}
+	in := make(chan recv, 1)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			in <- recv{req, err}
+			if err != nil {
+				return
+			}
+		}
+	}()
 	for {
-		req, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
+		var r recv
+		select {
+		case r = <-in:
+		case <-c.runCtx.Done():
+			// A stopping controller ends the stream at once; the node
+			// moves to the new active controller.
+			return errs.New(errs.NodeNotReady, "controller %d is stopping", c.nodeID)
+		}
+		if errors.Is(r.err, io.EOF) {
 			return nil
 		}
-		if err != nil {
-			return err
+		if r.err != nil {
+			return r.err
 		}
-		resp, err := c.heartbeat(stream.Context(), req)
+		resp, err := c.heartbeat(stream.Context(), r.req)
 		if err != nil {
 			// NOT_CONTROLLER and timeouts end the stream: the node retries
 			// elsewhere.

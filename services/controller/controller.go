@@ -56,6 +56,7 @@ type Controller struct {
 
 	store  *metastore.Store
 	cache  *metadata.Cache
+	runCtx context.Context // ends when the controller stops
 	cancel context.CancelFunc
 	done   chan struct{}
 
@@ -84,6 +85,7 @@ func New(cfg Config, deps Deps) *Controller {
 		nodeID: int32(deps.Node.ID),
 		logger: deps.Logger.With(log.Role("controller")),
 		cache:  deps.Metadata,
+		runCtx: context.Background(),
 	}
 	if c.cache == nil {
 		c.cache = metadata.NewCache()
@@ -115,7 +117,7 @@ func (c *Controller) Start(ctx context.Context) error {
 		return err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
+	c.runCtx, c.cancel = runCtx, cancel
 	c.done = make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { c.follow(runCtx) })

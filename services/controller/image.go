@@ -17,6 +17,7 @@ import (
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	metastorev1 "github.com/sluice-io/sluice/gen/go/sluice/metastore/v1"
+	"github.com/sluice-io/sluice/libs/errs"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/metadata"
 	"github.com/sluice-io/sluice/libs/metastore"
@@ -452,5 +453,16 @@ func (c *Controller) applyEvents(events []*clientv3.Event) error {
 // WatchMetadata streams metadata from this controller's cache. Any
 // controller serves it.
 func (c *Controller) WatchMetadata(r *controllerv1.WatchMetadataRequest, stream grpc.ServerStreamingServer[controllerv1.WatchMetadataResponse]) error {
-	return metadata.Serve(stream.Context(), c.cache, r.GetFromRevision(), stream.Send)
+	// The stream ends when the controller stops, so the server need not
+	// wait for watchers to hang up.
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	defer context.AfterFunc(c.runCtx, cancel)()
+	if err := metadata.Serve(ctx, c.cache, r.GetFromRevision(), stream.Send); err != nil {
+		return err
+	}
+	if c.runCtx.Err() != nil {
+		return errs.New(errs.NodeNotReady, "controller %d is stopping", c.nodeID)
+	}
+	return nil
 }

@@ -125,6 +125,7 @@ func (r *StorageNode) Fetch(req *storagev1.FetchRequest, stream grpc.ServerStrea
 		cases := []reflect.SelectCase{
 			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
 			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(r.replicas.Changed())},
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(r.replicas.Stopping())},
 		}
 		if !req.GetFollow() {
 			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(time.After(time.Until(deadline)))})
@@ -132,8 +133,11 @@ func (r *StorageNode) Fetch(req *storagev1.FetchRequest, stream grpc.ServerStrea
 		for _, w := range waits {
 			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w)})
 		}
-		if chosen, _, _ := reflect.Select(cases); chosen == 0 {
+		switch chosen, _, _ := reflect.Select(cases); chosen {
+		case 0:
 			return nil
+		case 2:
+			return errs.New(errs.NodeNotReady, "node %d is stopping; fetch from the new leader", r.replicas.NodeID())
 		}
 	}
 }
