@@ -60,7 +60,7 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.bootstrap, "bootstrap", def,
 		"Comma-separated host:port of any Sluice nodes (env SLUICE_BOOTSTRAP).")
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "text", "Output format: text or json.")
-	root.AddCommand(newClusterCmd(g), newTopicCmd(g), newPartitionCmd(g), newProduceCmd(g), newConsumeCmd(g), newDevCmd(g))
+	root.AddCommand(newClusterCmd(g), newTopicCmd(g), newPartitionCmd(g), newProduceCmd(g), newConsumeCmd(g), newDevCmd(g), newPerfCmd(g))
 	return root
 }
 

@@ -1,0 +1,294 @@
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluice-io/sluice/libs/client"
+	"github.com/sluice-io/sluice/libs/errs"
+)
+
+func newPerfCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "perf",
+		Short: "Measure produce, consume and end-to-end performance",
+		Long: `Load generators in the style of Kafka's producer and consumer perf tools.
+Each prints progress every second on standard error and a summary on standard
+output (--output json for a machine-readable one): records/s, MB/s (10^6
+bytes of keys and values) and latency percentiles from an HdrHistogram.
+
+  sluice perf produce --topic t --partitions 1 --num-records 1000000 --record-size 1024 --acks 1
+  sluice perf consume --topic t --messages 1000000
+  sluice perf e2e --topic t --rate 10000 --num-records 100000 --record-size 1024`,
+	}
+	cmd.AddCommand(newPerfProduceCmd(g), newPerfConsumeCmd(g), newPerfE2ECmd(g))
+	return cmd
+}
+
+// perfTopicFlags create the topic when asked to.
+type perfTopicFlags struct {
+	topic      string
+	partitions int32
+	rf         int32
+	configs    []string
+}
+
+func (f *perfTopicFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.topic, "topic", "", "Topic to use (required).")
+	cmd.Flags().Int32Var(&f.partitions, "partitions", 0, "Create the topic with this many partitions if it does not exist (0: use the topic as it is).")
+	cmd.Flags().Int32Var(&f.rf, "replication-factor", 0, "Replication factor of a topic created by --partitions (0: the cluster default).")
+	cmd.Flags().StringArrayVar(&f.configs, "topic-config", nil, "Config name=value of a topic created by --partitions, repeatable (min.insync.replicas=2, sluice.fsync.before.ack=true, ...).")
+}
+
+// ensure creates the topic if --partitions asks for it; an existing topic
+// is used as it is.
+func (f *perfTopicFlags) ensure(ctx context.Context, c *client.Client) error {
+	if f.topic == "" {
+		return errors.New("--topic is required")
+	}
+	if f.partitions <= 0 {
+		return nil
+	}
+	cfg := map[string]string{}
+	for _, kv := range f.configs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return fmt.Errorf("--topic-config wants name=value, got %q", kv)
+		}
+		cfg[k] = v
+	}
+	if _, err := c.CreateTopic(ctx, f.topic, f.partitions, f.rf, cfg); err != nil && !errs.Is(err, errs.TopicAlreadyExists) {
+		return fmt.Errorf("creating topic %s: %w", f.topic, err)
+	}
+	return nil
+}
+
+type perfProduceOptions struct {
+	perfTopicFlags
+	numRecords      int64
+	recordSize      int
+	throughput      float64
+	acks            string
+	batchSize       int
+	linger          time.Duration
+	compression     string
+	producers       int
+	maxInFlight     int
+	maxRequestBytes int
+	bufferBytes     int
+}
+
+func newPerfProduceCmd(g *globals) *cobra.Command {
+	o := &perfProduceOptions{}
+	cmd := &cobra.Command{
+		Use:   "produce",
+		Short: "Produce records as fast as possible (or at --throughput) and report rate and latency",
+		Long: `Produce --num-records records of --record-size bytes (random letters, no key)
+from --producers producers, each with its own connections, and report
+records/s, MB/s and the latency from Produce to acknowledgement
+(p50/p95/p99/p99.9/max). Like kafka-producer-perf-test, the latency includes
+the time a record waits in the producer's buffer.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := runPerfProduce(cmd.Context(), g, o, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			if err := s.write(cmd.OutOrStdout(), g.output); err != nil {
+				return err
+			}
+			if s.Errors > 0 {
+				return fmt.Errorf("%d of %d records failed; first error: %s", s.Errors, o.numRecords, s.FirstError)
+			}
+			return nil
+		},
+	}
+	o.register(cmd)
+	f := cmd.Flags()
+	f.Int64Var(&o.numRecords, "num-records", 1_000_000, "Records to produce, over all producers.")
+	f.IntVar(&o.recordSize, "record-size", 1024, "Value bytes of each record.")
+	f.Float64Var(&o.throughput, "throughput", -1, "Records per second over all producers; -1 for no limit.")
+	f.StringVar(&o.acks, "acks", "1", "Acknowledgement level: all, 1 or 0.")
+	f.IntVar(&o.batchSize, "batch-size", 64<<10, "Batch size in bytes (batch.size).")
+	f.DurationVar(&o.linger, "linger", 5*time.Millisecond, "How long a batch waits for more records (linger.ms).")
+	f.StringVar(&o.compression, "compression", "none", "Batch compression: none, gzip, snappy, lz4 or zstd.")
+	f.IntVar(&o.producers, "producers", 1, "Concurrent producers, each with its own client and streams.")
+	f.IntVar(&o.maxInFlight, "max-in-flight", 5, "Batches per partition sent and not yet answered (Kafka's default is 5).")
+	f.IntVar(&o.maxRequestBytes, "max-request-bytes", 1<<20, "Largest produce request (max.request.size).")
+	f.IntVar(&o.bufferBytes, "buffer-bytes", 64<<20, "Producer buffer (buffer.memory).")
+	return cmd
+}
+
+func runPerfProduce(ctx context.Context, g *globals, o *perfProduceOptions, progress io.Writer) (*perfSummary, error) {
+	acks, err := parseAcks(o.acks)
+	if err != nil {
+		return nil, err
+	}
+	codec, err := parseCodec(o.compression)
+	if err != nil {
+		return nil, err
+	}
+	if o.producers < 1 || o.numRecords < 1 || o.recordSize < 0 {
+		return nil, errors.New("--producers and --num-records must be at least 1, --record-size at least 0")
+	}
+	admin, err := g.client()
+	if err != nil {
+		return nil, err
+	}
+	defer admin.Close()
+	if err := o.ensure(ctx, admin); err != nil {
+		return nil, err
+	}
+	lat := newLatencyRecorder()
+	var failures errorCounter
+	var acked, ackedBytes atomic.Int64
+	var outstanding sync.WaitGroup
+
+	type worker struct {
+		c *client.Client
+		p *client.Producer
+		n int64
+	}
+	workers := make([]worker, o.producers)
+	for i := range workers {
+		c, err := g.client()
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		p := c.NewProducer(client.ProducerConfig{
+			Acks: acks, Linger: o.linger, BatchBytes: o.batchSize, MaxRequestBytes: o.maxRequestBytes,
+			Compression: codec, MaxInFlight: o.maxInFlight, BufferBytes: o.bufferBytes,
+		})
+		workers[i] = worker{c: c, p: p, n: o.numRecords / int64(o.producers)}
+		if int64(i) < o.numRecords%int64(o.producers) {
+			workers[i].n++
+		}
+	}
+	// Leaders first, so the run measures producing, not the topic's
+	// creation.
+	if _, err := awaitLeaders(ctx, admin, o.topic, 30*time.Second); err != nil {
+		return nil, err
+	}
+
+	start := time.Now()
+	stopProgress := startProgress(progress, start, func() (int64, int64, int64) {
+		n, _ := failures.get()
+		return acked.Load(), ackedBytes.Load(), n
+	}, lat)
+	var wg sync.WaitGroup
+	for i := range workers {
+		w := workers[i]
+		payload := randomPayload(o.recordSize, uint64(i))
+		pace := pacer{start: start, rate: o.throughput / float64(o.producers)}
+		wg.Go(func() {
+			cb := func(sent time.Time) func(client.Result) {
+				return func(r client.Result) {
+					if r.Err != nil {
+						failures.add(r.Err)
+					} else {
+						lat.record(time.Since(sent))
+						acked.Add(1)
+						ackedBytes.Add(int64(len(r.Record.Value) + len(r.Record.Key)))
+					}
+					outstanding.Done()
+				}
+			}
+			for sent := int64(0); sent < w.n; {
+				due := pace.due(time.Now(), w.n)
+				if due <= sent {
+					time.Sleep(100 * time.Microsecond)
+					continue
+				}
+				for ; sent < due; sent++ {
+					rec := &client.Record{Topic: o.topic, Partition: -1, Value: payload}
+					outstanding.Add(1)
+					if err := w.p.Produce(ctx, rec, cb(time.Now())); err != nil {
+						outstanding.Done()
+						failures.add(err)
+						if ctx.Err() != nil {
+							return
+						}
+					}
+				}
+			}
+			if err := w.p.Flush(ctx); err != nil {
+				failures.add(err)
+			}
+		})
+	}
+	wg.Wait()
+	outstanding.Wait()
+	elapsed := time.Since(start)
+	stopProgress()
+	for _, w := range workers {
+		_ = w.p.Close(context.Background()) // everything was flushed; Close only stops it
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	nerr, first := failures.get()
+	s := newPerfSummary("produce", o.topic, acked.Load(), ackedBytes.Load(), nerr, elapsed)
+	s.FirstError = first
+	l := lat.summary()
+	s.Latency = &l
+	s.Config = map[string]any{
+		"num_records": o.numRecords, "record_size": o.recordSize, "throughput": o.throughput, "acks": o.acks,
+		"batch_size": o.batchSize, "linger": o.linger.String(), "compression": o.compression, "producers": o.producers,
+		"max_in_flight": o.maxInFlight, "max_request_bytes": o.maxRequestBytes, "partitions": o.partitions,
+	}
+	return s, nil
+}
+
+// randomPayload returns size random capital letters, as Kafka's perf tool
+// sends: compressible a little, like text.
+func randomPayload(size int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 0x5eed))
+	b := make([]byte, size)
+	for i := range b {
+		b[i] = byte('A' + r.IntN(26))
+	}
+	return b
+}
+
+// startProgress prints a progress line every second until the returned
+// function is called. counts returns the running totals of records, bytes
+// and errors; lat, if not nil, gives each interval's latencies.
+func startProgress(w io.Writer, start time.Time, counts func() (int64, int64, int64), lat *latencyRecorder) func() {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		last := start
+		var lastRecords, lastBytes int64
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-tick.C:
+				records, bytes, nerr := counts()
+				var ls *latencySummary
+				if lat != nil {
+					s := lat.takeInterval()
+					ls = &s
+				}
+				fmt.Fprintln(w, progressLine(now.Sub(start), records-lastRecords, bytes-lastBytes, now.Sub(last), ls, nerr))
+				last, lastRecords, lastBytes = now, records, bytes
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}

@@ -1,0 +1,375 @@
+package cmd
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluice-io/sluice/libs/client"
+)
+
+type perfConsumeOptions struct {
+	topic       string
+	messages    int64
+	partition   int32
+	group       string
+	fetchMax    int
+	idleTimeout time.Duration
+}
+
+func newPerfConsumeCmd(g *globals) *cobra.Command {
+	o := &perfConsumeOptions{}
+	cmd := &cobra.Command{
+		Use:   "consume",
+		Short: "Read records from the start of a topic and report the rate",
+		Long: `Read --messages records from the earliest offset of every partition of
+--topic (or of one --partition) and report records/s and MB/s, timed from the
+assignment to the last record, and how long the first record took.
+
+--group is reserved for consumer-group mode, which needs the group
+coordinator; until it serves, perf consume reads assigned partitions.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := runPerfConsume(cmd.Context(), g, o, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			if err := s.write(cmd.OutOrStdout(), g.output); err != nil {
+				return err
+			}
+			if s.Errors > 0 {
+				return fmt.Errorf("read %d of %d records: %s", s.Records, o.messages, s.FirstError)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.topic, "topic", "", "Topic to read (required).")
+	f.Int64Var(&o.messages, "messages", 1_000_000, "Records to read.")
+	f.Int32Var(&o.partition, "partition", -1, "Read only this partition (-1: every partition).")
+	f.StringVar(&o.group, "group", "", "Consumer group (not available yet: the group coordinator does not serve joins).")
+	f.IntVar(&o.fetchMax, "fetch-max-bytes", 1<<20, "Largest chunk of one partition per fetch response (max.partition.fetch.bytes).")
+	f.DurationVar(&o.idleTimeout, "timeout", 30*time.Second, "Give up after this long without a record.")
+	return cmd
+}
+
+func runPerfConsume(ctx context.Context, g *globals, o *perfConsumeOptions, progress io.Writer) (*perfSummary, error) {
+	if o.topic == "" {
+		return nil, errors.New("--topic is required")
+	}
+	if o.group != "" {
+		return nil, errors.New("--group: consumer groups are not served yet (the group coordinator answers UNIMPLEMENTED); read partitions directly with --partition, or every partition without it")
+	}
+	c, err := g.client()
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	if _, err := c.Metadata(ctx, o.topic); err != nil {
+		return nil, err
+	}
+	k := c.NewConsumer(client.ConsumerConfig{Reset: client.ResetEarliest, PartitionMaxBytes: o.fetchMax})
+	defer k.Close()
+	start := time.Now()
+	if o.partition >= 0 {
+		k.Assign(client.TopicPartition{Topic: o.topic, Partition: o.partition})
+	} else if err := k.AssignTopic(ctx, o.topic); err != nil {
+		return nil, err
+	}
+	var records, bytes atomic.Int64
+	stopProgress := startProgress(progress, start, func() (int64, int64, int64) { return records.Load(), bytes.Load(), 0 }, nil)
+	var first time.Duration
+	last := start
+	var pollErr error
+	for records.Load() < o.messages {
+		pctx, cancel := context.WithTimeout(ctx, o.idleTimeout)
+		recs, err := k.Poll(pctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				stopProgress()
+				return nil, ctx.Err()
+			}
+			pollErr = err
+			break
+		}
+		if first == 0 && len(recs) > 0 {
+			first = time.Since(start)
+		}
+		var b int64
+		for _, r := range recs {
+			b += int64(len(r.Key) + len(r.Value))
+		}
+		records.Add(int64(len(recs)))
+		bytes.Add(b)
+		last = time.Now()
+	}
+	stopProgress()
+	var nerr int64
+	var firstErr string
+	if pollErr != nil {
+		nerr, firstErr = 1, pollErr.Error()
+	}
+	s := newPerfSummary("consume", o.topic, records.Load(), bytes.Load(), nerr, last.Sub(start))
+	s.FirstError = firstErr
+	fr := roundTo(first.Seconds(), 4)
+	s.FirstRecordSec = &fr
+	s.Config = map[string]any{"messages": o.messages, "partition": o.partition, "fetch_max_bytes": o.fetchMax}
+	return s, nil
+}
+
+type perfE2EOptions struct {
+	perfTopicFlags
+	numRecords int64
+	recordSize int
+	rate       float64
+	acks       string
+	linger     time.Duration
+	batchSize  int
+	maxWait    time.Duration
+}
+
+// e2eHeader is the part of each e2e value that carries the send time
+// (Unix nanoseconds) and a sequence number.
+const e2eHeader = 16
+
+func newPerfE2ECmd(g *globals) *cobra.Command {
+	o := &perfE2EOptions{}
+	cmd := &cobra.Command{
+		Use:   "e2e",
+		Short: "Measure end-to-end latency (send to consumer receipt) at a fixed rate",
+		Long: `Send --num-records records at --rate records/s and read them back with a
+consumer in the same process that started at the end of the topic. Each value
+begins with its send time (Unix nanoseconds), so the end-to-end latency is
+the time from the send to the consumer's Poll returning it, on one clock.
+Reports that latency and the produce acknowledgement latency.
+
+--linger 0 sends each record at once (batches still form while a request is
+in flight).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := runPerfE2E(cmd.Context(), g, o, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			if err := s.write(cmd.OutOrStdout(), g.output); err != nil {
+				return err
+			}
+			if s.Errors > 0 {
+				return fmt.Errorf("%d records failed or were not received; first error: %s", s.Errors, s.FirstError)
+			}
+			return nil
+		},
+	}
+	o.register(cmd)
+	f := cmd.Flags()
+	f.Int64Var(&o.numRecords, "num-records", 100_000, "Records to send.")
+	f.IntVar(&o.recordSize, "record-size", 1024, fmt.Sprintf("Value bytes of each record (at least %d).", e2eHeader))
+	f.Float64Var(&o.rate, "rate", 10_000, "Records per second.")
+	f.StringVar(&o.acks, "acks", "1", "Acknowledgement level: all, 1 or 0.")
+	f.DurationVar(&o.linger, "linger", 0, "How long a batch waits for more records; 0 sends at once.")
+	f.IntVar(&o.batchSize, "batch-size", 64<<10, "Batch size in bytes (batch.size).")
+	f.DurationVar(&o.maxWait, "drain-timeout", 15*time.Second, "How long to wait for the last records after sending.")
+	return cmd
+}
+
+func runPerfE2E(ctx context.Context, g *globals, o *perfE2EOptions, progress io.Writer) (*perfSummary, error) {
+	acks, err := parseAcks(o.acks)
+	if err != nil {
+		return nil, err
+	}
+	if o.recordSize < e2eHeader || o.rate <= 0 || o.numRecords < 1 {
+		return nil, fmt.Errorf("--record-size must be at least %d, --rate and --num-records positive", e2eHeader)
+	}
+	pc, err := g.client()
+	if err != nil {
+		return nil, err
+	}
+	defer pc.Close()
+	if err := o.ensure(ctx, pc); err != nil {
+		return nil, err
+	}
+	n, err := awaitLeaders(ctx, pc, o.topic, 30*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	cc, err := g.client()
+	if err != nil {
+		return nil, err
+	}
+	defer cc.Close()
+	k := cc.NewConsumer(client.ConsumerConfig{Reset: client.ResetLatest})
+	defer k.Close()
+	if err := k.AssignTopic(ctx, o.topic); err != nil {
+		return nil, err
+	}
+	// Start sending only once the consumer knows where the end is.
+	for p := range n {
+		tp := client.TopicPartition{Topic: o.topic, Partition: p}
+		deadline := time.Now().Add(30 * time.Second)
+		for k.Position(tp) < 0 {
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("the consumer found no position on %s-%d within 30 s", o.topic, p)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	linger := o.linger
+	if linger <= 0 {
+		linger = time.Microsecond // the producer reads 0 as its default
+	}
+	p := pc.NewProducer(client.ProducerConfig{Acks: acks, Linger: linger, BatchBytes: o.batchSize, MaxInFlight: 5})
+	defer func() { _ = p.Close(context.Background()) }() // flushed below; Close only stops it
+
+	e2e, ack := newLatencyRecorder(), newLatencyRecorder()
+	var failures errorCounter
+	var received, receivedBytes atomic.Int64
+	seen := make([]bool, o.numRecords)
+	allIn := make(chan struct{})
+	cctx, stopConsumer := context.WithCancel(ctx)
+	defer stopConsumer()
+	var cwg sync.WaitGroup
+	cwg.Go(func() {
+		for {
+			recs, err := k.Poll(cctx)
+			if err != nil {
+				if cctx.Err() != nil {
+					return
+				}
+				// The consumer retries by itself (a new topic's leader may
+				// not know it leads yet); records that never arrive are
+				// counted as errors at the end.
+				fmt.Fprintf(progress, "consumer: %v\n", err)
+				continue
+			}
+			now := time.Now()
+			for _, r := range recs {
+				if len(r.Value) < e2eHeader {
+					continue
+				}
+				seq := int64(binary.BigEndian.Uint64(r.Value[8:]))
+				if seq < 0 || seq >= o.numRecords || seen[seq] {
+					continue
+				}
+				seen[seq] = true
+				e2e.record(now.Sub(time.Unix(0, int64(binary.BigEndian.Uint64(r.Value)))))
+				receivedBytes.Add(int64(len(r.Value) + len(r.Key)))
+				if received.Add(1) == o.numRecords {
+					close(allIn)
+				}
+			}
+		}
+	})
+
+	var outstanding sync.WaitGroup
+	start := time.Now()
+	stopProgress := startProgress(progress, start, func() (int64, int64, int64) {
+		nerr, _ := failures.get()
+		return received.Load(), receivedBytes.Load(), nerr
+	}, e2e)
+	pace := pacer{start: start, rate: o.rate}
+	for sent := int64(0); sent < o.numRecords && ctx.Err() == nil; {
+		due := pace.due(time.Now(), o.numRecords)
+		for ; sent < due; sent++ {
+			v := make([]byte, o.recordSize)
+			now := time.Now()
+			binary.BigEndian.PutUint64(v, uint64(now.UnixNano()))
+			binary.BigEndian.PutUint64(v[8:], uint64(sent))
+			outstanding.Add(1)
+			err := p.Produce(ctx, &client.Record{Topic: o.topic, Partition: -1, Value: v}, func(r client.Result) {
+				if r.Err != nil {
+					failures.add(r.Err)
+				} else {
+					ack.record(time.Since(now))
+				}
+				outstanding.Done()
+			})
+			if err != nil {
+				outstanding.Done()
+				failures.add(err)
+			}
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	sendElapsed := time.Since(start)
+	if err := p.Flush(ctx); err != nil {
+		failures.add(err)
+	}
+	outstanding.Wait()
+	select {
+	case <-allIn:
+	case <-time.After(o.maxWait):
+	case <-ctx.Done():
+	}
+	stopConsumer()
+	cwg.Wait()
+	stopProgress()
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	nerr, first := failures.get()
+	if missing := o.numRecords - received.Load(); missing > 0 {
+		nerr += missing
+		if first == "" {
+			first = fmt.Sprintf("%d records not received within %v", missing, o.maxWait)
+		}
+	}
+	s := newPerfSummary("e2e", o.topic, received.Load(), receivedBytes.Load(), nerr, sendElapsed)
+	s.FirstError = first
+	l, a := e2e.summary(), ack.summary()
+	s.Latency, s.AckLatency = &l, &a
+	s.Config = map[string]any{"num_records": o.numRecords, "record_size": o.recordSize, "rate": o.rate, "acks": o.acks,
+		"linger": o.linger.String(), "batch_size": o.batchSize, "partitions": n}
+	return s, nil
+}
+
+// awaitLeaders waits until every partition of a topic has a leader (a
+// topic just created gets them within moments) and returns how many
+// partitions it has.
+func awaitLeaders(ctx context.Context, c *client.Client, topic string, timeout time.Duration) (int32, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		n, led, err := topicLeaders(ctx, c, topic)
+		if err == nil && led == n && n > 0 {
+			return n, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			if err == nil {
+				err = fmt.Errorf("%d of %d partitions of %s have a leader after %v", led, n, topic, timeout)
+			}
+			return 0, err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// topicLeaders returns how many partitions a topic has and how many of them
+// have a leader.
+func topicLeaders(ctx context.Context, c *client.Client, topic string) (n, led int32, err error) {
+	md, err := c.Metadata(ctx, topic)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, t := range md.GetTopics() {
+		if t.GetName() != topic {
+			continue
+		}
+		if t.GetError() != nil && t.GetError().GetCode() != 0 {
+			return 0, 0, fmt.Errorf("topic %s: %s", topic, t.GetError().GetMessage())
+		}
+		for _, p := range t.GetPartitions() {
+			if p.GetLeaderId() >= 0 {
+				led++
+			}
+		}
+		return int32(len(t.GetPartitions())), led, nil
+	}
+	return 0, 0, fmt.Errorf("topic %s does not exist", topic)
+}
