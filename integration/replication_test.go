@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-io/sluice/libs/client"
 	"github.com/sluice-io/sluice/libs/devcluster"
 	"github.com/sluice-io/sluice/libs/record"
+	"github.com/sluice-io/sluice/libs/role"
 )
 
 // ack is what the producer was told about one record.
@@ -390,4 +391,34 @@ func replicaStates(t *testing.T, ctx context.Context, cl *client.Client, addr st
 // oneRecord is a single plain record whose key names its origin.
 func oneRecord(key string) *commonv1.Records {
 	return &commonv1.Records{Records: []*commonv1.Record{{Key: []byte(key), Value: []byte("-1")}}}
+}
+
+// Replication can run in processes of its own: storage nodes without the
+// replication role, and two replication workers sharing them. Produce with
+// acks=all completes only through the workers, and the replicas end up
+// identical.
+func TestReplicationWorkersInTheirOwnProcesses(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 3, Workers: 2,
+		StorageRoles: role.Set{role.StorageNode, role.GroupCoordinator, role.TransactionCoordinator}})
+	cl := cluster.Client(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const topic, partitions = "remote", int32(3)
+	_, err := cl.CreateTopic(ctx, topic, partitions, 3, map[string]string{"min.insync.replicas": "3"})
+	require.NoError(t, err)
+	p := cl.NewProducer(client.ProducerConfig{Acks: client.AcksAll})
+	var recs []*client.Record
+	for i := range 20000 {
+		recs = append(recs, &client.Record{Topic: topic, Partition: -1, Key: []byte(strconv.Itoa(i % 100)), Value: []byte(strconv.Itoa(i))})
+	}
+	res, err := p.ProduceSync(ctx, recs...)
+	require.NoError(t, err, "acks=all with min.insync.replicas=3 needs both followers of every partition")
+	require.NoError(t, p.Close(ctx))
+	var acked []ack
+	for i, r := range res {
+		acked = append(acked, ack{key: string(recs[i].Key), seq: int64(i), part: r.Partition, offset: r.Offset})
+	}
+	waitFullISR(t, ctx, cl, topic)
+	checkHistory(t, acked, readAll(t, ctx, cl, topic, partitions))
+	checkReplicasIdentical(t, ctx, c, cl, topic, partitions)
 }

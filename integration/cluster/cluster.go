@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluice-io/sluice/libs/client"
 	"github.com/sluice-io/sluice/libs/devcluster"
+	"github.com/sluice-io/sluice/libs/role"
 )
 
 // Options select the topology.
@@ -37,6 +38,9 @@ type Options struct {
 	Wrap  func(k int) []string
 	// Env is added to every process's environment.
 	Env []string
+	// StorageRoles and Workers: see devcluster.Spec.
+	StorageRoles role.Set
+	Workers      int
 }
 
 // DefaultArgs make processes start fast on a busy test machine without
@@ -102,6 +106,8 @@ func Start(t testing.TB, o Options) *devcluster.Cluster {
 		Combined:     o.Combined,
 		Hosts:        o.Hosts,
 		Env:          o.Env,
+		StorageRoles: o.StorageRoles,
+		Workers:      o.Workers,
 		Wrap:         o.Wrap,
 		ExtraArgs:    append(append([]string{}, DefaultArgs...), o.ExtraArgs...),
 		ReadyTimeout: 90 * time.Second,

@@ -39,6 +39,13 @@ type Spec struct {
 	// Combined runs every role in each controller process (sluiced
 	// --roles=all), as `make run` does.
 	Combined bool
+	// StorageRoles are the roles of storage-node processes; empty means
+	// storage-node, replication and both coordinators.
+	StorageRoles role.Set
+	// Workers is the number of replication workers in processes of their
+	// own (after the storage nodes), for storage nodes without the
+	// replication role.
+	Workers int
 	// BasePort is the first port; process k (0-based, controllers first)
 	// uses BasePort+10k for gRPC, +1 for HTTP, +2 and +3 for etcd. 0 picks
 	// free ports.
@@ -98,7 +105,7 @@ func Start(ctx context.Context, spec Spec) (*Cluster, error) {
 	if spec.Output != nil {
 		c.out = &lockedWriter{w: spec.Output}
 	}
-	n := spec.Controllers + spec.StorageNodes
+	n := spec.Controllers + spec.StorageNodes + spec.Workers
 	ports, err := c.ports(n)
 	if err != nil {
 		return nil, err
@@ -116,6 +123,7 @@ func Start(ctx context.Context, spec Spec) (*Cluster, error) {
 	}
 	for k := range n {
 		p := &Process{cluster: c, NodeID: int32(k + 1), index: k}
+		var roleArgs []string
 		addr := func(i int) string { return fmt.Sprintf("%s:%d", host(k), ports[k][i]) }
 		p.Addr, p.HTTPAddr = addr(0), addr(1)
 		if k < spec.Controllers {
@@ -125,9 +133,17 @@ func Start(ctx context.Context, spec Spec) (*Cluster, error) {
 				p.Roles = role.All
 			}
 			p.EtcdClientAddr, p.EtcdPeerAddr = addr(2), addr(3)
-		} else {
+		} else if k < spec.Controllers+spec.StorageNodes {
 			p.Name = fmt.Sprintf("storage-%d", k-spec.Controllers+1)
 			p.Roles = role.Set{role.StorageNode, role.Replication, role.GroupCoordinator, role.TransactionCoordinator}
+			if len(spec.StorageRoles) > 0 {
+				p.Roles = spec.StorageRoles
+			}
+		} else {
+			w := k - spec.Controllers - spec.StorageNodes
+			p.Name = fmt.Sprintf("replication-%d", w+1)
+			p.Roles = role.Set{role.Replication}
+			roleArgs = []string{fmt.Sprintf("--replication.shard=%d", w), fmt.Sprintf("--replication.shards=%d", spec.Workers)}
 		}
 		p.DataDir = filepath.Join(spec.Dir, p.Name)
 		p.LogPath = filepath.Join(spec.Dir, p.Name+".log")
@@ -139,6 +155,7 @@ func Start(ctx context.Context, spec Spec) (*Cluster, error) {
 			"--http-listen=" + p.HTTPAddr,
 			"--controllers=" + strings.Join(controllerAddrs, ","),
 		}
+		p.Args = append(p.Args, roleArgs...)
 		if p.Roles.Has(role.Controller) {
 			p.Args = append(p.Args,
 				"--controller.etcd.name="+p.Name,

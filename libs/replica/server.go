@@ -258,11 +258,14 @@ func (s *Server) ReplicaAppend(stream grpc.BidiStreamingServer[replicationv1.Rep
 			resp.Error = errs.New(errs.NotLeaderOrFollower, "node %d hosts no replica of %s", s.m.nodeID, tp).Proto()
 		} else {
 			err := error(nil)
-			if req.GetTruncateTo() >= 0 {
+			switch {
+			case req.GetStartAt() >= 0:
+				err = p.StartAt(req.GetStartAt())
+			case req.GetTruncateTo() >= 0:
 				err = p.TruncateTo(req.GetTruncateTo())
 			}
 			if err == nil {
-				_, err = p.AppendReplicated(stream.Context(), req.GetBatches(), req.GetHighWatermark(), 0)
+				_, err = p.AppendReplicated(stream.Context(), req.GetBatches(), req.GetHighWatermark(), req.GetLogStartOffset())
 			}
 			resp.Error = errs.ItemError(err)
 			leo, last, _, _, _ := p.FollowerState()
@@ -300,7 +303,10 @@ func (p *Partition) describe() *replicationv1.ReplicaState {
 	st := &replicationv1.ReplicaState{
 		Topic: p.tp.Topic, Partition: p.tp.Partition, LeaderEpoch: p.leaderEpoch,
 		LogStartOffset: p.log.LogStartOffset(), LogEndOffset: p.log.LogEndOffset(), HighWatermark: p.hw,
-		SizeBytes: p.log.Size(), Role: replicationv1.ReplicaRole_REPLICA_ROLE_FOLLOWER,
+		SizeBytes: p.log.Size(), Role: replicationv1.ReplicaRole_REPLICA_ROLE_FOLLOWER, LastLogEpoch: -1,
+	}
+	if e, ok := p.log.LatestEpoch(); ok {
+		st.LastLogEpoch = e
 	}
 	switch {
 	case p.log.Err() != nil:

@@ -6,16 +6,20 @@
 // (KIP-101, KIP-279). The positions it reports are what the leader advances
 // its high watermark and manages its ISR with.
 //
-// It runs beside the storage-node role and applies to the same replicas
-// (libs/replica), with no network hop between fetching and appending.
+// By default it runs beside the storage-node role and applies to the same
+// replicas (libs/replica), with no network hop between fetching and
+// appending. Run alone (--roles=replication), it is a replication worker for
+// the storage nodes that do not run it themselves: it fetches from leaders on
+// a follower's behalf and pushes to the follower with ReplicaAppend, at the
+// cost of a second network hop per byte.
 package replication
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,6 +37,7 @@ import (
 	"github.com/sluice-io/sluice/libs/membership"
 	"github.com/sluice-io/sluice/libs/metadata"
 	"github.com/sluice-io/sluice/libs/replica"
+	"github.com/sluice-io/sluice/libs/role"
 	"github.com/sluice-io/sluice/libs/telemetry"
 )
 
@@ -41,17 +46,26 @@ type Config struct {
 	// ChunkBytes is replica.fetch.max.bytes: the most a leader sends per
 	// partition per chunk.
 	ChunkBytes int
+	// Shard and Shards split the work of replication workers running in
+	// their own processes: a worker serves the storage nodes whose id
+	// modulo Shards is Shard.
+	Shard, Shards int
 }
 
 // RegisterFlags registers the role's flags.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.ChunkBytes, "replication.fetch-max-bytes", 1<<20, "Most bytes a leader sends per partition in one chunk (replica.fetch.max.bytes).")
+	fs.IntVar(&c.Shard, "replication.shard", 0, "For a replication worker in its own process: which share of the storage nodes it serves (node id modulo --replication.shards).")
+	fs.IntVar(&c.Shards, "replication.shards", 1, "For replication workers in their own processes: how many share the storage nodes.")
 }
 
 // Validate checks the configuration.
 func (c *Config) Validate() error {
 	if c.ChunkBytes < 1024 {
 		return fmt.Errorf("replication.fetch-max-bytes: %d is below 1024", c.ChunkBytes)
+	}
+	if c.Shards < 1 || c.Shard < 0 || c.Shard >= c.Shards {
+		return fmt.Errorf("replication.shard: %d must be in [0, %d)", c.Shard, c.Shards)
 	}
 	return nil
 }
@@ -65,8 +79,9 @@ type Deps struct {
 	Metadata  *metadata.Cache
 	Member    *membership.Member
 	Pool      *grpcx.Pool
-	// Replicas are this node's replicas; the storage-node role in the same
-	// process owns them.
+	// Replicas are this node's replicas when the storage-node role runs in
+	// the same process; nil makes this a replication worker for the storage
+	// nodes that do not replicate for themselves.
 	Replicas *replica.Manager
 }
 
@@ -94,9 +109,6 @@ func (r *Replication) Name() string { return "replication" }
 
 // Start starts the fetchers.
 func (r *Replication) Start(context.Context) error {
-	if r.deps.Replicas == nil {
-		return errors.New("the replication role needs the storage-node role in the same process")
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	r.done = make(chan struct{})
@@ -121,40 +133,119 @@ func (r *Replication) Stop(ctx context.Context) error {
 	}
 }
 
-// run keeps one fetcher per leader node this node follows.
+// fetchKey names one fetcher: a leader node, and the follower node it
+// fetches for.
+type fetchKey struct{ leader, follower int32 }
+
+// plan returns the follower replicas to keep in sync, by fetcher, and the
+// channel that signals a change of plan. A worker of its own also plans
+// again shortly when a follower has not opened a replica yet, and every few
+// seconds in any case (a follower node it could not reach may be back).
+func (r *Replication) plan(ctx context.Context, nodes map[int32]*remoteNode) (map[fetchKey][]target, <-chan struct{}) {
+	out := map[fetchKey][]target{}
+	if r.deps.Replicas != nil {
+		changed := r.deps.Replicas.Changed()
+		self := r.deps.Replicas.NodeID()
+		for _, p := range r.deps.Replicas.Partitions() {
+			_, _, _, leader, isLeader := p.FollowerState()
+			if !isLeader && leader >= 0 && leader != self {
+				k := fetchKey{leader, self}
+				out[k] = append(out[k], local{p})
+			}
+		}
+		return out, changed
+	}
+	// A worker of its own: the storage nodes of its shard that do not
+	// replicate for themselves.
+	metaChanged := r.deps.Metadata.Changed()
+	again := 5 * time.Second
+	img := r.deps.Metadata.Load()
+	positions := map[int32]map[replica.TP]*replicationv1.ReplicaState{}
+	for id, b := range img.Brokers {
+		roles := b.GetRoles()
+		if !slices.Contains(roles, string(role.StorageNode)) || slices.Contains(roles, string(role.Replication)) ||
+			int(id)%r.cfg.Shards != r.cfg.Shard || !img.Alive(id) {
+			continue
+		}
+		n, ok := nodes[id]
+		if !ok || n.addr != img.Address(id) {
+			if ok {
+				n.close()
+			}
+			n = &remoteNode{id: id, addr: img.Address(id), r: r}
+			nodes[id] = n
+		}
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		pos, err := n.describe(dctx)
+		cancel()
+		if err != nil {
+			r.logger.Debug("cannot read a follower's positions", log.NodeID(id), log.Err(err))
+			again = 200 * time.Millisecond
+			continue
+		}
+		positions[id] = pos
+	}
+	for name, t := range img.Topics {
+		for _, ps := range t.Partitions {
+			for _, f := range ps.GetReplicas() {
+				pos, ok := positions[f]
+				if !ok || f == ps.GetLeaderId() || ps.GetLeaderId() < 0 {
+					continue
+				}
+				st, ok := pos[replica.TP{Topic: name, Partition: ps.GetPartition()}]
+				if !ok {
+					again = 200 * time.Millisecond // the follower has not opened it yet
+					continue
+				}
+				k := fetchKey{ps.GetLeaderId(), f}
+				out[k] = append(out[k], &remote{node: nodes[f], tp: replica.TP{Topic: name, Partition: ps.GetPartition()},
+					leaderEpoch: ps.GetLeaderEpoch(), leo: st.GetLogEndOffset(), lastEpoch: st.GetLastLogEpoch()})
+			}
+		}
+	}
+	changed := make(chan struct{})
+	go func() {
+		select {
+		case <-metaChanged:
+		case <-time.After(again):
+		case <-ctx.Done():
+		}
+		close(changed)
+	}()
+	return out, changed
+}
+
+// run keeps one fetcher per (leader node, follower node).
 func (r *Replication) run(ctx context.Context) {
-	fetchers := map[int32]*fetcher{}
+	fetchers := map[fetchKey]*fetcher{}
+	nodes := map[int32]*remoteNode{}
 	var wg sync.WaitGroup
 	defer func() {
 		for _, f := range fetchers {
 			f.cancel()
 		}
 		wg.Wait()
+		for _, n := range nodes {
+			n.close()
+		}
 	}()
 	for {
-		changed := r.deps.Replicas.Changed()
-		want := map[int32][]*replica.Partition{}
-		for _, p := range r.deps.Replicas.Partitions() {
-			_, _, _, leader, isLeader := p.FollowerState()
-			if !isLeader && leader >= 0 && leader != r.deps.Replicas.NodeID() {
-				want[leader] = append(want[leader], p)
-			}
-		}
-		for leader, f := range fetchers {
-			if _, ok := want[leader]; !ok {
+		want, changed := r.plan(ctx, nodes)
+		for k, f := range fetchers {
+			if _, ok := want[k]; !ok {
 				f.cancel()
-				delete(fetchers, leader)
+				delete(fetchers, k)
 			}
 		}
-		for leader, parts := range want {
-			f, ok := fetchers[leader]
+		for k, targets := range want {
+			f, ok := fetchers[k]
 			if !ok {
 				fctx, cancel := context.WithCancel(ctx)
-				f = &fetcher{r: r, leader: leader, cancel: cancel, update: make(chan struct{}, 1)}
-				fetchers[leader] = f
+				f = &fetcher{r: r, key: k, cancel: cancel, update: make(chan struct{}, 1)}
+				fetchers[k] = f
 				wg.Go(func() { f.run(fctx) })
 			}
-			f.setPartitions(parts)
+			f.setTargets(targets)
 		}
 		select {
 		case <-ctx.Done():
@@ -164,24 +255,33 @@ func (r *Replication) run(ctx context.Context) {
 	}
 }
 
-// fetcher follows every partition this node follows from one leader node.
+// fetcher follows every partition one follower follows from one leader.
 type fetcher struct {
 	r      *Replication
-	leader int32
+	key    fetchKey
 	cancel context.CancelFunc
 	update chan struct{}
 
-	mu    sync.Mutex
-	parts map[replica.TP]*replica.Partition
+	mu      sync.Mutex
+	targets map[replica.TP]target
 }
 
-func (f *fetcher) setPartitions(ps []*replica.Partition) {
-	m := map[replica.TP]*replica.Partition{}
-	for _, p := range ps {
-		m[p.TP()] = p
-	}
+func (f *fetcher) setTargets(ts []target) {
+	m := map[replica.TP]target{}
 	f.mu.Lock()
-	f.parts = m
+	for _, t := range ts {
+		// Keep a target already being followed: a remote one holds the
+		// position learnt from the follower's answers.
+		if old, ok := f.targets[t.TP()]; ok && sameKind(old, t) {
+			if or, isRemote := old.(*remote); isRemote {
+				or.leaderEpoch = t.(*remote).leaderEpoch
+			}
+			m[t.TP()] = old
+			continue
+		}
+		m[t.TP()] = t
+	}
+	f.targets = m
 	f.mu.Unlock()
 	select {
 	case f.update <- struct{}{}:
@@ -189,10 +289,16 @@ func (f *fetcher) setPartitions(ps []*replica.Partition) {
 	}
 }
 
-func (f *fetcher) partitions() map[replica.TP]*replica.Partition {
+func sameKind(a, b target) bool {
+	_, ar := a.(*remote)
+	_, br := b.(*remote)
+	return ar == br
+}
+
+func (f *fetcher) all() map[replica.TP]target {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.parts
+	return f.targets
 }
 
 func (f *fetcher) run(ctx context.Context) {
@@ -202,7 +308,7 @@ func (f *fetcher) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		f.r.logger.Debug("follower fetch stream ended; reconnecting", log.NodeID(f.leader), log.Err(err))
+		f.r.logger.Debug("follower fetch stream ended; reconnecting", log.NodeID(f.key.leader), log.Err(err))
 		select {
 		case <-ctx.Done():
 			return
@@ -212,11 +318,22 @@ func (f *fetcher) run(ctx context.Context) {
 	}
 }
 
+// followerEpoch is the broker epoch the follower fetches with.
+func (f *fetcher) followerEpoch() int64 {
+	if f.r.deps.Replicas != nil && f.key.follower == f.r.deps.Replicas.NodeID() {
+		return f.r.deps.Member.Epoch()
+	}
+	if b, ok := f.r.deps.Metadata.Load().Brokers[f.key.follower]; ok {
+		return b.GetBrokerEpoch()
+	}
+	return 0
+}
+
 // stream runs one FollowerFetch stream to the leader until it fails.
 func (f *fetcher) stream(ctx context.Context) error {
-	addr := f.r.deps.Metadata.Load().Address(f.leader)
+	addr := f.r.deps.Metadata.Load().Address(f.key.leader)
 	if addr == "" {
-		return fmt.Errorf("no address for leader node %d", f.leader)
+		return fmt.Errorf("no address for leader node %d", f.key.leader)
 	}
 	conn, err := f.r.deps.Pool.Get(addr)
 	if err != nil {
@@ -234,23 +351,23 @@ func (f *fetcher) stream(ctx context.Context) error {
 		sendMu.Lock()
 		defer sendMu.Unlock()
 		return stream.Send(&replicationv1.FollowerFetchRequest{
-			ReplicaId: f.r.deps.Replicas.NodeID(), ReplicaBrokerEpoch: f.r.deps.Member.Epoch(),
+			ReplicaId: f.key.follower, ReplicaBrokerEpoch: f.followerEpoch(),
 			Positions: positions, PartitionMaxBytes: int32(f.r.cfg.ChunkBytes),
 		})
 	}
 	// syncPositions announces partitions added since the last call and
 	// withdraws those removed.
 	syncPositions := func() error {
-		parts := f.partitions()
+		targets := f.all()
 		var ps []*replicationv1.FollowerPosition
-		for tp, p := range parts {
+		for tp, t := range targets {
 			if !sent[tp] {
-				ps = append(ps, position(p))
+				ps = append(ps, position(t))
 				sent[tp] = true
 			}
 		}
 		for tp := range sent {
-			if _, ok := parts[tp]; !ok {
+			if _, ok := targets[tp]; !ok {
 				ps = append(ps, &replicationv1.FollowerPosition{Topic: tp.Topic, Partition: tp.Partition, Remove: true})
 				delete(sent, tp)
 			}
@@ -279,12 +396,11 @@ func (f *fetcher) stream(ctx context.Context) error {
 	}
 }
 
-func position(p *replica.Partition) *replicationv1.FollowerPosition {
-	leo, last, leaderEpoch, _, _ := p.FollowerState()
-	tp := p.TP()
+func position(t target) *replicationv1.FollowerPosition {
+	leo, last, leaderEpoch := t.position()
+	tp := t.TP()
 	return &replicationv1.FollowerPosition{
-		Topic: tp.Topic, Partition: tp.Partition, FetchOffset: leo, LastFetchedEpoch: last,
-		CurrentLeaderEpoch: leaderEpoch, LogStartOffset: p.Log().LogStartOffset(),
+		Topic: tp.Topic, Partition: tp.Partition, FetchOffset: leo, LastFetchedEpoch: last, CurrentLeaderEpoch: leaderEpoch,
 	}
 }
 
@@ -297,38 +413,38 @@ func (f *fetcher) receive(ctx context.Context, stream grpc.BidiStreamingClient[r
 			return err
 		}
 		tp := replica.TP{Topic: resp.GetTopic(), Partition: resp.GetPartition()}
-		p, ok := f.partitions()[tp]
+		t, ok := f.all()[tp]
 		if !ok {
 			continue // no longer followed from this leader
 		}
 		if e := errs.FromProto(resp.GetError()); e != nil {
 			if e.Code == errs.OffsetOutOfRange {
 				// Behind the leader's log start: start over there.
-				if err := p.StartAt(resp.GetLogStartOffset()); err == nil {
-					if err := send([]*replicationv1.FollowerPosition{position(p)}); err != nil {
+				if err := t.startAt(ctx, resp.GetLogStartOffset()); err == nil {
+					if err := send([]*replicationv1.FollowerPosition{position(t)}); err != nil {
 						return err
 					}
 				}
 				continue
 			}
-			// NOT_LEADER or an epoch error. Either this node learned of the
-			// leadership before the leader did (ask again shortly), or the
-			// partition moved (metadata will take it off this stream).
-			f.r.logger.Debug("leader refused a partition; asking again", log.TopicPartition(tp.Topic, tp.Partition), log.NodeID(f.leader), log.Err(e))
+			// NOT_LEADER or an epoch error. Either the follower learned of
+			// the leadership before the leader did (ask again shortly), or
+			// the partition moved (metadata will take it off this stream).
+			f.r.logger.Debug("leader refused a partition; asking again", log.TopicPartition(tp.Topic, tp.Partition), log.NodeID(f.key.leader), log.Err(e))
 			time.AfterFunc(100*time.Millisecond, func() {
-				if cur, ok := f.partitions()[tp]; ok && cur == p && ctx.Err() == nil {
-					_ = send([]*replicationv1.FollowerPosition{position(p)}) // a broken stream is handled by the receive loop
+				if cur, ok := f.all()[tp]; ok && cur == t && ctx.Err() == nil {
+					_ = send([]*replicationv1.FollowerPosition{position(t)}) // a broken stream is handled by the receive loop
 				}
 			})
 			continue
 		}
 		if d := resp.GetDivergingEpoch(); d != nil {
-			leo, _, _, _, _ := p.FollowerState()
-			if err := p.TruncateTo(min(d.GetEndOffset(), leo)); err != nil {
+			leo, _, _ := t.position()
+			if err := t.truncate(ctx, min(d.GetEndOffset(), leo)); err != nil {
 				f.r.logger.Error("cannot truncate diverged replica", log.TopicPartition(tp.Topic, tp.Partition), log.Err(err))
 				continue
 			}
-			if err := send([]*replicationv1.FollowerPosition{position(p)}); err != nil {
+			if err := send([]*replicationv1.FollowerPosition{position(t)}); err != nil {
 				return err
 			}
 			continue
@@ -340,9 +456,9 @@ func (f *fetcher) receive(ctx context.Context, stream grpc.BidiStreamingClient[r
 			sctx := f.r.deps.Telemetry.Propagator.Extract(ctx, propagation.MapCarrier(tc))
 			_, span = f.r.tracer.Start(sctx, "replica append", trace.WithAttributes(attribute.String("topic", tp.Topic),
 				attribute.Int("partition", int(tp.Partition)), attribute.Int64("base_offset", resp.GetBaseOffset()),
-				attribute.Int("replica", int(f.r.deps.Replicas.NodeID()))))
+				attribute.Int("replica", int(f.key.follower))))
 		}
-		if _, err := p.AppendReplicated(ctx, resp.GetBatches(), resp.GetHighWatermark(), resp.GetLogStartOffset()); err != nil {
+		if err := t.apply(ctx, resp.GetBatches(), resp.GetHighWatermark(), resp.GetLogStartOffset()); err != nil {
 			f.r.logger.Warn("cannot append replicated batches; resyncing", log.TopicPartition(tp.Topic, tp.Partition), log.Err(err))
 			hasData = true // report the real position so the leader resends from it
 		}
@@ -350,7 +466,7 @@ func (f *fetcher) receive(ctx context.Context, stream grpc.BidiStreamingClient[r
 			span.End()
 		}
 		if hasData {
-			if err := send([]*replicationv1.FollowerPosition{position(p)}); err != nil {
+			if err := send([]*replicationv1.FollowerPosition{position(t)}); err != nil {
 				return err
 			}
 		}

@@ -70,10 +70,6 @@ func (c *Config) Validate() error {
 	if len(c.Roles) == 0 {
 		errs = append(errs, errors.New("roles: at least one role is required"))
 	}
-	if c.Roles.Has(role.StorageNode) != c.Roles.Has(role.Replication) {
-		errs = append(errs, errors.New("roles: storage-node and replication run together (the \"data\" aggregate): "+
-			"replication applies fetched batches to the storage node's replicas in the same process"))
-	}
 	if !c.Roles.Has(role.Controller) && len(c.Node.ControllerAddrs()) == 0 {
 		errs = append(errs, errors.New("controllers: required when this process does not run the controller role"))
 	}

@@ -460,6 +460,11 @@ type ReplicaAppendRequest struct {
 	HighWatermark int64 `protobuf:"varint,5,opt,name=high_watermark,json=highWatermark,proto3" json:"high_watermark,omitempty"`
 	// Truncate the replica to this offset first; -1 means no truncation.
 	TruncateTo int64 `protobuf:"varint,6,opt,name=truncate_to,json=truncateTo,proto3" json:"truncate_to,omitempty"`
+	// The leader's log start offset; the replica deletes records below it.
+	LogStartOffset int64 `protobuf:"varint,7,opt,name=log_start_offset,json=logStartOffset,proto3" json:"log_start_offset,omitempty"`
+	// Empty the replica and restart it at this offset first (it fell behind
+	// the leader's log start); -1 means no restart.
+	StartAt int64 `protobuf:"varint,8,opt,name=start_at,json=startAt,proto3" json:"start_at,omitempty"`
 	// Record batches to append at the replica's log end.
 	Batches       []byte `protobuf:"bytes,15,opt,name=batches,proto3" json:"batches,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -534,6 +539,20 @@ func (x *ReplicaAppendRequest) GetHighWatermark() int64 {
 func (x *ReplicaAppendRequest) GetTruncateTo() int64 {
 	if x != nil {
 		return x.TruncateTo
+	}
+	return 0
+}
+
+func (x *ReplicaAppendRequest) GetLogStartOffset() int64 {
+	if x != nil {
+		return x.LogStartOffset
+	}
+	return 0
+}
+
+func (x *ReplicaAppendRequest) GetStartAt() int64 {
+	if x != nil {
+		return x.StartAt
 	}
 	return 0
 }
@@ -698,7 +717,10 @@ type ReplicaState struct {
 	// For leaders: each follower's fetch offset by node id.
 	FollowerOffsets map[int32]int64 `protobuf:"bytes,10,rep,name=follower_offsets,json=followerOffsets,proto3" json:"follower_offsets,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// For leaders: the in-sync replica set the leader works with.
-	Isr           []int32 `protobuf:"varint,11,rep,packed,name=isr,proto3" json:"isr,omitempty"`
+	Isr []int32 `protobuf:"varint,11,rep,packed,name=isr,proto3" json:"isr,omitempty"`
+	// Leader epoch of the replica's last batch, or -1 for an empty log: what
+	// a follower reports as its last fetched epoch.
+	LastLogEpoch  int32 `protobuf:"varint,12,opt,name=last_log_epoch,json=lastLogEpoch,proto3" json:"last_log_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -810,6 +832,13 @@ func (x *ReplicaState) GetIsr() []int32 {
 	return nil
 }
 
+func (x *ReplicaState) GetLastLogEpoch() int32 {
+	if x != nil {
+		return x.LastLogEpoch
+	}
+	return 0
+}
+
 // DescribeReplicasResponse is the response of
 // ReplicationService.DescribeReplicas.
 type DescribeReplicasResponse struct {
@@ -904,7 +933,7 @@ const file_sluice_replication_v1_messages_proto_rawDesc = "" +
 	"\x0eDivergingEpoch\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x05R\x05epoch\x12\x1d\n" +
 	"\n" +
-	"end_offset\x18\x02 \x01(\x03R\tendOffset\"\xff\x01\n" +
+	"end_offset\x18\x02 \x01(\x03R\tendOffset\"\xc4\x02\n" +
 	"\x14ReplicaAppendRequest\x12.\n" +
 	"\x13leader_broker_epoch\x18\x01 \x01(\x03R\x11leaderBrokerEpoch\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x1c\n" +
@@ -912,7 +941,9 @@ const file_sluice_replication_v1_messages_proto_rawDesc = "" +
 	"\fleader_epoch\x18\x04 \x01(\x05R\vleaderEpoch\x12%\n" +
 	"\x0ehigh_watermark\x18\x05 \x01(\x03R\rhighWatermark\x12\x1f\n" +
 	"\vtruncate_to\x18\x06 \x01(\x03R\n" +
-	"truncateTo\x12\x18\n" +
+	"truncateTo\x12(\n" +
+	"\x10log_start_offset\x18\a \x01(\x03R\x0elogStartOffset\x12\x19\n" +
+	"\bstart_at\x18\b \x01(\x03R\astartAt\x12\x18\n" +
 	"\abatches\x18\x0f \x01(\fR\abatches\"\xc5\x01\n" +
 	"\x15ReplicaAppendResponse\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
@@ -924,7 +955,7 @@ const file_sluice_replication_v1_messages_proto_rawDesc = "" +
 	"\x17DescribeReplicasRequest\x12@\n" +
 	"\n" +
 	"partitions\x18\x01 \x03(\v2 .sluice.common.v1.TopicPartitionR\n" +
-	"partitions\"\x8f\x04\n" +
+	"partitions\"\xb5\x04\n" +
 	"\fReplicaState\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x126\n" +
@@ -939,7 +970,8 @@ const file_sluice_replication_v1_messages_proto_rawDesc = "" +
 	"lagRecords\x12c\n" +
 	"\x10follower_offsets\x18\n" +
 	" \x03(\v28.sluice.replication.v1.ReplicaState.FollowerOffsetsEntryR\x0ffollowerOffsets\x12\x10\n" +
-	"\x03isr\x18\v \x03(\x05R\x03isr\x1aB\n" +
+	"\x03isr\x18\v \x03(\x05R\x03isr\x12$\n" +
+	"\x0elast_log_epoch\x18\f \x01(\x05R\flastLogEpoch\x1aB\n" +
 	"\x14FollowerOffsetsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"x\n" +
