@@ -422,7 +422,7 @@ func (k *Consumer) stream(ctx context.Context, gen int, addr string, parts []str
 		req.Partitions = append(req.Partitions, fp)
 		byTP[p.tp] = p
 	}
-	stream, err := storagev1.NewStorageServiceClient(conn).Fetch(ctx, req)
+	stream, err := storagev1.NewStorageServiceClient(conn).Fetch(ctx, req, grpc.ForceCodecV2(chunkCodec))
 	if err != nil {
 		return err
 	}
@@ -466,10 +466,19 @@ func (k *Consumer) receive(ctx context.Context, gen int, stream grpc.ServerStrea
 			if r.Offset < start {
 				continue
 			}
-			recs = append(recs, &ConsumedRecord{
+			cr := &ConsumedRecord{
 				Topic: tp.Topic, Partition: tp.Partition, Offset: r.Offset, LeaderEpoch: b.PartitionLeaderEpoch,
-				Timestamp: time.UnixMilli(r.Timestamp), Key: cloneNil(r.Key), Value: cloneNil(r.Value), Headers: cloneHeaders(r.Headers),
-			})
+				Timestamp: time.UnixMilli(r.Timestamp), Key: r.Key, Value: r.Value, Headers: r.Headers,
+			}
+			if b.Attributes.Codec() != record.CodecNone {
+				// Decompressed records live in the iterator's reused
+				// buffer; uncompressed ones point into this chunk's own
+				// buffer, which nothing reuses.
+				cr.Key, cr.Value, cr.Headers = cloneNil(r.Key), cloneNil(r.Value), cloneHeaders(r.Headers)
+			} else if len(r.Headers) > 0 {
+				cr.Headers = append([]record.Header(nil), r.Headers...)
+			}
+			recs = append(recs, cr)
 		}
 		if err := it.Err(); err != nil {
 			return fmt.Errorf("%s-%d: decoding fetched batches: %w", tp.Topic, tp.Partition, err)

@@ -143,6 +143,10 @@ type Producer struct {
 
 	connMu sync.Mutex
 	conns  map[string]*prodConn
+
+	// builders are reused batch builders: a sealed batch's bytes live in its
+	// builder until the batch is done, then the builder is reused.
+	builders sync.Pool
 }
 
 type tpKey struct {
@@ -166,6 +170,8 @@ type prodBatch struct {
 	created  time.Time
 	attempts int
 	span     trace.Span // the request span of the current attempt
+	// builder holds data; it goes back to the pool once the batch is done.
+	builder *record.Builder
 }
 
 type prodPartition struct {
@@ -188,6 +194,7 @@ func (c *Client) NewProducer(cfg ProducerConfig) *Producer {
 		c: c, cfg: cfg, md: newMetaCache(c), parts: map[tpKey]*prodPartition{},
 		wake: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{}), conns: map[string]*prodConn{},
 	}
+	p.builders.New = func() any { return record.NewBuilder(cfg.Compression) }
 	p.spaceFree = sync.NewCond(&p.mu)
 	p.idle = sync.NewCond(&p.mu)
 	go func() {
@@ -278,7 +285,7 @@ func (p *Producer) waitCond(ctx context.Context, c *sync.Cond) {
 func (p *Producer) partition(tp tpKey) *prodPartition {
 	pp, ok := p.parts[tp]
 	if !ok {
-		pp = &prodPartition{tp: tp, builder: record.NewBuilder(p.cfg.Compression)}
+		pp = &prodPartition{tp: tp, builder: p.builders.Get().(*record.Builder)}
 		p.parts[tp] = pp
 	}
 	return pp
@@ -291,11 +298,10 @@ func (p *Producer) sealLocked(pp *prodPartition) {
 	}
 	data, err := pp.builder.Build()
 	recs := pp.open
-	pp.open, pp.builder = nil, record.NewBuilder(p.cfg.Compression)
-	bytes := pp.openBytes
-	pp.openBytes = 0
+	b := &prodBatch{tp: pp.tp, data: data, recs: recs, bytes: pp.openBytes, created: pp.openSince, builder: pp.builder}
+	pp.open, pp.openBytes = nil, 0
+	pp.builder = p.builders.Get().(*record.Builder)
 	p.cfg.Partitioner.BatchSealed(pp.tp.partition)
-	b := &prodBatch{tp: pp.tp, data: data, recs: recs, bytes: bytes, created: pp.openSince}
 	if err != nil {
 		p.finishLocked(b, -1, err)
 		return
@@ -387,6 +393,11 @@ func (p *Producer) Close(ctx context.Context) error {
 // finishLocked reports a batch's result to its records' callbacks (in a
 // goroutine, outside the lock) and frees its buffer space.
 func (p *Producer) finishLocked(b *prodBatch, base int64, err error) {
+	if b.builder != nil {
+		b.builder.Reset()
+		p.builders.Put(b.builder)
+		b.builder, b.data = nil, nil
+	}
 	p.buffered -= b.bytes
 	p.spaceFree.Broadcast()
 	p.idle.Broadcast()

@@ -1,0 +1,109 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/encoding"
+	protoenc "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
+	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
+	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
+)
+
+// fetchCodec decodes FetchResponse chunks without copying their batches
+// out of the received message: the message is gathered into one buffer
+// (the only copy), and the batches field points into it, so records of
+// uncompressed batches need no copy of their own either. Every other
+// message goes through the protobuf codec.
+type fetchCodec struct{ proto encoding.CodecV2 }
+
+var chunkCodec = fetchCodec{proto: encoding.GetCodecV2(protoenc.Name)}
+
+func (fetchCodec) Name() string { return protoenc.Name }
+
+func (c fetchCodec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
+
+func (c fetchCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(*storagev1.FetchResponse)
+	if !ok {
+		return c.proto.Unmarshal(data, v)
+	}
+	return decodeFetchResponse(data.Materialize(), m)
+}
+
+// decodeFetchResponse parses b into m; m.Batches aliases b.
+func decodeFetchResponse(b []byte, m *storagev1.FetchResponse) error {
+	m.Reset()
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("decoding fetch chunk: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		switch {
+		case typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return fmt.Errorf("decoding fetch chunk: %w", protowire.ParseError(n))
+			}
+			b = b[n:]
+			switch num {
+			case 2:
+				m.Partition = int32(v)
+			case 4:
+				m.HighWatermark = int64(v)
+			case 5:
+				m.LastStableOffset = int64(v)
+			case 6:
+				m.LogStartOffset = int64(v)
+			case 9:
+				m.NextOffset = int64(v)
+			}
+		case typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return fmt.Errorf("decoding fetch chunk: %w", protowire.ParseError(n))
+			}
+			b = b[n:]
+			var err error
+			switch num {
+			case 1:
+				if !utf8.Valid(v) {
+					return errors.New("decoding fetch chunk: the topic is not valid UTF-8")
+				}
+				m.Topic = string(v)
+			case 3:
+				m.Error = &edpb.Error{}
+				err = proto.Unmarshal(v, m.Error)
+			case 7:
+				a := &storagev1.AbortedTransaction{}
+				err = proto.Unmarshal(v, a)
+				m.AbortedTransactions = append(m.AbortedTransactions, a)
+			case 8:
+				m.DivergingEpoch = &storagev1.EpochEndOffset{}
+				err = proto.Unmarshal(v, m.DivergingEpoch)
+			case 10:
+				m.Records = &commonv1.Records{}
+				err = proto.Unmarshal(v, m.Records)
+			case 15:
+				m.Batches = v
+			}
+			if err != nil {
+				return fmt.Errorf("decoding fetch chunk field %d: %w", num, err)
+			}
+		default:
+			n := protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return fmt.Errorf("decoding fetch chunk: %w", protowire.ParseError(n))
+			}
+			b = b[n:]
+		}
+	}
+	return nil
+}
