@@ -2,6 +2,9 @@ package integration
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"testing"
@@ -274,4 +277,55 @@ func TestControlledShutdownMovesLeadershipFirst(t *testing.T) {
 	require.Equal(t, epoch, e)
 	require.Equal(t, commonv1.BrokerState_BROKER_STATE_SHUTTING_DOWN, state)
 	t.Logf("controlled shutdown of node %d: process exited after %v with its leaderships moved", victim.NodeID, took.Round(time.Millisecond))
+}
+
+// Moving a partition to other nodes: the new replicas copy the data as
+// followers, join the ISR, leadership moves to the new preferred replica and
+// the old replica is dropped; every record is still there. Then a preferred
+// leader election through the CLI.
+func TestPartitionReassignment(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 3})
+	cl := cluster.Client(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ids := []int32{c.StorageNodes()[0].NodeID, c.StorageNodes()[1].NodeID, c.StorageNodes()[2].NodeID}
+	_, err := cl.CreateTopics(ctx, &controllerv1.CreateTopicsRequest{Topics: []*controllerv1.TopicSpec{{Name: "moving",
+		Assignments: []*controllerv1.ReplicaAssignment{{Partition: 0, Replicas: []int32{ids[0]}}}}}})
+	require.NoError(t, err)
+	p := cl.NewProducer(client.ProducerConfig{Acks: client.AcksAll})
+	var recs []*client.Record
+	for i := range 50000 {
+		recs = append(recs, &client.Record{Topic: "moving", Partition: 0, Value: []byte(fmt.Sprintf("%08d", i))})
+	}
+	_, err = p.ProduceSync(ctx, recs...)
+	require.NoError(t, err)
+	require.NoError(t, p.Close(ctx))
+
+	out := runCLI(t, c, "", "partition", "reassign", fmt.Sprintf("moving:0=%d,%d", ids[1], ids[2]))
+	require.Contains(t, out, "moving:0: accepted")
+	require.Eventually(t, func() bool {
+		st := describe(t, ctx, cl, "moving").GetPartitions()[0]
+		return slices.Equal(st.GetReplicas(), []int32{ids[1], ids[2]}) && len(st.GetAddingReplicas()) == 0
+	}, 60*time.Second, 100*time.Millisecond, "reassignment completes")
+	st := describe(t, ctx, cl, "moving").GetPartitions()[0]
+	require.Equal(t, ids[1], st.GetLeaderId(), "the new preferred replica leads")
+	require.ElementsMatch(t, []int32{ids[1], ids[2]}, st.GetIsr())
+	read := readAll(t, ctx, cl, "moving", 1)
+	require.Len(t, read[0], 50000, "every record survived the move")
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(c.StorageNodes()[0].DataDir, "logs", "moving-0"))
+		return os.IsNotExist(err)
+	}, 30*time.Second, 100*time.Millisecond, "the old replica's data is deleted")
+
+	// Leadership away from the preferred replica, then back with the CLI.
+	leader := nodeByID(c, ids[1])
+	require.NoError(t, leader.Kill())
+	require.NoError(t, leader.Start())
+	require.Eventually(t, func() bool {
+		st := describe(t, ctx, cl, "moving").GetPartitions()[0]
+		return st.GetLeaderId() == ids[2] && len(st.GetIsr()) == 2
+	}, 60*time.Second, 100*time.Millisecond, "leadership moved to the other replica and the restarted one caught up")
+	out = runCLI(t, c, "", "partition", "elect-leaders", "moving:0")
+	require.Contains(t, out, "elected")
+	require.Equal(t, ids[1], describe(t, ctx, cl, "moving").GetPartitions()[0].GetLeaderId())
 }

@@ -43,6 +43,8 @@ type Deps struct {
 	// Metadata is the process's metadata cache; the controller keeps it in
 	// step with etcd (and MetadataService answers from it).
 	Metadata *metadata.Cache
+	// Pool reaches other nodes (to report reassignment progress).
+	Pool *grpcx.Pool
 }
 
 // Controller is the controller role.

@@ -2,15 +2,18 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	metastorev1 "github.com/sluice-io/sluice/gen/go/sluice/metastore/v1"
+	replicationv1 "github.com/sluice-io/sluice/gen/go/sluice/replication/v1"
 	"github.com/sluice-io/sluice/libs/errs"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/metastore"
@@ -203,11 +206,11 @@ func (c *Controller) AlterPartitionReassignments(ctx context.Context, r *control
 	return out, nil
 }
 
-// ListPartitionReassignments lists reassignments in progress.
-func (c *Controller) ListPartitionReassignments(_ context.Context, r *controllerv1.ListPartitionReassignmentsRequest) (*controllerv1.ListPartitionReassignmentsResponse, error) {
+// ListPartitionReassignments lists reassignments in progress, with how far
+// each new replica still has to go (asked of the nodes themselves).
+func (c *Controller) ListPartitionReassignments(ctx context.Context, r *controllerv1.ListPartitionReassignmentsRequest) (*controllerv1.ListPartitionReassignmentsResponse, error) {
 	out := &controllerv1.ListPartitionReassignmentsResponse{}
 	c.mu.RLock()
-	defer c.mu.RUnlock()
 	c.st.eachPartition(func(topic string, p int32, pr *versioned[*metastorev1.PartitionRecord]) {
 		if len(pr.val.GetTargetReplicas()) == 0 || (len(r.GetTopics()) > 0 && !slices.Contains(r.GetTopics(), topic)) {
 			return
@@ -218,7 +221,48 @@ func (c *Controller) ListPartitionReassignments(_ context.Context, r *controller
 			Replicas:  s.GetReplicas(), AddingReplicas: s.GetAddingReplicas(), RemovingReplicas: s.GetRemovingReplicas(),
 		})
 	})
+	leaders := map[string]int32{}
+	c.st.eachPartition(func(topic string, p int32, pr *versioned[*metastorev1.PartitionRecord]) {
+		leaders[fmt.Sprintf("%s-%d", topic, p)] = pr.val.GetState().GetLeaderId()
+	})
+	c.mu.RUnlock()
+	for _, re := range out.Reassignments {
+		tp := re.GetPartition()
+		leader, ok := c.replicaSize(ctx, leaders[fmt.Sprintf("%s-%d", tp.GetTopic(), tp.GetPartition())], tp)
+		if !ok {
+			continue
+		}
+		re.LagBytes = map[int32]int64{}
+		for _, id := range re.GetAddingReplicas() {
+			if size, ok := c.replicaSize(ctx, id, tp); ok {
+				re.LagBytes[id] = max(leader-size, 0)
+			} else {
+				re.LagBytes[id] = leader
+			}
+		}
+	}
 	return out, nil
+}
+
+// replicaSize asks a node how many bytes its replica of a partition holds.
+func (c *Controller) replicaSize(ctx context.Context, node int32, tp *commonv1.TopicPartition) (int64, bool) {
+	addr := c.cache.Load().Address(node)
+	if addr == "" || c.deps.Pool == nil {
+		return 0, false
+	}
+	conn, err := c.deps.Pool.Get(addr)
+	if err != nil {
+		return 0, false
+	}
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	resp, err := replicationv1.NewReplicationServiceClient(conn).DescribeReplicas(dctx, &replicationv1.DescribeReplicasRequest{
+		Partitions: []*commonv1.TopicPartition{tp},
+	})
+	if err != nil || len(resp.GetReplicas()) == 0 {
+		return 0, false
+	}
+	return resp.GetReplicas()[0].GetSizeBytes(), true
 }
 
 // producerIDBlock is how many producer ids a transaction coordinator gets at

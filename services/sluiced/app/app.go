@@ -130,7 +130,7 @@ func (n *node) newRole(r role.Role) service.Service {
 	cfg := n.cfg
 	switch r {
 	case role.Controller:
-		return controller.New(cfg.Controller, controller.Deps{Logger: n.logger, Telemetry: n.tel, Server: n.srv, Node: cfg.Node, Metadata: n.cache})
+		return controller.New(cfg.Controller, controller.Deps{Logger: n.logger, Telemetry: n.tel, Server: n.srv, Node: cfg.Node, Metadata: n.cache, Pool: n.pool})
 	case role.StorageNode:
 		return storagenode.New(cfg.StorageNode, storagenode.Deps{Logger: n.logger, Telemetry: n.tel, Server: n.srv, Node: cfg.Node,
 			Metadata: n.cache, Member: n.member, Pool: n.pool, Replicas: n.replicas})
