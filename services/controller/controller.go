@@ -94,6 +94,11 @@ func New(cfg Config, deps Deps) *Controller {
 	}
 	controllerv1.RegisterControllerServiceServer(deps.Server.GRPC, c)
 	registerValidators(deps.Server.Validators)
+	if deps.Telemetry != nil {
+		if err := c.registerMetrics(deps.Telemetry.Meter); err != nil {
+			c.logger.Warn("cannot register controller metrics", log.Err(err))
+		}
+	}
 	return c
 }
 

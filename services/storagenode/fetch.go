@@ -175,6 +175,7 @@ func (r *StorageNode) fetchOne(stream grpc.ServerStream, st *fetchState, maxByte
 		return 0, changed, nil
 	}
 	n := data.Bytes
+	r.fetchedBytes.Add(stream.Context(), int64(n))
 	from := st.offset
 	st.offset = data.NextOffset
 	resp.NextOffset = data.NextOffset

@@ -113,6 +113,8 @@ func (r *StorageNode) appendAll(ctx context.Context, req *storagev1.ProduceReque
 				var epoch int32
 				ar, epoch, err = part.Append(batches, acks, pp.CurrentLeaderEpoch, record.FromClient)
 				if err == nil {
+					r.producedBytes.Add(ctx, int64(ar.Bytes))
+					r.producedRecords.Add(ctx, ar.Records)
 					res.BaseOffset, res.LogAppendTimeMs, res.LogStartOffset = ar.FirstOffset, ar.LogAppendTime, ar.LogStartOffset
 					span.AddEvent("appended", trace.WithAttributes(attribute.String("topic", pp.GetTopic()),
 						attribute.Int("partition", int(pp.GetPartition())), attribute.Int64("offset", ar.FirstOffset),

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
@@ -85,15 +87,27 @@ type StorageNode struct {
 	logger   *slog.Logger
 	replicas *replica.Manager
 	tracer   trace.Tracer
+	// Counters of the data path.
+	producedBytes, producedRecords, fetchedBytes metric.Int64Counter
 }
 
 // New builds the role and registers its gRPC services on deps.Server.
 func New(cfg Config, deps Deps) *StorageNode {
 	r := &StorageNode{cfg: cfg, deps: deps, logger: deps.Logger.With(log.Role("storage-node")), replicas: deps.Replicas,
 		tracer: noop.NewTracerProvider().Tracer("")}
+	mp := metric.MeterProvider(metricnoop.NewMeterProvider())
 	if deps.Telemetry != nil {
 		r.tracer = deps.Telemetry.Tracer("storage-node").Tracer("github.com/sluice-io/sluice/services/storagenode")
+		mp = deps.Telemetry.Meter
+		if err := deps.Replicas.RegisterMetrics(mp); err != nil {
+			r.logger.Warn("cannot register replica metrics", log.Err(err))
+		}
 	}
+	meter := mp.Meter("github.com/sluice-io/sluice/services/storagenode")
+	// Creating a counter only fails for an invalid name; these are constant.
+	r.producedBytes, _ = meter.Int64Counter("sluice.produce.bytes", metric.WithUnit("By"), metric.WithDescription("Bytes of record batches appended as leader."))
+	r.producedRecords, _ = meter.Int64Counter("sluice.produce.records", metric.WithDescription("Records appended as leader."))
+	r.fetchedBytes, _ = meter.Int64Counter("sluice.fetch.bytes", metric.WithUnit("By"), metric.WithDescription("Bytes of record batches sent to consumers."))
 	storagev1.RegisterStorageServiceServer(deps.Server.GRPC, r)
 	rs := replica.NewServer(deps.Replicas)
 	rs.Send = sendFollowerChunk
