@@ -345,3 +345,40 @@ func TestCompactionSwapSurvivesCrash(t *testing.T) {
 	checkCompacted(t, written, got, cleanedTo, false)
 	require.NoError(t, l.Close())
 }
+
+func TestCleanerRunsRetentionAndCompaction(t *testing.T) {
+	clock := NewManualClock(epoch0)
+	cfg := compactConfig(t)
+	cfg.CleanupPolicy = CleanupCompact | CleanupDelete
+	cfg.RetentionMs = 3_600_000
+	cfg.MinCleanableDirtyRatio = 0.1
+	compacted := openLog(t, t.TempDir(), cfg, Options{Clock: clock})
+	defer compacted.Close()
+	plain := openLog(t, t.TempDir(), testConfig(t, map[string]string{"segment.bytes": "2048", "retention.ms": "60000"}), Options{Clock: clock})
+	defer plain.Close()
+
+	rng := rand.New(rand.NewPCG(41, 42))
+	written := writeUpdates(t, compacted, rng, 120, epoch0.UnixMilli())
+	for i := 0; i < 40; i++ {
+		_, err := plain.AppendAsLeader(simpleBatch(t, 4, epoch0.UnixMilli()), 0, record.FromClient)
+		require.NoError(t, err)
+	}
+	c := NewCleaner(CleanerOptions{Interval: time.Hour})
+	defer c.Close()
+	c.Add(compacted)
+	c.Add(plain)
+	sizeBefore := compacted.Size()
+	clock.Advance(2 * time.Minute) // past the plain log's retention, not the compacted one's
+	c.Trigger()
+	testutilEventually(t, func() error {
+		if compacted.Size() >= sizeBefore {
+			return fmt.Errorf("compacted log still %d bytes", compacted.Size())
+		}
+		if plain.LogStartOffset() != plain.LogEndOffset() {
+			return fmt.Errorf("plain log starts at %d, ends at %d", plain.LogStartOffset(), plain.LogEndOffset())
+		}
+		return nil
+	})
+	checkCompacted(t, written, readRecords(t, compacted), compacted.cleanedOffset(), false)
+	c.Remove(plain)
+}

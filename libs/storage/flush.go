@@ -321,8 +321,15 @@ func (l *Log) writeRecoveryCheckpointLocked(offset, segBase, pos int64) error {
 		epochData = l.epochs.encode()
 		l.epochs.dirty = false
 	}
+	logStart, logStartDirty := l.logStart, l.logStartDirty
+	l.logStartDirty = false
 	l.mu.Unlock()
 	l.appendMu.Unlock()
+	if logStartDirty {
+		if err := l.writeLogStart(logStart); err != nil {
+			return l.fail("writing log start offset", err)
+		}
+	}
 	if err != nil {
 		return l.fail("writing index", err)
 	}

@@ -108,7 +108,10 @@ type Log struct {
 	oldestDirt time.Time  // when the oldest unflushed append happened
 	closed     bool
 	cleanedTo  int64 // compaction has cleaned every offset below this
-	horizonDue int64 // earliest tombstone delete horizon seen, or maxInt64
+	// logStartDirty says the log start advanced with deleted segments and is
+	// not yet persisted (DeleteRecordsBefore persists at once).
+	logStartDirty bool
+	horizonDue    int64 // earliest tombstone delete horizon seen, or maxInt64
 
 	// durable is the offset below which every batch is on stable storage.
 	durable atomic.Int64

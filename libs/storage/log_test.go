@@ -253,3 +253,9 @@ func TestAppendSteadyStateAllocations(t *testing.T) {
 	require.NoError(t, leaderErr)
 	require.Zero(t, allocs, "read")
 }
+
+// testutilEventually polls cond until it holds or 10 seconds pass.
+func testutilEventually(t testing.TB, cond func() error) {
+	t.Helper()
+	testutil.Eventually(t, 10*time.Second, 5*time.Millisecond, cond)
+}

@@ -28,6 +28,16 @@ func (c *Chunk) Release() {
 	c.Data = nil
 }
 
+// Take moves the chunk out of its ReadResult: it returns a chunk that holds
+// the bytes and the map reference, and empties c, so a later
+// ReadResult.Release skips it. The gRPC fetch path takes each chunk and
+// hands its Release to the buffer that carries it to the wire.
+func (c *Chunk) Take() Chunk {
+	out := *c
+	*c = Chunk{}
+	return out
+}
+
 // ReadResult is what Read returns: chunks of whole batches in offset order.
 type ReadResult struct {
 	// Chunks hold the batches, one chunk per segment touched.
@@ -42,9 +52,8 @@ type ReadResult struct {
 	LogStartOffset, LogEndOffset int64
 }
 
-// Release releases every chunk. The gRPC fetch path instead hands each
-// chunk's Release to the buffer it sends, so chunks are freed as they are
-// written to the wire.
+// Release releases every chunk not taken, and recycles the result: it must
+// not be used afterwards.
 func (r *ReadResult) Release() {
 	for i := range r.Chunks {
 		r.Chunks[i].Release()

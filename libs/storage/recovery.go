@@ -112,6 +112,17 @@ func (l *Log) load() error {
 				scanSeg, scanPos, scanOff = i, rp.Position, rp.Offset
 				noScan = clean && i == len(bases)-1 && rp.Position == size
 			}
+		} else {
+			// The segment the recovery point names is gone: retention
+			// deleted it or compaction merged it. Everything below the
+			// recovery point is still durable, so scan from the start of
+			// the last segment at or below it. (This is why deleting
+			// segments need not rewrite the recovery point.)
+			for j, b := range bases {
+				if b <= rp.Offset {
+					scanSeg, scanOff = j, b
+				}
+			}
 		}
 	}
 	if !epochsOK {

@@ -259,3 +259,31 @@ func TestDamagedIndexIsRebuilt(t *testing.T) {
 	}
 	require.NoError(t, l.Close())
 }
+
+// Retention may delete the segment the recovery point names; recovery then
+// starts at the first segment at or below the point instead.
+func TestRecoveryAfterRetentionDeletedTheRecoveryPointSegment(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t, map[string]string{"segment.bytes": "2048", "retention.bytes": "4096", "sluice.fsync.before.ack": "false"})
+	l := openLog(t, dir, cfg, Options{})
+	for i := 0; i < 20; i++ {
+		_, err := l.AppendAsLeader(simpleBatch(t, 4, 1), 0, record.FromClient)
+		require.NoError(t, err)
+	}
+	require.NoError(t, l.Flush())
+	for i := 0; i < 60; i++ {
+		_, err := l.AppendAsLeader(simpleBatch(t, 4, 1), 0, record.FromClient)
+		require.NoError(t, err)
+	}
+	res, err := l.EnforceRetention()
+	require.NoError(t, err)
+	require.Positive(t, res.DeletedSegments)
+	start, end := l.LogStartOffset(), l.LogEndOffset()
+	l.abandon()
+
+	l = openLog(t, dir, cfg, Options{})
+	require.Equal(t, end, l.LogEndOffset())
+	require.Equal(t, start, l.LogStartOffset())
+	requireLogSound(t, l)
+	require.NoError(t, l.Close())
+}

@@ -32,11 +32,7 @@ func (l *Log) EnforceRetention() (RetentionResult, error) {
 	}
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
-	res, err := l.deleteSegments(true)
-	if err != nil {
-		return res, err
-	}
-	return res, l.repairCheckpointLocked()
+	return l.deleteSegments(true)
 }
 
 // DeleteRecordsBefore advances the log start offset to offset (Kafka's
@@ -75,7 +71,7 @@ func (l *Log) DeleteRecordsBefore(offset int64) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return res.LogStartOffset, l.repairCheckpointLocked()
+	return res.LogStartOffset, nil
 }
 
 // deleteSegments deletes segments from the front: those wholly below the log
@@ -132,18 +128,17 @@ func (l *Log) deleteSegments(byPolicy bool) (RetentionResult, error) {
 	removed := slices.Clone(l.segs[:n])
 	l.segs = slices.Clone(l.segs[n:])
 	l.needSync = slices.DeleteFunc(l.needSync, func(s *segment) bool { return slices.Contains(removed, s) })
-	oldStart := l.logStart
-	l.logStart = max(l.logStart, l.segs[0].base)
+	if s := l.segs[0].base; s > l.logStart {
+		// Persisted with the next recovery point: after a crash the log
+		// start is at least the first segment's base anyway.
+		l.logStart = s
+		l.logStartDirty = true
+	}
 	l.epochs.truncateFromStart(l.logStart)
 	l.dirDirty = true
 	start := l.logStart
 	l.mu.Unlock()
 
-	if start != oldStart {
-		if err := l.writeLogStart(start); err != nil {
-			return RetentionResult{}, l.fail("writing log start offset", err)
-		}
-	}
 	for _, s := range removed {
 		if err := s.remove(l.fs); err != nil {
 			return RetentionResult{}, l.fail("deleting segment", err)
