@@ -3,7 +3,7 @@
 // end. A producer's batch is validated, stored, replicated and fetched as the
 // same bytes, so a Kafka-protocol listener can serve them unchanged.
 //
-// The package has four parts:
+// The package has five parts:
 //
 //   - Header access without decoding records: ParseBatchHeader, CheckBatch
 //     and Validate (CRC, sizes, magic, record count against last offset
@@ -15,6 +15,8 @@
 //     timestamp) into a batch with any codec, reusing its buffers.
 //   - Iterator, which decodes records, decompressing with a hard cap on the
 //     decompressed size so a small hostile batch cannot exhaust memory.
+//   - Rewriter, which re-encodes a batch keeping some of its records with
+//     their offsets, for compaction.
 //   - Compress and Decompress for gzip, snappy (xerial framing, as Kafka's
 //     Java client writes it; raw blocks are read too), lz4 (frame format,
 //     KIP-57) and zstd (KIP-110).

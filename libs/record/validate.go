@@ -193,7 +193,7 @@ func Validate(buf []byte, opts ValidateOptions) (Summary, error) {
 	return s, nil
 }
 
-// Batches iterates over the batches of a buffer that Validate accepted,
+// BatchIter iterates over the batches of a buffer that Validate accepted,
 // without allocating:
 //
 //	for it := record.Batches(buf); it.Next(); {
