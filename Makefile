@@ -71,10 +71,12 @@ lint: tools
 		echo "buf breaking --against '$(BUF_BREAKING_AGAINST)'"; $(BIN)/buf breaking --against '$(BUF_BREAKING_AGAINST)'; \
 	else echo "buf breaking: no previous commit with buf.yaml to compare with (shallow clone?); skipped"; fi
 
-## bench: go benchmarks of the storage and data path (the full report comes with the perf harness)
+## bench: build everything, then measure Sluice side by side with NATS JetStream and the
+## machine's limits, 3 interleaved rounds (bench/results/<date>.md and .json; see docs/performance.md).
+## Extra flags: make bench BENCH_ARGS='--rounds 5'
 bench: build tools
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 $(UNIT_PKGS) | tee $(ROOT)/bench-go.txt
-	$(BIN)/benchstat $(ROOT)/bench-go.txt
+	$(GO) build -o $(BIN)/sluice-bench $(MOD)/tools/bench
+	$(BIN)/sluice-bench run --bin $(BIN) --out $(ROOT)/bench/results $(BENCH_ARGS)
 
 clean:
 	rm -rf $(BIN) $(ROOT)/data $(ROOT)/.cache
