@@ -298,18 +298,21 @@ func (p *Partition) Append(batches []byte, acks Acks, callerEpoch *int32, origin
 }
 
 // AwaitAck waits until an append made in epoch reaches the acknowledgement
-// level: durable on the leader if the topic fsyncs before acks, and for
-// AcksAll covered by the high watermark. It fails if leadership moves, or
-// with NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrinks below
-// min.insync.replicas first.
+// level: for AcksAll, covered by the high watermark, which with
+// sluice.fsync.before.ack counts only what every in-sync replica has made
+// durable. AcksLeader and AcksNone never wait for an fsync. It fails if
+// leadership moves, or with NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR
+// shrinks below min.insync.replicas first.
 func (p *Partition) AwaitAck(ctx context.Context, res storage.AppendResult, epoch int32, acks Acks) error {
-	if acks == AcksNone {
+	if acks != AcksAll {
 		return nil
 	}
 	p.mu.Lock()
 	fsync := p.fsync
 	p.mu.Unlock()
 	if fsync {
+		// The leader's own share of the high watermark is its durable
+		// offset; nothing else recomputes the mark when it moves.
 		if err := p.log.WaitDurable(ctx, res.LastOffset+1); err != nil {
 			if ctx.Err() != nil {
 				return errs.New(errs.RequestTimedOut, "%s: offset %d was not made durable in time", p.tp, res.FirstOffset)
@@ -319,9 +322,6 @@ func (p *Partition) AwaitAck(ctx context.Context, res storage.AppendResult, epoc
 		p.mu.Lock()
 		p.tryAdvanceHWLocked()
 		p.mu.Unlock()
-	}
-	if acks != AcksAll {
-		return nil
 	}
 	for {
 		p.mu.Lock()

@@ -22,11 +22,15 @@ func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
 // newLeader returns a manager on node 1 leading partition t-0 with the
 // given ISR and min.insync.replicas.
 func newLeader(t *testing.T, isr []int32, minISR string) (*Manager, *Partition) {
+	return newLeaderWith(t, isr, map[string]string{"min.insync.replicas": minISR, "sluice.fsync.before.ack": "false"})
+}
+
+func newLeaderWith(t *testing.T, isr []int32, configs map[string]string) (*Manager, *Partition) {
 	t.Helper()
 	cache := metadata.NewCache()
 	cache.Reset(metadata.FromSnapshot(&controllerv1.MetadataSnapshot{
 		Revision: 1, ControllerId: -1,
-		Topics: []*controllerv1.TopicMetadata{{Name: "t", TopicId: "id", Configs: map[string]string{"min.insync.replicas": minISR},
+		Topics: []*controllerv1.TopicMetadata{{Name: "t", TopicId: "id", Configs: configs,
 			Partitions: []*commonv1.PartitionState{{Topic: "t", LeaderId: 1, LeaderEpoch: 3, Replicas: []int32{1, 2, 3}, Isr: isr}}}},
 	}))
 	pool := grpcx.NewPool(grpcx.ClientOptions{})
@@ -139,4 +143,16 @@ func TestAcksAllCompletesWhenFollowersCatchUp(t *testing.T) {
 	_, _, _, err := p.ReadForFollower(2, 3, -1, &epoch, 1<<20)
 	require.NoError(t, err)
 	require.NoError(t, <-done)
+}
+
+// With sluice.fsync.before.ack (the default) the leader counts towards the
+// high watermark only what it has made durable; acks=all still completes,
+// through group commit.
+func TestFsyncBeforeAckCountsDurableOffsets(t *testing.T) {
+	_, p := newLeaderWith(t, []int32{1}, map[string]string{"min.insync.replicas": "1"})
+	res, err := p.Produce(context.Background(), batchOf(t, 4), AcksAll, nil, record.FromClient)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), res.LastOffset)
+	require.Equal(t, int64(4), p.View().HighWatermark)
+	require.GreaterOrEqual(t, p.Log().DurableOffset(), int64(4), "acknowledged only once durable")
 }

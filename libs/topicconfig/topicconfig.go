@@ -89,8 +89,10 @@ var defs = []Def{
 		Doc: "Age at which a segment is rolled even if not full."},
 	{Name: "unclean.leader.election.enable", BrokerName: "unclean.leader.election.enable", Kind: Bool, Default: "false",
 		Doc: "Elect an out-of-sync replica when no in-sync one is alive, losing records; off by default."},
-	{Name: "sluice.fsync.before.ack", BrokerName: "sluice.fsync.before.ack", Kind: Bool, Default: "false",
-		Doc: "fsync (group commit) before acknowledging a produce, on every replica that counts towards acks. Off by default: with acks=all, replication keeps acknowledged records through the crash of any single node."},
+	{Name: "sluice.fsync.before.ack", BrokerName: "sluice.fsync.before.ack", Kind: Bool, Default: "true",
+		Doc: "acks=all produces are acknowledged only once every in-sync replica has fsynced them (group commit: one fdatasync covers every batch waiting at that moment), so acknowledged records survive power loss; acks=1 and acks=0 never wait for an fsync. false leaves durability to replication alone."},
+	{Name: "index.interval.bytes", BrokerName: "log.index.interval.bytes", Kind: Int, Default: "4096", Min: 0, Max: math.MaxInt32,
+		Doc: "Bytes of batches between two entries of the sparse offset index."},
 }
 
 var byName, byBrokerName = func() (map[string]Def, map[string]Def) {
