@@ -50,6 +50,10 @@ type Manager struct {
 	pool   *grpcx.Pool
 	logger *slog.Logger
 
+	// cleaner enforces retention and compacts compacted topics in the
+	// background, one log at a time.
+	cleaner *storage.Cleaner
+
 	mu    sync.RWMutex
 	parts map[TP]*Partition
 	// changed is closed (and replaced) when the set of partitions or their
@@ -91,6 +95,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	if _, err := m.cache.WaitFor(ctx, func(*metadata.Image) bool { return m.cache.Loaded() }); err != nil {
 		return err
 	}
+	m.cleaner = storage.NewCleaner(storage.CleanerOptions{Logger: m.logger})
 	m.apply(m.cache.Load())
 	runCtx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
@@ -112,6 +117,9 @@ func (m *Manager) Stop(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}
+	if m.cleaner != nil {
+		m.cleaner.Close() // a compaction in progress is abandoned, leaving its log as it was
+	}
 	m.mu.Lock()
 	parts := m.parts
 	m.parts = map[TP]*Partition{}
@@ -127,11 +135,11 @@ func (m *Manager) Stop(ctx context.Context) error {
 }
 
 // run applies every metadata change and runs the leaders' periodic work
-// (ISR shrink checks, high-watermark checkpoints, retention).
+// (ISR shrink checks, high-watermark checkpoints). Retention and compaction
+// run in the cleaner.
 func (m *Manager) run(ctx context.Context) {
 	tick := time.NewTicker(min(m.cfg.LagTimeMax/4, time.Second))
 	defer tick.Stop()
-	lastRetention := time.Now()
 	for {
 		changed := m.cache.Changed()
 		select {
@@ -142,12 +150,6 @@ func (m *Manager) run(ctx context.Context) {
 		case <-tick.C:
 			for _, p := range m.Partitions() {
 				p.periodic(ctx)
-			}
-			if time.Since(lastRetention) > 30*time.Second {
-				lastRetention = time.Now()
-				for _, p := range m.Partitions() {
-					p.enforceRetention()
-				}
 			}
 		}
 	}
@@ -216,6 +218,7 @@ func (m *Manager) apply(img *metadata.Image) {
 			continue
 		}
 		m.parts[tp] = p
+		m.cleaner.Add(p.log)
 		opened = append(opened, p)
 	}
 	parts := make([]*Partition, 0, len(m.parts))
@@ -232,6 +235,7 @@ func (m *Manager) apply(img *metadata.Image) {
 		}
 	}
 	for _, p := range removed {
+		m.cleaner.Remove(p.log)
 		m.logger.Info("replica removed; deleting its data", log.TopicPartition(p.tp.Topic, p.tp.Partition))
 		_ = p.close() // the log goes away with its directory
 		if err := os.RemoveAll(p.dir); err != nil {

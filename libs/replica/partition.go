@@ -490,12 +490,6 @@ func (p *Partition) periodic(ctx context.Context) {
 	}
 }
 
-func (p *Partition) enforceRetention() {
-	if _, err := p.log.EnforceRetention(); err != nil {
-		p.m.logger.Warn("retention failed", log.TopicPartition(p.tp.Topic, p.tp.Partition), log.Err(err))
-	}
-}
-
 // close closes the log, saving the high watermark.
 func (p *Partition) close() error {
 	p.mu.Lock()
