@@ -274,6 +274,10 @@ func (m *Member) heartbeatStream(ctx context.Context) error {
 	for {
 		m.mu.Lock()
 		interval := m.interval
+		if m.state == commonv1.BrokerState_BROKER_STATE_FENCED {
+			// Until unfenced, ask often: the node serves nothing meanwhile.
+			interval = min(interval, 200*time.Millisecond)
+		}
 		m.mu.Unlock()
 		select {
 		case <-ctx.Done():

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
+	"github.com/sluice-io/sluice/libs/errs"
 	"github.com/sluice-io/sluice/libs/grpcx"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/membership"
@@ -96,13 +97,16 @@ func (m *Manager) Start(ctx context.Context) error {
 		return err
 	}
 	m.cleaner = storage.NewCleaner(storage.CleanerOptions{Logger: m.logger})
+	// Take the change signal before reading the image, so a change that
+	// lands in between is applied too.
+	changed := m.cache.Changed()
 	m.apply(m.cache.Load())
 	runCtx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
 	m.done = make(chan struct{})
 	go func() {
 		defer close(m.done)
-		m.run(runCtx)
+		m.run(runCtx, changed)
 	}()
 	return nil
 }
@@ -137,15 +141,15 @@ func (m *Manager) Stop(ctx context.Context) error {
 // run applies every metadata change and runs the leaders' periodic work
 // (ISR shrink checks, high-watermark checkpoints). Retention and compaction
 // run in the cleaner.
-func (m *Manager) run(ctx context.Context) {
+func (m *Manager) run(ctx context.Context, changed <-chan struct{}) {
 	tick := time.NewTicker(min(m.cfg.LagTimeMax/4, time.Second))
 	defer tick.Stop()
 	for {
-		changed := m.cache.Changed()
 		select {
 		case <-ctx.Done():
 			return
 		case <-changed:
+			changed = m.cache.Changed()
 			m.apply(m.cache.Load())
 		case <-tick.C:
 			for _, p := range m.Partitions() {
@@ -302,6 +306,23 @@ func (m *Manager) open(tp TP, topicID string, img *metadata.Image) (*Partition, 
 
 // dirName is the directory of a replica: topic names cannot contain '/'.
 func dirName(tp TP) string { return tp.Topic + "-" + strconv.Itoa(int(tp.Partition)) }
+
+// unfenced returns an error while the controller considers this node
+// fenced. A node that just restarted registers fenced, and its old
+// leaderships move before it is unfenced: until then metadata may still
+// name it leader, but it must not act as one (with a log that may have lost
+// its unflushed tail, it would accept writes at offsets its followers hold
+// other records for).
+func (m *Manager) unfenced() error {
+	if m.member == nil {
+		return nil
+	}
+	switch m.member.State() {
+	case commonv1.BrokerState_BROKER_STATE_ALIVE, commonv1.BrokerState_BROKER_STATE_SHUTTING_DOWN:
+		return nil
+	}
+	return errs.New(errs.NotLeaderOrFollower, "node %d is fenced while it rejoins the cluster; its leaderships are moving", m.nodeID)
+}
 
 // brokerEpoch returns this node's current broker epoch.
 func (m *Manager) brokerEpoch() int64 {

@@ -242,6 +242,9 @@ func (p *Partition) checkLeaderLocked(callerEpoch *int32) error {
 	if !p.isLeader {
 		return p.notLeaderErrLocked()
 	}
+	if err := p.m.unfenced(); err != nil {
+		return err
+	}
 	if callerEpoch != nil {
 		switch {
 		case *callerEpoch < p.leaderEpoch:

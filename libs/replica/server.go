@@ -119,6 +119,9 @@ func (s *Server) FollowerFetch(stream grpc.BidiStreamingServer[replicationv1.Fol
 
 	ctx := stream.Context()
 	for {
+		// Take the manager's change signal before serving, so a change
+		// during the pass is not missed.
+		managerChanged := s.m.Changed()
 		// Serve every partition that has something to send.
 		mu.Lock()
 		tps := make([]TP, 0, len(parts))
@@ -141,7 +144,7 @@ func (s *Server) FollowerFetch(stream grpc.BidiStreamingServer[replicationv1.Fol
 			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(wake)},
 			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
 			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(recvErr)},
-			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.m.Changed())},
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(managerChanged)},
 			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.m.Stopping())},
 		}
 		for _, w := range waits {

@@ -89,6 +89,7 @@ func (r *StorageNode) Fetch(req *storagev1.FetchRequest, stream grpc.ServerStrea
 	deadline := time.Now().Add(time.Duration(req.GetMaxWaitMs()) * time.Millisecond)
 	collected := 0
 	for {
+		roles := r.replicas.Changed() // before reading, so no change is missed
 		var waits []<-chan struct{}
 		active := 0
 		budget := maxBytes - collected
@@ -124,7 +125,7 @@ func (r *StorageNode) Fetch(req *storagev1.FetchRequest, stream grpc.ServerStrea
 		// Wait for new data on any partition, a role change, or the end.
 		cases := []reflect.SelectCase{
 			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
-			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(r.replicas.Changed())},
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(roles)},
 			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(r.replicas.Stopping())},
 		}
 		if !req.GetFollow() {
