@@ -92,8 +92,8 @@ func runMain(args []string) error {
 	fs.IntVar(&c.batchSize, "batch-size", 256<<10, "Sluice producer batch size (at least 64 KiB)")
 	fs.IntVar(&c.partitions, "partitions", 1, "partitions of the Sluice topics")
 	fs.Float64Var(&c.idleThreshold, "idle-threshold", 15, "CPU busy percent below which the machine counts as idle")
-	fs.DurationVar(&c.idleMax, "idle-max", 15*time.Second, "longest wait for an idle CPU before one measurement")
-	fs.DurationVar(&c.idleBudget, "idle-budget", 3*time.Minute, "longest total wait for an idle CPU over the run")
+	fs.DurationVar(&c.idleMax, "idle-max", 30*time.Second, "longest wait for an idle CPU before one measurement")
+	fs.DurationVar(&c.idleBudget, "idle-budget", 6*time.Minute, "longest total wait for an idle CPU over the run")
 	_ = fs.Parse(args) // ExitOnError
 	if c.rounds < 1 {
 		return fmt.Errorf("--rounds must be at least 1")

@@ -32,8 +32,8 @@ var figureCatalog = []figureInfo{
 	{"limit.pagecache_read", "page-cache read, 1 MiB reads", "mb_per_s"},
 	{"sluice.produce_1k", "Sluice (a) produce 1 KiB, RF=1, acks=1", "mb_per_s"},
 	{"sluice.produce_100b", "Sluice (a) produce 100 B, RF=1, acks=1", "records_per_s"},
-	{"sluice.produce_1k_fsync", "Sluice (b) produce 1 KiB, fsync before ack", "mb_per_s"},
-	{"sluice.ack_1k_fsync", "Sluice (b) ack latency, fsync before ack, 10k x 1 KiB/s", "ack_p99_ms"},
+	{"sluice.produce_1k_fsync", "Sluice (b) produce 1 KiB, RF=1, acks=all, fsync before ack", "mb_per_s"},
+	{"sluice.ack_1k_fsync", "Sluice (b) ack latency, acks=all, fsync before ack, 10k x 1 KiB/s, linger 1 ms", "ack_p99_ms"},
 	{"sluice.consume_1k", "Sluice (c) catch-up consume 1 KiB, page cache", "mb_per_s"},
 	{"sluice.e2e_1k", "Sluice (d) end-to-end at 10k x 1 KiB/s", "lat_p99_ms"},
 	{"sluice.rf3_produce_1k", "Sluice (e) 3 storage nodes, RF=3, acks=all, min.insync=2", "mb_per_s"},
@@ -356,7 +356,7 @@ func (r *report) markdown() string {
 	w("Whole run: %.1f min.\n\n", r.Minutes)
 	w("Machine: %s, %d cores, %s GiB; kernel %s; %s; disk %s. ", f.CPU, f.Cores, f.MemoryGiB, f.Kernel, f.Go, f.Disk)
 	w("grpc-go %s, nats-server %s, nats.go %s. Commit %s.\n\n", f.GRPC, f.NATSServer, f.NATSClient, f.Commit)
-	w("Idle gate: each measurement waited for CPU busy <= %v%% (1 s sample); %.0f s waited in all; ", r.Plan["idle_threshold_pct"], r.IdleWaitS)
+	w("Before each measurement the run calls sync(2), so no dirty pages from an earlier one are written back during it, then waits for CPU busy <= %v%% (1 s sample); %.0f s waited in all; ", r.Plan["idle_threshold_pct"], r.IdleWaitS)
 	w("busiest start %.0f%% (per-sample values in the JSON).\n\n", r.BusyMax)
 
 	w("## Goals\n\n| goal | condition | measured | result |\n|---|---|---|---|\n")
@@ -386,11 +386,11 @@ func (r *report) markdown() string {
 	w("| (a) produce 1 KiB, acks=1, records/s | %s | | %s | | | |\n", r.cell("sluice.produce_1k", "records_per_s"), r.cell("nats.pub_1k", "records_per_s"))
 	w("| (a) produce 100 B, acks=1, records/s | %s | %s | %s | %s | | |\n", r.cell("sluice.produce_100b", "records_per_s"), r.spread("sluice.produce_100b"),
 		r.cell("nats.pub_100b", "records_per_s"), R(2))
-	w("| (b) produce 1 KiB, fsync before ack, MB/s | %s | %s | %s | | fdatasync/1 MiB %s | %s |\n", r.cell("sluice.produce_1k_fsync", "mb_per_s"),
+	w("| (b) produce 1 KiB, acks=all, fsync before ack, MB/s | %s | %s | %s | | fdatasync/1 MiB %s | %s |\n", r.cell("sluice.produce_1k_fsync", "mb_per_s"),
 		r.spread("sluice.produce_1k_fsync"), r.cell("nats.pub_1k_fsync", "mb_per_s"), r.cell("limit.fdatasync_1mib", "mb_per_s"), R(3))
 	w("| (b) produce 1 KiB, fsync before ack, records/s | %s | | %s | %s | | |\n", r.cell("sluice.produce_1k_fsync", "records_per_s"),
 		r.cell("nats.pub_1k_fsync", "records_per_s"), R(4))
-	w("| (b) ack latency p50 / p99 ms, fsync, 10k x 1 KiB/s | %s / %s | %s | | | fdatasync p50 / p99 %s / %s | %s (p99) |\n",
+	w("| (b) ack latency p50 / p99 ms, fsync, 10k x 1 KiB/s, linger 1 ms | %s / %s | %s | | | fdatasync p50 / p99 %s / %s | %s (p99) |\n",
 		r.cell("sluice.ack_1k_fsync", "ack_p50_ms"), r.cell("sluice.ack_1k_fsync", "ack_p99_ms"), r.spread("sluice.ack_1k_fsync"),
 		r.cell("limit.fdatasync_1mib", "sync_p50_ms"), r.cell("limit.fdatasync_1mib", "sync_p99_ms"), R(5))
 	w("| (c) catch-up consume 1 KiB, MB/s | %s | %s | %s | %s | gRPC %s / page cache %s | %s / %s |\n", r.cell("sluice.consume_1k", "mb_per_s"),

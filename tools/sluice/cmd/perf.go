@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,8 +33,43 @@ bytes of keys and values) and latency percentiles from an HdrHistogram.
   sluice perf consume --topic t --messages 1000000
   sluice perf e2e --topic t --rate 10000 --num-records 100000 --record-size 1024`,
 	}
+	cmd.PersistentFlags().StringVar(&perfProfiles.cpu, "cpu-profile", "", "Write a CPU profile of this client to the file (go tool pprof).")
+	cmd.PersistentFlags().StringVar(&perfProfiles.allocs, "alloc-profile", "", "Write an allocation profile of this client to the file at the end.")
 	cmd.AddCommand(newPerfProduceCmd(g), newPerfConsumeCmd(g), newPerfE2ECmd(g))
 	return cmd
+}
+
+// perfProfiles are the files the client's own profiles go to, if any.
+var perfProfiles struct{ cpu, allocs string }
+
+// profiled runs fn under the client profiles the flags ask for.
+func profiled(fn func() error) error {
+	if perfProfiles.cpu != "" {
+		f, err := os.Create(perfProfiles.cpu)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if perfProfiles.allocs != "" {
+		runtime.MemProfileRate = 64 << 10
+		defer func() {
+			f, err := os.Create(perfProfiles.allocs)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "alloc profile: %v\n", err)
+				return
+			}
+			defer f.Close()
+			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+				fmt.Fprintf(os.Stderr, "alloc profile: %v\n", err)
+			}
+		}()
+	}
+	return fn()
 }
 
 // perfTopicFlags create the topic when asked to.
@@ -99,7 +137,11 @@ records/s, MB/s and the latency from Produce to acknowledgement
 the time a record waits in the producer's buffer.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, err := runPerfProduce(cmd.Context(), g, o, cmd.ErrOrStderr())
+			var s *perfSummary
+			err := profiled(func() (err error) {
+				s, err = runPerfProduce(cmd.Context(), g, o, cmd.ErrOrStderr())
+				return err
+			})
 			if err != nil {
 				return err
 			}

@@ -37,7 +37,11 @@ assignment to the last record, and how long the first record took.
 coordinator; until it serves, perf consume reads assigned partitions.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, err := runPerfConsume(cmd.Context(), g, o, cmd.ErrOrStderr())
+			var s *perfSummary
+			err := profiled(func() (err error) {
+				s, err = runPerfConsume(cmd.Context(), g, o, cmd.ErrOrStderr())
+				return err
+			})
 			if err != nil {
 				return err
 			}
@@ -155,7 +159,11 @@ Reports that latency and the produce acknowledgement latency.
 in flight).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, err := runPerfE2E(cmd.Context(), g, o, cmd.ErrOrStderr())
+			var s *perfSummary
+			err := profiled(func() (err error) {
+				s, err = runPerfE2E(cmd.Context(), g, o, cmd.ErrOrStderr())
+				return err
+			})
 			if err != nil {
 				return err
 			}
