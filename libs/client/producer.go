@@ -144,6 +144,11 @@ type Producer struct {
 	connMu sync.Mutex
 	conns  map[string]*prodConn
 
+	// cbMu guards the callbacks waiting to run (see deliver).
+	cbMu      sync.Mutex
+	cbQueue   []delivery
+	cbRunning bool
+
 	// builders are reused batch builders: a sealed batch's bytes live in its
 	// builder until the batch is done, then the builder is reused.
 	builders sync.Pool
@@ -208,7 +213,9 @@ func (c *Client) NewProducer(cfg ProducerConfig) *Producer {
 var ErrProducerClosed = errors.New("producer is closed")
 
 // Produce queues a record; cb (which may be nil) receives its result once.
-// It blocks while the producer's buffer is full, until ctx ends.
+// It blocks while the producer's buffer is full, until ctx ends. Callbacks
+// run on one goroutine of the producer, in offset order within a
+// partition; a slow callback delays the ones after it.
 func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) error {
 	if r.Topic == "" {
 		return errs.Invalid(errs.InvalidRequest, "topic", "is required")
@@ -390,8 +397,8 @@ func (p *Producer) Close(ctx context.Context) error {
 	return err
 }
 
-// finishLocked reports a batch's result to its records' callbacks (in a
-// goroutine, outside the lock) and frees its buffer space.
+// finishLocked reports a batch's result to its records' callbacks (outside
+// the lock, see deliver) and frees its buffer space.
 func (p *Producer) finishLocked(b *prodBatch, base int64, err error) {
 	if b.builder != nil {
 		b.builder.Reset()
@@ -401,20 +408,62 @@ func (p *Producer) finishLocked(b *prodBatch, base int64, err error) {
 	p.buffered -= b.bytes
 	p.spaceFree.Broadcast()
 	p.idle.Broadcast()
-	recs := b.recs
-	part := b.tp.partition
-	go func() {
-		for _, r := range recs {
-			if r.cb == nil {
-				continue
-			}
-			off := int64(-1)
-			if err == nil && base >= 0 {
-				off = base + int64(r.idx)
-			}
-			r.cb(Result{Record: r.rec, Partition: part, Offset: off, Err: err})
+	p.deliver(delivery{recs: b.recs, partition: b.tp.partition, base: base, err: err})
+}
+
+// delivery is one finished batch whose callbacks are still to run.
+type delivery struct {
+	recs      []pendingRecord
+	partition int32
+	base      int64
+	err       error
+}
+
+// deliver queues a batch's callbacks. One goroutine at a time runs the
+// queue, in order, so the callbacks of one partition's records run in
+// offset order (as Kafka's do). It runs outside the producer's lock and
+// apart from the goroutines that receive responses: a callback that blocks
+// (on Produce with a full buffer, say) delays later callbacks, never the
+// responses that free the buffer.
+func (p *Producer) deliver(d delivery) {
+	p.cbMu.Lock()
+	p.cbQueue = append(p.cbQueue, d)
+	if p.cbRunning {
+		p.cbMu.Unlock()
+		return
+	}
+	p.cbRunning = true
+	p.cbMu.Unlock()
+	go p.runCallbacks()
+}
+
+// runCallbacks runs queued deliveries until the queue is empty.
+func (p *Producer) runCallbacks() {
+	var batch []delivery
+	for {
+		p.cbMu.Lock()
+		if len(p.cbQueue) == 0 {
+			p.cbRunning = false
+			p.cbMu.Unlock()
+			return
 		}
-	}()
+		batch, p.cbQueue = p.cbQueue, batch[:0]
+		p.cbMu.Unlock()
+		for i := range batch {
+			d := &batch[i]
+			for _, r := range d.recs {
+				if r.cb == nil {
+					continue
+				}
+				off := int64(-1)
+				if d.err == nil && d.base >= 0 {
+					off = d.base + int64(r.idx)
+				}
+				r.cb(Result{Record: r.rec, Partition: d.partition, Offset: off, Err: d.err})
+			}
+			*d = delivery{}
+		}
+	}
 }
 
 // run is the sender loop: it seals batches whose linger expired and sends

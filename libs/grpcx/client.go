@@ -2,6 +2,7 @@ package grpcx
 
 import (
 	"fmt"
+	"google.golang.org/grpc/experimental"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
@@ -38,6 +39,12 @@ func Dial(target string, o ClientOptions) (*grpc.ClientConn, error) {
 		// Detect dead peers (a paused or partitioned node) within ~15 s even
 		// on idle connections.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+		experimental.WithBufferPool(sharedPool),
+		grpc.WithInitialWindowSize(streamWindow),
+		grpc.WithInitialConnWindowSize(connWindow),
+		grpc.WithReadBufferSize(socketBuffer),
+		grpc.WithWriteBufferSize(socketBuffer),
+		grpc.WithSharedWriteBuffer(true),
 	}
 	if o.Telemetry != nil {
 		role := o.Role

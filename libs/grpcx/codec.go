@@ -52,7 +52,23 @@ func PassThroughCodec() encoding.CodecV2 {
 
 func (c codec) Name() string { return protoenc.Name }
 
-func (c codec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
+// BufferDecoder is a message holder that decodes from a buffer it keeps:
+// a handler that receives into one (RecvMsg) can point into the received
+// bytes instead of copying them, and frees the buffer when done with them.
+type BufferDecoder interface {
+	// DecodeBuffer decodes buf and takes ownership of it, including when
+	// it fails.
+	DecodeBuffer(buf mem.Buffer) error
+}
+
+func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if d, ok := v.(BufferDecoder); ok {
+		// The message arrives in several buffers (one per HTTP/2 frame);
+		// gathering them is the one copy on this path.
+		return d.DecodeBuffer(data.MaterializeToBuffer(sharedPool))
+	}
+	return c.proto.Unmarshal(data, v)
+}
 
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	f, ok := v.(*Frame)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"google.golang.org/grpc/experimental"
 	"log/slog"
 	"net"
 	"runtime/debug"
@@ -114,6 +115,15 @@ func NewServer(cfg ServerConfig, o ServerOptions) *Server {
 		// plain protobuf.
 		grpc.ForceServerCodecV2(PassThroughCodec()),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes),
+		experimental.BufferPool(sharedPool),
+		// Data streams carry megabytes: windows that let a 1 MiB produce
+		// request or fetch chunk flow without waiting for window updates,
+		// and socket reads and writes in large pieces (see transport.go).
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
+		grpc.ReadBufferSize(socketBuffer),
+		grpc.WriteBufferSize(socketBuffer),
+		grpc.SharedWriteBuffer(true),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		// Clients ping idle connections every 10 s (see Dial); allow it.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),

@@ -1,6 +1,7 @@
 package storagenode
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -146,8 +147,8 @@ func (r *StorageNode) awaitAll(ctx context.Context, acks replica.Acks, waits []p
 	traced := acks == replica.AcksAll && r.deps.Telemetry != nil && r.deps.Telemetry.Exporting() &&
 		trace.SpanFromContext(ctx).SpanContext().IsSampled()
 	var wg sync.WaitGroup
-	for _, w := range waits {
-		wg.Go(func() {
+	for i, w := range waits {
+		one := func() {
 			wctx := ctx
 			if traced {
 				var span trace.Span
@@ -165,7 +166,12 @@ func (r *StorageNode) awaitAll(ctx context.Context, acks replica.Acks, waits []p
 				w.res.Error = errs.ItemError(err)
 				trace.SpanFromContext(wctx).SetStatus(otelcodes.Error, err.Error())
 			}
-		})
+		}
+		if i == len(waits)-1 {
+			one() // the last (often the only) one waits here
+			continue
+		}
+		wg.Go(one)
 	}
 	wg.Wait()
 }
@@ -211,64 +217,141 @@ func validateStreamRequest(r *storagev1.ProduceStreamRequest) error {
 // acknowledgement; the stream stops reading beyond it (backpressure).
 const maxPipelined = 256
 
+// streamFuture is one request of a ProduceStream waiting to be answered.
+type streamFuture struct {
+	id   uint64
+	resp *storagev1.ProduceResponse
+	err  *edpb.Error
+	done bool
+}
+
+// streamAnswers answers a stream's requests in the order they arrived.
+// Whoever completes the oldest unanswered request sends it and every
+// completed one behind it, so an acks=1 request is answered by the
+// goroutine that appended it, with no hand-off to another goroutine (each
+// costs a wakeup, and on a busy machine a wakeup can wait milliseconds for
+// a CPU).
+type streamAnswers struct {
+	stream grpc.BidiStreamingServer[storagev1.ProduceStreamRequest, storagev1.ProduceStreamResponse]
+
+	mu     sync.Mutex
+	space  *sync.Cond // signalled when the queue shrinks or the stream fails
+	queue  []*streamFuture
+	err    error // the first Send failure
+	closed bool  // the handler returned: Send is no longer allowed
+}
+
+// add queues a request, waiting while maxPipelined are unanswered.
+func (a *streamAnswers) add(f *streamFuture) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for len(a.queue) >= maxPipelined && a.err == nil {
+		a.space.Wait()
+	}
+	if a.err != nil {
+		return a.err
+	}
+	a.queue = append(a.queue, f)
+	return nil
+}
+
+// complete marks a request answered and sends what is now in order.
+func (a *streamAnswers) complete(f *streamFuture) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	f.done = true
+	sent := 0
+	for sent < len(a.queue) && a.queue[sent].done && a.err == nil && !a.closed {
+		h := a.queue[sent]
+		if err := a.stream.Send(&storagev1.ProduceStreamResponse{RequestId: h.id, Response: h.resp, Error: h.err}); err != nil {
+			a.err = err
+			break
+		}
+		a.queue[sent] = nil
+		sent++
+	}
+	if sent > 0 {
+		a.queue = a.queue[sent:]
+	}
+	if sent > 0 || a.err != nil {
+		a.space.Broadcast()
+	}
+}
+
+// drain waits until every queued request is answered or the stream
+// failed; the client half-closed and awaits its last answers.
+func (a *streamAnswers) drain() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for len(a.queue) > 0 && a.err == nil {
+		a.space.Wait()
+	}
+	return a.err
+}
+
+// close forbids further sends: the handler is returning.
+func (a *streamAnswers) close() {
+	a.mu.Lock()
+	a.closed = true
+	a.err = cmp.Or(a.err, context.Canceled)
+	a.space.Broadcast()
+	a.mu.Unlock()
+}
+
 // ProduceStream appends requests in the order they arrive and answers them
 // in the same order, while many wait for their acknowledgements at once:
 // a pipelined producer's requests share fsyncs and replication round trips.
 func (r *StorageNode) ProduceStream(stream grpc.BidiStreamingServer[storagev1.ProduceStreamRequest, storagev1.ProduceStreamResponse]) error {
 	ctx := stream.Context()
-	type future struct {
-		id   uint64
-		resp *storagev1.ProduceResponse
-		err  *edpb.Error
-		done chan struct{}
-	}
-	queue := make(chan *future, maxPipelined)
-	sendErr := make(chan error, 1)
-	go func() {
-		for f := range queue {
-			<-f.done
-			if err := stream.Send(&storagev1.ProduceStreamResponse{RequestId: f.id, Response: f.resp, Error: f.err}); err != nil {
-				sendErr <- err
-				for range queue { // drain so the reader does not block
-				}
-				return
-			}
-		}
-		sendErr <- nil
-	}()
-	defer func() { close(queue) }()
+	answers := &streamAnswers{stream: stream}
+	answers.space = sync.NewCond(&answers.mu)
+	defer answers.close()
+	var in produceIn
+	defer in.release()
 	for {
-		req, err := stream.Recv()
+		in.release()
+		err := stream.RecvMsg(&in)
 		if errors.Is(err, io.EOF) {
-			return nil
+			return answers.drain()
 		}
 		if err != nil {
 			return err
 		}
+		req := &in.msg
 		if verr := validateStreamRequest(req); verr != nil {
 			// A bad request is answered with its error; the stream goes on.
-			f := &future{id: req.GetRequestId(), err: errs.ItemError(verr), done: make(chan struct{})}
-			close(f.done)
-			queue <- f
+			f := &streamFuture{id: req.GetRequestId(), err: errs.ItemError(verr)}
+			if err := answers.add(f); err != nil {
+				return err
+			}
+			answers.complete(f)
 			continue
 		}
 		preq := req.GetRequest()
 		rctx, cancel := context.WithTimeout(ctx, produceTimeout(preq))
 		rctx, span := r.requestSpan(rctx, preq)
 		resp, waits := r.appendAll(rctx, preq)
-		f := &future{id: req.GetRequestId(), resp: resp, done: make(chan struct{})}
-		select {
-		case queue <- f:
-		case err := <-sendErr:
+		id := req.GetRequestId()
+		in.release() // the batches are in the log now
+		f := &streamFuture{id: id, resp: resp}
+		if err := answers.add(f); err != nil {
+			span.End()
 			cancel()
 			return err
 		}
 		acks := acksOf(preq.GetAcks())
+		if acks != replica.AcksAll || len(waits) == 0 {
+			// Nothing to wait for: answer here.
+			span.End()
+			cancel()
+			answers.complete(f)
+			continue
+		}
 		go func() {
 			defer cancel()
 			r.awaitAll(rctx, acks, waits)
 			span.End()
-			close(f.done)
+			answers.complete(f)
 		}()
 	}
 }
