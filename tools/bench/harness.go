@@ -27,6 +27,8 @@ type harness struct {
 	samples []sample
 	// servers are the server command lines, for the report.
 	servers map[string]string
+	// cacheNotDropped says why the page cache could not be dropped.
+	cacheNotDropped string
 }
 
 // sample is one figure measured in one round.
@@ -171,6 +173,15 @@ func parseFigures(out []byte, sluicePerf bool) (figures, error) {
 		f["ack_p50_ms"], f["ack_p99_ms"], f["ack_p999_ms"] = a.P50, a.P99, a.P999
 	}
 	return f, nil
+}
+
+// dropCaches writes back dirty pages and drops the clean ones from the page
+// cache (root only; without it the run goes on and the report says so).
+func (h *harness) dropCaches() {
+	syscall.Sync()
+	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("1"), 0); err != nil {
+		h.cacheNotDropped = err.Error()
+	}
 }
 
 func round1(v float64) float64 { return float64(int64(v*10+0.5)) / 10 }

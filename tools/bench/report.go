@@ -206,6 +206,7 @@ func buildReport(h *harness, d time.Duration) *report {
 			"rounds": c.rounds, "records_1k": c.records1K, "records_100b": c.records100, "records_fsync_peer": c.recordsFsyncPeer,
 			"records_rf3": c.recordsRF3, "e2e_records": c.e2eRecords, "e2e_rate": c.e2eRate, "batch_size": c.batchSize,
 			"partitions": c.partitions, "idle_threshold_pct": c.idleThreshold,
+			"page_cache_dropped": h.cacheNotDropped == "", "page_cache_not_dropped_because": h.cacheNotDropped,
 		},
 	}
 	r.Figures = aggregate(h.samples)
@@ -356,6 +357,11 @@ func (r *report) markdown() string {
 	w("Whole run: %.1f min.\n\n", r.Minutes)
 	w("Machine: %s, %d cores, %s GiB; kernel %s; %s; disk %s. ", f.CPU, f.Cores, f.MemoryGiB, f.Kernel, f.Go, f.Disk)
 	w("grpc-go %s, nats-server %s, nats.go %s. Commit %s.\n\n", f.GRPC, f.NATSServer, f.NATSClient, f.Commit)
+	if r.Plan["page_cache_dropped"] == true {
+		w("Each block (limits, Sluice, JetStream, RF=3) starts with the page cache dropped (sync, drop_caches=1). ")
+	} else {
+		w("The page cache could not be dropped between blocks (%v). ", r.Plan["page_cache_not_dropped_because"])
+	}
 	w("Before each measurement the run calls sync(2), so no dirty pages from an earlier one are written back during it, then waits for CPU busy <= %v%% (1 s sample); %.0f s waited in all; ", r.Plan["idle_threshold_pct"], r.IdleWaitS)
 	w("busiest start %.0f%% (per-sample values in the JSON).\n\n", r.BusyMax)
 
@@ -438,7 +444,7 @@ func (r *report) markdown() string {
 		w("\nFailures:\n\n%s\n", strings.Join(failures, "\n"))
 	}
 
-	w("\n## Commands\n\nServers ($TMP is the run's temporary directory, removed at the end; ports are picked free each round):\n\n```\n")
+	w("\n## Commands\n\nServers (the last round's; $TMP is the run's temporary directory, removed at the end; ports are picked free each round):\n\n```\n")
 	keys := make([]string, 0, len(r.Servers))
 	for k := range r.Servers {
 		keys = append(keys, k)
