@@ -52,6 +52,9 @@ type Partition struct {
 	closed   bool
 	cfgStamp storage.Config
 	traced   []*tracedAppend
+	// advancing is set while a goroutine makes the leader's appends
+	// durable for the high watermark (see advanceDurableLocked).
+	advancing bool
 }
 
 // follower is what a leader knows of one follower.
@@ -172,6 +175,37 @@ func (p *Partition) becomeLeaderLocked(ps *commonv1.PartitionState) {
 	p.m.logger.Info("became leader", log.TopicPartition(p.tp.Topic, p.tp.Partition), log.Epoch(p.leaderEpoch),
 		log.Offset(p.epochStart), slog.Any("isr", p.isr), slog.Int64("high_watermark", p.hw))
 	p.tryAdvanceHWLocked()
+	p.advanceDurableLocked()
+}
+
+// advanceDurableLocked makes sure that, on a topic that fsyncs before
+// acknowledging, what the leader appended becomes durable and moves the
+// high watermark even when no acks=all producer waits for it: acks=1 and
+// acks=0 appends, an acks=all request that timed out, records recovered
+// unsynced after a restart. Without it their records would stay invisible
+// to consumers until the next acks=all append. One goroutine per partition
+// at a time follows the log end through group commits (shared with the
+// producers that wait), then stops.
+func (p *Partition) advanceDurableLocked() {
+	if !p.fsync || !p.isLeader || p.closed || p.advancing || p.log.DurableOffset() >= p.log.LogEndOffset() {
+		return
+	}
+	p.advancing = true
+	go func() {
+		for {
+			err := p.log.WaitDurable(context.Background(), p.log.LogEndOffset())
+			p.mu.Lock()
+			p.tryAdvanceHWLocked()
+			if err != nil || !p.fsync || !p.isLeader || p.closed || p.log.DurableOffset() >= p.log.LogEndOffset() {
+				// An error means the log is offline or truncated; whoever
+				// appends next starts over.
+				p.advancing = false
+				p.mu.Unlock()
+				return
+			}
+			p.mu.Unlock()
+		}
+	}()
 }
 
 // maximalISR is the ISR the leader works with: the committed one plus
@@ -295,6 +329,7 @@ func (p *Partition) Append(batches []byte, acks Acks, callerEpoch *int32, origin
 	}
 	p.mu.Lock()
 	p.tryAdvanceHWLocked()
+	p.advanceDurableLocked()
 	p.wakeLocked()
 	p.mu.Unlock()
 	return res, epoch, nil

@@ -156,3 +156,21 @@ func TestFsyncBeforeAckCountsDurableOffsets(t *testing.T) {
 	require.Equal(t, int64(4), p.View().HighWatermark)
 	require.GreaterOrEqual(t, p.Log().DurableOffset(), int64(4), "acknowledged only once durable")
 }
+
+// On a topic that fsyncs before acknowledging, records produced with
+// acks=1 (which never wait for an fsync) still become durable and visible
+// to consumers, without any acks=all producer to drive the group commit.
+func TestFsyncBeforeAckAcksLeaderRecordsBecomeVisible(t *testing.T) {
+	_, p := newLeaderWith(t, []int32{1}, map[string]string{"min.insync.replicas": "1"})
+	for range 3 {
+		_, err := p.Produce(context.Background(), batchOf(t, 5), AcksLeader, nil, record.FromClient)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return p.View().HighWatermark == 15 }, 10*time.Second, time.Millisecond,
+		"high watermark %d, want 15", p.View().HighWatermark)
+	require.GreaterOrEqual(t, p.Log().DurableOffset(), int64(15), "visible only once durable")
+	data, _, _, err := p.ReadForConsumer(0, 1<<20, nil, nil)
+	require.NoError(t, err)
+	require.Equal(t, int64(15), data.NextOffset)
+	data.Release()
+}

@@ -341,7 +341,9 @@ func (f *fetcher) stream(ctx context.Context) error {
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := replicationv1.NewReplicationServiceClient(conn).FollowerFetch(sctx)
+	// The codec hands received chunks to chunkIn, which keeps their
+	// batches in the received buffer.
+	stream, err := replicationv1.NewReplicationServiceClient(conn).FollowerFetch(sctx, grpc.ForceCodecV2(grpcx.PassThroughCodec()))
 	if err != nil {
 		return err
 	}
@@ -407,11 +409,14 @@ func position(t target) *replicationv1.FollowerPosition {
 // receive applies what the leader sends and reports new positions.
 func (f *fetcher) receive(ctx context.Context, stream grpc.BidiStreamingClient[replicationv1.FollowerFetchRequest, replicationv1.FollowerFetchResponse],
 	send func([]*replicationv1.FollowerPosition) error) error {
+	var in chunkIn
+	defer in.release()
 	for {
-		resp, err := stream.Recv()
-		if err != nil {
+		in.release() // the previous chunk is applied
+		if err := stream.RecvMsg(&in); err != nil {
 			return err
 		}
+		resp := &in.msg
 		tp := replica.TP{Topic: resp.GetTopic(), Partition: resp.GetPartition()}
 		t, ok := f.all()[tp]
 		if !ok {

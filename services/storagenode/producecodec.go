@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
+	"github.com/sluice-io/sluice/libs/grpcx"
 )
 
 // produceIn receives one ProduceStreamRequest without copying its batches:
@@ -47,41 +48,10 @@ const (
 
 var mergeOpts = proto.UnmarshalOptions{Merge: true}
 
-// splitFields walks a message's fields, passing each field numbered num
-// with wire type bytes to fn, and returns the others, as encoded, for the
-// protobuf decoder.
-func splitFields(b []byte, num protowire.Number, fn func(v []byte) error, other func(n protowire.Number)) ([]byte, error) {
-	var rest []byte
-	for len(b) > 0 {
-		n, typ, tagLen := protowire.ConsumeTag(b)
-		if tagLen < 0 {
-			return nil, protowire.ParseError(tagLen)
-		}
-		valLen := protowire.ConsumeFieldValue(n, typ, b[tagLen:])
-		if valLen < 0 {
-			return nil, protowire.ParseError(valLen)
-		}
-		field := b[:tagLen+valLen]
-		b = b[tagLen+valLen:]
-		if n == num && typ == protowire.BytesType {
-			v, _ := protowire.ConsumeBytes(field[tagLen:])
-			if err := fn(v); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if other != nil {
-			other(n)
-		}
-		rest = append(rest, field...)
-	}
-	return rest, nil
-}
-
 // decodeProduceStreamRequest parses b into m as proto.Unmarshal would,
 // except that batches point into b.
 func decodeProduceStreamRequest(b []byte, m *storagev1.ProduceStreamRequest) error {
-	rest, err := splitFields(b, fieldStreamRequest, func(v []byte) error {
+	rest, err := grpcx.SplitField(b, fieldStreamRequest, func(v []byte) error {
 		if m.Request == nil {
 			m.Request = &storagev1.ProduceRequest{}
 		}
@@ -97,7 +67,7 @@ func decodeProduceStreamRequest(b []byte, m *storagev1.ProduceStreamRequest) err
 }
 
 func decodeProduceRequest(b []byte, m *storagev1.ProduceRequest) error {
-	rest, err := splitFields(b, fieldRequestPartitions, func(v []byte) error {
+	rest, err := grpcx.SplitField(b, fieldRequestPartitions, func(v []byte) error {
 		pp := &storagev1.ProducePartition{}
 		if err := decodeProducePartition(v, pp); err != nil {
 			return err
@@ -114,7 +84,7 @@ func decodeProduceRequest(b []byte, m *storagev1.ProduceRequest) error {
 func decodeProducePartition(b []byte, m *storagev1.ProducePartition) error {
 	var batches []byte
 	sawBatches, sawRecords := false, false
-	rest, err := splitFields(b, fieldPartitionBatches, func(v []byte) error {
+	rest, err := grpcx.SplitField(b, fieldPartitionBatches, func(v []byte) error {
 		batches, sawBatches = v, true
 		return nil
 	}, func(n protowire.Number) {

@@ -1,0 +1,35 @@
+package replication
+
+import (
+	"google.golang.org/grpc/mem"
+
+	replicationv1 "github.com/sluice-io/sluice/gen/go/sluice/replication/v1"
+	"github.com/sluice-io/sluice/libs/grpcx"
+)
+
+// batchesField is FollowerFetchResponse.batches.
+const batchesField = 15
+
+// chunkIn receives one FollowerFetchResponse without copying its batches:
+// they point into the received buffer until the chunk is applied. On a
+// follower every replicated byte passed through that copy.
+type chunkIn struct {
+	msg replicationv1.FollowerFetchResponse
+	buf mem.Buffer
+}
+
+// DecodeBuffer implements grpcx.BufferDecoder.
+func (c *chunkIn) DecodeBuffer(buf mem.Buffer) error {
+	c.release()
+	c.buf = buf
+	c.msg.Reset()
+	return grpcx.UnmarshalAliasing(buf.ReadOnlyData(), &c.msg, batchesField, func(b []byte) { c.msg.Batches = b })
+}
+
+// release frees the received buffer; the batches must not be used after.
+func (c *chunkIn) release() {
+	if c.buf != nil {
+		c.buf.Free()
+		c.buf = nil
+	}
+}
