@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -52,7 +53,12 @@ func TestCLIRoundTrip(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := cluster.Start(t, tc.opts)
 			runCLI(t, c, "", "topic", "create", "t", "--partitions", "3", "--replication-factor", tc.rf)
-			runCLI(t, c, seqLines(100000), "produce", "t", "--acks", "all")
+			produced := runCLI(t, c, seqLines(100000), "produce", "t", "--acks", "all", "-o", "json")
+			var res struct{ Records, Acknowledged, Failed int64 }
+			require.NoError(t, json.Unmarshal([]byte(produced), &res), produced)
+			require.Equal(t, int64(100000), res.Records)
+			require.Equal(t, int64(100000), res.Acknowledged, "every record acknowledged before produce exits")
+			require.Zero(t, res.Failed)
 			out := runCLI(t, c, "", "consume", "t", "--from-beginning", "--max-messages", "100000", "--timeout", "60s")
 			lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 			require.Len(t, lines, 100000)

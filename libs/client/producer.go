@@ -146,6 +146,7 @@ type Producer struct {
 
 	// cbMu guards the callbacks waiting to run (see deliver).
 	cbMu      sync.Mutex
+	cbIdle    *sync.Cond // signalled when the queue is empty and no callback runs
 	cbQueue   []delivery
 	cbRunning bool
 
@@ -202,6 +203,7 @@ func (c *Client) NewProducer(cfg ProducerConfig) *Producer {
 	p.builders.New = func() any { return record.NewBuilder(cfg.Compression) }
 	p.spaceFree = sync.NewCond(&p.mu)
 	p.idle = sync.NewCond(&p.mu)
+	p.cbIdle = sync.NewCond(&p.cbMu)
 	go func() {
 		defer close(p.done)
 		p.run(ctx)
@@ -344,19 +346,40 @@ func (p *Producer) ProduceSync(ctx context.Context, recs ...*Record) ([]Result, 
 	return out, errors.Join(errList...)
 }
 
-// Flush sends every queued record now and waits until each has a result.
+// Flush sends every queued record now and waits until each has a result
+// and its callback has returned. Calling it from a callback deadlocks.
 func (p *Producer) Flush(ctx context.Context) error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	for _, pp := range p.parts {
 		p.sealLocked(pp)
 	}
 	p.kick()
 	for p.pendingLocked() {
 		if ctx.Err() != nil {
+			p.mu.Unlock()
 			return ctx.Err()
 		}
 		p.waitCond(ctx, p.idle)
+	}
+	p.mu.Unlock()
+	return p.waitCallbacks(ctx)
+}
+
+// waitCallbacks waits until every queued callback has run.
+func (p *Producer) waitCallbacks(ctx context.Context) error {
+	p.cbMu.Lock()
+	defer p.cbMu.Unlock()
+	for p.cbRunning || len(p.cbQueue) > 0 {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		stop := context.AfterFunc(ctx, func() {
+			p.cbMu.Lock()
+			p.cbIdle.Broadcast()
+			p.cbMu.Unlock()
+		})
+		p.cbIdle.Wait()
+		stop()
 	}
 	return nil
 }
@@ -373,7 +396,8 @@ func (p *Producer) pendingLocked() bool {
 	return false
 }
 
-// Close flushes (until ctx ends), fails what is left, and stops.
+// Close flushes (until ctx ends), fails what is left, and stops; every
+// callback has run when it returns. Calling it from a callback deadlocks.
 func (p *Producer) Close(ctx context.Context) error {
 	err := p.Flush(ctx)
 	p.mu.Lock()
@@ -394,6 +418,17 @@ func (p *Producer) Close(ctx context.Context) error {
 		c.close()
 	}
 	p.connMu.Unlock()
+	// Requests that were in flight fail as their streams close; their
+	// callbacks, and those of the records failed above, run before Close
+	// returns.
+	p.mu.Lock()
+	for p.inflight > 0 && ctx.Err() == nil {
+		p.waitCond(ctx, p.idle)
+	}
+	p.mu.Unlock()
+	if cerr := p.waitCallbacks(ctx); err == nil {
+		err = cerr
+	}
 	return err
 }
 
@@ -444,6 +479,7 @@ func (p *Producer) runCallbacks() {
 		p.cbMu.Lock()
 		if len(p.cbQueue) == 0 {
 			p.cbRunning = false
+			p.cbIdle.Broadcast()
 			p.cbMu.Unlock()
 			return
 		}
@@ -630,7 +666,7 @@ func (p *Producer) complete(group []*prodBatch, resp *storagev1.ProduceResponse,
 		} else if e.Retriable() {
 			p.md.refreshSoon(b.tp.topic)
 		}
-		if e.Retriable() && time.Since(b.created) < p.cfg.DeliveryTimeout {
+		if e.Retriable() && !p.closed && time.Since(b.created) < p.cfg.DeliveryTimeout {
 			// Retry first, in order: the batch goes back to the front.
 			pp.ready = append([]*prodBatch{b}, pp.ready...)
 			pp.backoff = min(max(2*pp.backoff, p.cfg.RetryBackoff), p.cfg.RetryBackoffMax)

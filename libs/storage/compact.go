@@ -343,9 +343,11 @@ func groupSegments(segs []*segment, maxBytes int64) [][]*segment {
 // cleanGroup writes the compacted form of a group of segments to .cleaned
 // files and returns it as a sealed, durable segment named after the group's
 // first segment.
-func (l *Log) cleanGroup(ctx context.Context, g []*segment, st *compactState) (c *segment, err error) {
+func (l *Log) cleanGroup(ctx context.Context, g []*segment, st *compactState) (_ *segment, err error) {
 	base := g[0].base
-	c = &segment{base: base, dir: l.dir, next: base, maxTS: -1, maxTSOff: -1, created: l.clock.Now()}
+	// c is not the named result: every failing return sets that to nil
+	// before the cleanup below needs c.
+	c := &segment{base: base, dir: l.dir, next: base, maxTS: -1, maxTSOff: -1, created: l.clock.Now()}
 	open := func(suffix string) vfs.File {
 		if err != nil {
 			return nil
