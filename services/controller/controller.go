@@ -268,10 +268,13 @@ func (c *Controller) serveTerm(ctx context.Context, session *concurrency.Session
 }
 
 // keepRaftLeaderElsewhere moves etcd's raft leadership off this process
-// while it is the active controller (see metastore.MoveLeaderAway), checking
-// every few seconds because raft leadership can come back after restarts.
+// while it is the active controller (see metastore.MoveLeaderAway). It
+// checks often: a new term often starts while the raft leader is local (a
+// fresh cluster, a restart) and the other members cannot take it yet, and a
+// kill in that window doubles the failover. The check is a local read; only
+// a local raft leader costs a request.
 func (c *Controller) keepRaftLeaderElsewhere(t *term) {
-	tick := time.NewTicker(2 * time.Second)
+	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		if moved, err := c.store.MoveLeaderAway(t.ctx); err != nil && t.ctx.Err() == nil {
