@@ -456,6 +456,7 @@ func (k *Consumer) receive(ctx context.Context, gen int, stream grpc.ServerStrea
 		}
 		start := parts[tp].offset
 		var recs []*ConsumedRecord
+		var block []ConsumedRecord // records are allocated in blocks, not one by one
 		it.Reset(resp.GetBatches())
 		for it.Next() {
 			b := it.Batch()
@@ -466,10 +467,14 @@ func (k *Consumer) receive(ctx context.Context, gen int, stream grpc.ServerStrea
 			if r.Offset < start {
 				continue
 			}
-			cr := &ConsumedRecord{
+			if len(block) == cap(block) {
+				block = make([]ConsumedRecord, 0, 256)
+			}
+			block = append(block, ConsumedRecord{
 				Topic: tp.Topic, Partition: tp.Partition, Offset: r.Offset, LeaderEpoch: b.PartitionLeaderEpoch,
 				Timestamp: time.UnixMilli(r.Timestamp), Key: r.Key, Value: r.Value, Headers: r.Headers,
-			}
+			})
+			cr := &block[len(block)-1]
 			if b.Attributes.Codec() != record.CodecNone {
 				// Decompressed records live in the iterator's reused
 				// buffer; uncompressed ones point into this chunk's own

@@ -524,14 +524,19 @@ func (p *Producer) sendReady(ctx context.Context) time.Duration {
 	now := time.Now()
 	next := p.cfg.Linger
 	byNode := map[string][]*prodBatch{}
+	again := false // a partition can send more than one batch per pass
 	p.mu.Lock()
 	for _, pp := range p.parts {
 		if len(pp.open) > 0 {
-			if age := now.Sub(pp.openSince); age >= p.cfg.Linger {
-				p.sealLocked(pp)
-			} else {
+			switch age := now.Sub(pp.openSince); {
+			case age < p.cfg.Linger:
 				next = min(next, p.cfg.Linger-age)
+			case pp.inflight < p.cfg.MaxInFlight && len(pp.ready) == 0:
+				p.sealLocked(pp)
 			}
+			// Otherwise the batch could not go yet: it keeps filling until
+			// an answer makes room (as Kafka's accumulator does), rather
+			// than queueing as one small request after another.
 		}
 		if len(pp.ready) == 0 || pp.inflight >= p.cfg.MaxInFlight {
 			continue
@@ -557,10 +562,18 @@ func (p *Producer) sendReady(ctx context.Context) time.Duration {
 		p.inflight++
 		b.attempts++
 		byNode[leader.addr] = append(byNode[leader.addr], b)
+		// One batch per partition per request: another pass at once sends
+		// the next, or the expired open batch, while there is room.
+		if pp.inflight < p.cfg.MaxInFlight && (len(pp.ready) > 0 || len(pp.open) > 0 && now.Sub(pp.openSince) >= p.cfg.Linger) {
+			again = true
+		}
 	}
 	p.mu.Unlock()
 	for addr, batches := range byNode {
 		p.send(ctx, addr, batches)
+	}
+	if again {
+		p.kick()
 	}
 	return max(next, time.Millisecond)
 }
