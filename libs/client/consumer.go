@@ -145,7 +145,7 @@ func (k *Consumer) Assign(tps ...TopicPartition) {
 
 // AssignTopic assigns every partition of a topic.
 func (k *Consumer) AssignTopic(ctx context.Context, topic string) error {
-	n, err := k.md.partitions(ctx, topic)
+	n, err := k.md.partitions(ctx, topic, time.Now())
 	if err != nil {
 		return err
 	}
@@ -336,7 +336,7 @@ func (k *Consumer) plan(ctx context.Context) (int, map[string][]streamPart, bool
 	out := map[string][]streamPart{}
 	retry := false
 	for _, tp := range tps {
-		if _, err := k.md.partitions(ctx, tp.Topic); err != nil {
+		if _, err := k.md.partitions(ctx, tp.Topic, time.Now()); err != nil {
 			retry = true
 			continue
 		}

@@ -48,11 +48,11 @@ func newMetaCache(c *Client) *metaCache {
 
 // partitions returns a topic's partition count, fetching its metadata if
 // needed.
-func (m *metaCache) partitions(ctx context.Context, topic string) (int32, error) {
+func (m *metaCache) partitions(ctx context.Context, topic string, now time.Time) (int32, error) {
 	m.mu.Lock()
 	t, ok := m.topics[topic]
 	m.mu.Unlock()
-	if ok && time.Since(t.fetched) < metadataMaxAge {
+	if ok && now.Sub(t.fetched) < metadataMaxAge {
 		return int32(len(t.partitions)), nil
 	}
 	if err := m.refresh(ctx, topic); err != nil {

@@ -15,6 +15,7 @@ import (
 
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
 	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/grpcx"
 	"github.com/sluice-io/sluice/libs/record"
 )
 
@@ -160,18 +161,19 @@ type tpKey struct {
 	partition int32
 }
 
+// pendingRecord is kept small: a batch of 100-byte records holds thousands.
 type pendingRecord struct {
 	rec *Record
 	cb  func(Result)
-	idx int32 // index in its batch
-	// sc is the span of the code that produced the record, if traced.
-	sc trace.SpanContext
 }
 
 type prodBatch struct {
-	tp       tpKey
-	data     []byte
-	recs     []pendingRecord
+	tp   tpKey
+	data []byte
+	recs []pendingRecord
+	// traced are the span contexts of the records produced under a trace
+	// (nil when none was).
+	traced   []trace.SpanContext
 	bytes    int
 	created  time.Time
 	attempts int
@@ -184,6 +186,8 @@ type prodPartition struct {
 	tp        tpKey
 	builder   *record.Builder
 	open      []pendingRecord
+	openTrace []trace.SpanContext
+	lastCount int // records in the last sealed batch: the next one's capacity
 	openBytes int
 	openSince time.Time
 	ready     []*prodBatch // sealed, oldest first
@@ -222,7 +226,8 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 	if r.Topic == "" {
 		return errs.Invalid(errs.InvalidRequest, "topic", "is required")
 	}
-	n, err := p.md.partitions(ctx, r.Topic)
+	now := time.Now() // one clock read per record: they are not free
+	n, err := p.md.partitions(ctx, r.Topic, now)
 	if err != nil {
 		return err
 	}
@@ -248,7 +253,7 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 	pp := p.partition(tpKey{r.Topic, part})
 	ts := r.Timestamp
 	if ts.IsZero() {
-		ts = time.Now()
+		ts = now
 	}
 	sc := trace.SpanContextFromContext(ctx)
 	headers := r.Headers
@@ -268,9 +273,17 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 		return err
 	}
 	if len(pp.open) == 0 {
-		pp.openSince = time.Now()
+		pp.openSince = now
+		if pp.open == nil {
+			// Sized like the last batch, so the slice is not regrown and
+			// copied a dozen times per batch.
+			pp.open = make([]pendingRecord, 0, max(pp.lastCount, 16))
+		}
 	}
-	pp.open = append(pp.open, pendingRecord{rec: r, cb: cb, idx: int32(len(pp.open)), sc: sc})
+	pp.open = append(pp.open, pendingRecord{rec: r, cb: cb})
+	if sc.IsValid() {
+		pp.openTrace = append(pp.openTrace, sc)
+	}
 	pp.openBytes += size
 	p.buffered += size
 	if pp.openBytes >= p.cfg.BatchBytes {
@@ -307,8 +320,8 @@ func (p *Producer) sealLocked(pp *prodPartition) {
 	}
 	data, err := pp.builder.Build()
 	recs := pp.open
-	b := &prodBatch{tp: pp.tp, data: data, recs: recs, bytes: pp.openBytes, created: pp.openSince, builder: pp.builder}
-	pp.open, pp.openBytes = nil, 0
+	b := &prodBatch{tp: pp.tp, data: data, recs: recs, traced: pp.openTrace, bytes: pp.openBytes, created: pp.openSince, builder: pp.builder}
+	pp.open, pp.openTrace, pp.openBytes, pp.lastCount = nil, nil, 0, len(recs)
 	pp.builder = p.builders.Get().(*record.Builder)
 	p.cfg.Partitioner.BatchSealed(pp.tp.partition)
 	if err != nil {
@@ -487,13 +500,13 @@ func (p *Producer) runCallbacks() {
 		p.cbMu.Unlock()
 		for i := range batch {
 			d := &batch[i]
-			for _, r := range d.recs {
+			for idx, r := range d.recs {
 				if r.cb == nil {
 					continue
 				}
 				off := int64(-1)
 				if d.err == nil && d.base >= 0 {
-					off = d.base + int64(r.idx)
+					off = d.base + int64(idx)
 				}
 				r.cb(Result{Record: r.rec, Partition: d.partition, Offset: off, Err: d.err})
 			}
@@ -612,14 +625,11 @@ func (p *Producer) traceRequest(req *storagev1.ProduceRequest, group []*prodBatc
 	var parent trace.SpanContext
 	var links []trace.Link
 	for _, b := range group {
-		for _, r := range b.recs {
-			if !r.sc.IsValid() {
-				continue
-			}
+		for _, sc := range b.traced {
 			if !parent.IsValid() {
-				parent = r.sc
-			} else if len(links) < 32 && !r.sc.Equal(parent) {
-				links = append(links, trace.Link{SpanContext: r.sc})
+				parent = sc
+			} else if len(links) < 32 && !sc.Equal(parent) {
+				links = append(links, trace.Link{SpanContext: sc})
 			}
 		}
 	}
@@ -772,11 +782,19 @@ func (c *prodConn) loop() {
 		}
 		ps.nextID++
 		id := ps.nextID
+		// The batches go on the wire by reference (they stay unchanged in
+		// their builders until the batch is done).
+		enc, err := encodeProduceStream(id, q.req)
+		if err != nil {
+			c.mu.Unlock()
+			c.p.complete(q.group, nil, errs.New(errs.InvalidRequest, "encoding the produce request: %v", err))
+			continue
+		}
 		ps.pending[id] = inflightReq{group: q.group, sent: time.Now()}
 		c.mu.Unlock()
 		// Send may block on flow control while the node does not read;
 		// only this node's requests wait.
-		if err := ps.stream.Send(&storagev1.ProduceStreamRequest{RequestId: id, Request: q.req}); err != nil {
+		if err := ps.stream.SendMsg(enc); err != nil {
 			// The receiver fails every request in flight on this stream,
 			// this one included.
 			c.abandon(ps)
@@ -794,7 +812,7 @@ func (c *prodConn) streamLocked() (*prodStream, error) {
 		return nil, err
 	}
 	sctx, cancel := context.WithCancel(context.Background())
-	stream, err := storagev1.NewStorageServiceClient(conn).ProduceStream(sctx)
+	stream, err := storagev1.NewStorageServiceClient(conn).ProduceStream(sctx, grpc.ForceCodecV2(grpcx.PassThroughCodec()))
 	if err != nil {
 		cancel()
 		return nil, err

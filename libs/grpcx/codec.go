@@ -70,7 +70,20 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	return c.proto.Unmarshal(data, v)
 }
 
+// Encoded is a message already in its wire encoding, in pieces that are
+// sent by reference: a client puts large bytes fields (record batches) on
+// the wire without first copying them into one marshalled buffer. The
+// pieces must not change until the call that sends them is answered.
+type Encoded [][]byte
+
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
+	if e, ok := v.(Encoded); ok {
+		out := make(mem.BufferSlice, 0, len(e))
+		for _, b := range e {
+			out = append(out, mem.SliceBuffer(b))
+		}
+		return out, nil
+	}
 	f, ok := v.(*Frame)
 	if !ok {
 		return c.proto.Marshal(v)
