@@ -29,6 +29,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Config tunes tracing.
@@ -109,6 +110,12 @@ func Setup(ctx context.Context, cfg Config, instance string) (*Providers, error)
 // service.name is "sluice-<role>". Providers are created on first use and
 // share one exporter.
 func (p *Providers) Tracer(roleName string) trace.TracerProvider {
+	if p.exporter == nil {
+		// Nothing would leave the process: record nothing. A no-op span
+		// carries its parent's context, so a trace still passes through
+		// this process unchanged to the next one that exports.
+		return noop.NewTracerProvider()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if tp, ok := p.tracers[roleName]; ok {

@@ -117,9 +117,11 @@ func (r *StorageNode) appendAll(ctx context.Context, req *storagev1.ProduceReque
 					r.producedBytes.Add(ctx, int64(ar.Bytes))
 					r.producedRecords.Add(ctx, ar.Records)
 					res.BaseOffset, res.LogAppendTimeMs, res.LogStartOffset = ar.FirstOffset, ar.LogAppendTime, ar.LogStartOffset
-					span.AddEvent("appended", trace.WithAttributes(attribute.String("topic", pp.GetTopic()),
-						attribute.Int("partition", int(pp.GetPartition())), attribute.Int64("offset", ar.FirstOffset),
-						attribute.Int("records", int(ar.Records)), attribute.Int("leader_epoch", int(epoch))))
+					if span.IsRecording() {
+						span.AddEvent("appended", trace.WithAttributes(attribute.String("topic", pp.GetTopic()),
+							attribute.Int("partition", int(pp.GetPartition())), attribute.Int64("offset", ar.FirstOffset),
+							attribute.Int("records", int(ar.Records)), attribute.Int("leader_epoch", int(epoch))))
+					}
 					waits = append(waits, pending{res: res, part: part, append: ar, epoch: epoch})
 				}
 			}
