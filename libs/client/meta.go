@@ -115,6 +115,29 @@ func (m *metaCache) refresh(ctx context.Context, topic string) error {
 	return nil
 }
 
+// known returns the partition count of a topic whose metadata is cached,
+// however old.
+func (m *metaCache) known(topic string) (int32, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.topics[topic]
+	if !ok {
+		return 0, false
+	}
+	return int32(len(t.partitions)), true
+}
+
+// refreshIfStale refreshes, in the background, a topic whose metadata is
+// older than metadataMaxAge.
+func (m *metaCache) refreshIfStale(topic string, now time.Time) {
+	m.mu.Lock()
+	t, ok := m.topics[topic]
+	m.mu.Unlock()
+	if ok && now.Sub(t.fetched) >= metadataMaxAge {
+		m.refreshSoon(topic)
+	}
+}
+
 // refreshSoon refreshes a topic in the background.
 func (m *metaCache) refreshSoon(topic string) {
 	m.mu.Lock()

@@ -226,10 +226,16 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 	if r.Topic == "" {
 		return errs.Invalid(errs.InvalidRequest, "topic", "is required")
 	}
-	now := time.Now() // one clock read per record: they are not free
-	n, err := p.md.partitions(ctx, r.Topic, now)
-	if err != nil {
-		return err
+	// Known topics need no clock read here (they cost ~60 ns on some
+	// machines, a tenth of the time of a small record); their metadata is
+	// checked for age once per batch, below, and refreshed in the
+	// background, as Kafka's producer does.
+	n, ok := p.md.known(r.Topic)
+	if !ok {
+		var err error
+		if n, err = p.md.partitions(ctx, r.Topic, time.Now()); err != nil {
+			return err
+		}
 	}
 	if r.Partition >= n {
 		return errs.New(errs.UnknownTopicOrPartition, "topic %q has %d partitions; %d does not exist", r.Topic, n, r.Partition)
@@ -253,11 +259,14 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 	pp := p.partition(tpKey{r.Topic, part})
 	ts := r.Timestamp
 	if ts.IsZero() {
-		ts = now
+		ts = time.Now()
 	}
-	sc := trace.SpanContextFromContext(ctx)
+	var sc trace.SpanContext
+	if p.c.cfg.Telemetry != nil {
+		sc = trace.SpanContextFromContext(ctx)
+	}
 	headers := r.Headers
-	if sc.IsValid() && p.c.cfg.Telemetry != nil {
+	if sc.IsValid() {
 		// The trace travels with the record, so a consumer's span can link
 		// to the producer's (W3C traceparent header).
 		carrier := propagation.MapCarrier{}
@@ -273,7 +282,9 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 		return err
 	}
 	if len(pp.open) == 0 {
+		now := time.Now()
 		pp.openSince = now
+		p.md.refreshIfStale(r.Topic, now)
 		if pp.open == nil {
 			// Sized like the last batch, so the slice is not regrown and
 			// copied a dozen times per batch.
