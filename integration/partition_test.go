@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
 	"github.com/sluice-io/sluice/integration/cluster"
 	"github.com/sluice-io/sluice/integration/netns"
-	"github.com/sluice-io/sluice/libs/client"
 	"github.com/sluice-io/sluice/libs/errs"
 )
 
@@ -38,14 +36,7 @@ func TestIsolatedNodeNeverAcknowledges(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	const topic, partitions = "cut", int32(3)
-	_, err := cl.CreateTopic(ctx, topic, partitions, 3, map[string]string{"min.insync.replicas": "2"})
-	require.NoError(t, err)
-
-	p := cl.NewProducer(client.ProducerConfig{Acks: client.AcksAll, DeliveryTimeout: 3 * time.Minute, Linger: 2 * time.Millisecond})
-	w := &workload{lastAck: map[int32]time.Time{}}
-	pctx, stopProducing := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() { w.run(pctx, t, p, topic) })
+	_, stopWorkload := startWorkload(t, ctx, cl, topic, partitions, 3*time.Minute)
 	time.Sleep(3 * time.Second)
 
 	ls, _ := leaders(t, ctx, cl, topic)
@@ -85,13 +76,7 @@ func TestIsolatedNodeNeverAcknowledges(t *testing.T) {
 	net.Heal(k)
 	t.Logf("healed")
 	time.Sleep(5 * time.Second)
-	stopProducing()
-	wg.Wait()
-	require.NoError(t, p.Close(ctx))
-
-	w.mu.Lock()
-	acked := append([]ack(nil), w.acked...)
-	w.mu.Unlock()
+	acked, _ := stopWorkload()
 	waitFullISR(t, ctx, cl, topic)
 	read := readAll(t, ctx, cl, topic, partitions)
 	dups := checkHistory(t, acked, read)

@@ -47,6 +47,29 @@ type workload struct {
 // back bounded.
 const rate = 15000
 
+// startWorkload creates topic (3 replicas, min.insync.replicas=2) and
+// produces keyed records to it with acks=all until stop, which waits for
+// the last answers and returns what was acknowledged and how many failed.
+func startWorkload(t *testing.T, ctx context.Context, cl *client.Client, topic string, partitions int32,
+	deliveryTimeout time.Duration) (w *workload, stop func() ([]ack, int)) {
+	t.Helper()
+	_, err := cl.CreateTopic(ctx, topic, partitions, 3, map[string]string{"min.insync.replicas": "2"})
+	require.NoError(t, err)
+	p := cl.NewProducer(client.ProducerConfig{Acks: client.AcksAll, DeliveryTimeout: deliveryTimeout, Linger: 2 * time.Millisecond})
+	w = &workload{lastAck: map[int32]time.Time{}}
+	pctx, stopProducing := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { w.run(pctx, t, p, topic) })
+	return w, func() ([]ack, int) {
+		stopProducing()
+		wg.Wait()
+		require.NoError(t, p.Close(ctx))
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return append([]ack(nil), w.acked...), w.failed
+	}
+}
+
 func (w *workload) run(ctx context.Context, t *testing.T, p *client.Producer, topic string) {
 	keys := 1000
 	start := time.Now()
@@ -255,14 +278,7 @@ func runFailoverWorkload(t *testing.T, fault faultKind, duration, interval, down
 	ctx, cancel := context.WithTimeout(context.Background(), duration+5*time.Minute)
 	defer cancel()
 	const topic, partitions = "orders", int32(6)
-	_, err := cl.CreateTopic(ctx, topic, partitions, 3, map[string]string{"min.insync.replicas": "2"})
-	require.NoError(t, err)
-
-	p := cl.NewProducer(client.ProducerConfig{Acks: client.AcksAll, DeliveryTimeout: 5 * time.Minute, Linger: 2 * time.Millisecond})
-	w := &workload{lastAck: map[int32]time.Time{}}
-	pctx, stopProducing := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() { w.run(pctx, t, p, topic) })
+	w, stopWorkload := startWorkload(t, ctx, cl, topic, partitions, 5*time.Minute)
 
 	seed := time.Now().UnixNano()
 	rng := rand.New(rand.NewPCG(uint64(seed), 7))
@@ -329,17 +345,12 @@ func runFailoverWorkload(t *testing.T, fault faultKind, duration, interval, down
 	for time.Since(start) < duration {
 		time.Sleep(100 * time.Millisecond)
 	}
-	stopProducing()
-	wg.Wait()
-	require.NoError(t, p.Close(ctx))
+	acked, failed := stopWorkload()
 	elapsed := time.Since(start)
 	restarts.Wait()
 	measures.Wait()
 	require.NoError(t, c.WaitHealthy(ctx, 60*time.Second))
 
-	w.mu.Lock()
-	acked, failed := append([]ack(nil), w.acked...), w.failed
-	w.mu.Unlock()
 	t.Logf("produced %d records in %v: %d acknowledged (%.0f records/s), %d failed", w.produced, elapsed.Round(time.Millisecond),
 		len(acked), float64(len(acked))/elapsed.Seconds(), failed)
 	t.Logf("longest stall per fault: %v (max %v)", roundAll(stalls), percentile(stalls, 1).Round(time.Millisecond))

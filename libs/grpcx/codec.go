@@ -61,6 +61,23 @@ type BufferDecoder interface {
 	DecodeBuffer(buf mem.Buffer) error
 }
 
+// Held keeps the received buffer of a BufferDecoder until Release.
+type Held struct{ buf mem.Buffer }
+
+// Hold releases the buffer held so far and keeps buf.
+func (h *Held) Hold(buf mem.Buffer) {
+	h.Release()
+	h.buf = buf
+}
+
+// Release frees the held buffer; nothing may point into it after.
+func (h *Held) Release() {
+	if h.buf != nil {
+		h.buf.Free()
+		h.buf = nil
+	}
+}
+
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if d, ok := v.(BufferDecoder); ok {
 		// The message arrives in several buffers (one per HTTP/2 frame);

@@ -15,21 +15,12 @@ const batchesField = 15
 // follower every replicated byte passed through that copy.
 type chunkIn struct {
 	msg replicationv1.FollowerFetchResponse
-	buf mem.Buffer
+	grpcx.Held
 }
 
 // DecodeBuffer implements grpcx.BufferDecoder.
 func (c *chunkIn) DecodeBuffer(buf mem.Buffer) error {
-	c.release()
-	c.buf = buf
+	c.Hold(buf)
 	c.msg.Reset()
 	return grpcx.UnmarshalAliasing(buf.ReadOnlyData(), &c.msg, batchesField, func(b []byte) { c.msg.Batches = b })
-}
-
-// release frees the received buffer; the batches must not be used after.
-func (c *chunkIn) release() {
-	if c.buf != nil {
-		c.buf.Free()
-		c.buf = nil
-	}
 }

@@ -410,9 +410,9 @@ func position(t target) *replicationv1.FollowerPosition {
 func (f *fetcher) receive(ctx context.Context, stream grpc.BidiStreamingClient[replicationv1.FollowerFetchRequest, replicationv1.FollowerFetchResponse],
 	send func([]*replicationv1.FollowerPosition) error) error {
 	var in chunkIn
-	defer in.release()
+	defer in.Release()
 	for {
-		in.release() // the previous chunk is applied
+		in.Release() // the previous chunk is applied
 		if err := stream.RecvMsg(&in); err != nil {
 			return err
 		}

@@ -309,9 +309,9 @@ func (r *StorageNode) ProduceStream(stream grpc.BidiStreamingServer[storagev1.Pr
 	answers.space = sync.NewCond(&answers.mu)
 	defer answers.close()
 	var in produceIn
-	defer in.release()
+	defer in.Release()
 	for {
-		in.release()
+		in.Release()
 		err := stream.RecvMsg(&in)
 		if errors.Is(err, io.EOF) {
 			return answers.drain()
@@ -334,7 +334,7 @@ func (r *StorageNode) ProduceStream(stream grpc.BidiStreamingServer[storagev1.Pr
 		rctx, span := r.requestSpan(rctx, preq)
 		resp, waits := r.appendAll(rctx, preq)
 		id := req.GetRequestId()
-		in.release() // the batches are in the log now
+		in.Release() // the batches are in the log now
 		f := &streamFuture{id: id, resp: resp}
 		if err := answers.add(f); err != nil {
 			span.End()

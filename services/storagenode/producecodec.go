@@ -18,23 +18,14 @@ import (
 // produce path.
 type produceIn struct {
 	msg storagev1.ProduceStreamRequest
-	buf mem.Buffer
+	grpcx.Held
 }
 
 // DecodeBuffer implements grpcx.BufferDecoder.
 func (p *produceIn) DecodeBuffer(buf mem.Buffer) error {
-	p.release()
-	p.buf = buf
+	p.Hold(buf)
 	p.msg.Reset()
 	return decodeProduceStreamRequest(buf.ReadOnlyData(), &p.msg)
-}
-
-// release frees the received buffer; the batches must not be used after.
-func (p *produceIn) release() {
-	if p.buf != nil {
-		p.buf.Free()
-		p.buf = nil
-	}
 }
 
 // Field numbers of the messages decoded by hand; everything else goes

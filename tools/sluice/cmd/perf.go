@@ -42,6 +42,30 @@ bytes of keys and values) and latency percentiles from an HdrHistogram.
 // perfProfiles are the files the client's own profiles go to, if any.
 var perfProfiles struct{ cpu, allocs string }
 
+// perfRunE is the RunE of a perf command: run under the client profiles
+// the flags ask for, print the summary, and fail (with failed's words) when
+// records failed.
+func perfRunE(g *globals, run func(ctx context.Context, progress io.Writer) (*perfSummary, error),
+	failed func(*perfSummary) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		var s *perfSummary
+		err := profiled(func() (err error) {
+			s, err = run(cmd.Context(), cmd.ErrOrStderr())
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if err := s.write(cmd.OutOrStdout(), g.output); err != nil {
+			return err
+		}
+		if s.Errors > 0 {
+			return failed(s)
+		}
+		return nil
+	}
+}
+
 // profiled runs fn under the client profiles the flags ask for.
 func profiled(fn func() error) error {
 	if perfProfiles.cpu != "" {
@@ -136,23 +160,11 @@ records/s, MB/s and the latency from Produce to acknowledgement
 (p50/p95/p99/p99.9/max). Like kafka-producer-perf-test, the latency includes
 the time a record waits in the producer's buffer.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			var s *perfSummary
-			err := profiled(func() (err error) {
-				s, err = runPerfProduce(cmd.Context(), g, o, cmd.ErrOrStderr())
-				return err
-			})
-			if err != nil {
-				return err
-			}
-			if err := s.write(cmd.OutOrStdout(), g.output); err != nil {
-				return err
-			}
-			if s.Errors > 0 {
-				return fmt.Errorf("%d of %d records failed; first error: %s", s.Errors, o.numRecords, s.FirstError)
-			}
-			return nil
-		},
+		RunE: perfRunE(g, func(ctx context.Context, progress io.Writer) (*perfSummary, error) {
+			return runPerfProduce(ctx, g, o, progress)
+		}, func(s *perfSummary) error {
+			return fmt.Errorf("%d of %d records failed; first error: %s", s.Errors, o.numRecords, s.FirstError)
+		}),
 	}
 	o.register(cmd)
 	f := cmd.Flags()

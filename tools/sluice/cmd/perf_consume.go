@@ -36,23 +36,11 @@ assignment to the last record, and how long the first record took.
 --group is reserved for consumer-group mode, which needs the group
 coordinator; until it serves, perf consume reads assigned partitions.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			var s *perfSummary
-			err := profiled(func() (err error) {
-				s, err = runPerfConsume(cmd.Context(), g, o, cmd.ErrOrStderr())
-				return err
-			})
-			if err != nil {
-				return err
-			}
-			if err := s.write(cmd.OutOrStdout(), g.output); err != nil {
-				return err
-			}
-			if s.Errors > 0 {
-				return fmt.Errorf("read %d of %d records: %s", s.Records, o.messages, s.FirstError)
-			}
-			return nil
-		},
+		RunE: perfRunE(g, func(ctx context.Context, progress io.Writer) (*perfSummary, error) {
+			return runPerfConsume(ctx, g, o, progress)
+		}, func(s *perfSummary) error {
+			return fmt.Errorf("read %d of %d records: %s", s.Records, o.messages, s.FirstError)
+		}),
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.topic, "topic", "", "Topic to read (required).")
@@ -158,23 +146,11 @@ Reports that latency and the produce acknowledgement latency.
 --linger 0 sends each record at once (batches still form while a request is
 in flight).`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			var s *perfSummary
-			err := profiled(func() (err error) {
-				s, err = runPerfE2E(cmd.Context(), g, o, cmd.ErrOrStderr())
-				return err
-			})
-			if err != nil {
-				return err
-			}
-			if err := s.write(cmd.OutOrStdout(), g.output); err != nil {
-				return err
-			}
-			if s.Errors > 0 {
-				return fmt.Errorf("%d records failed or were not received; first error: %s", s.Errors, s.FirstError)
-			}
-			return nil
-		},
+		RunE: perfRunE(g, func(ctx context.Context, progress io.Writer) (*perfSummary, error) {
+			return runPerfE2E(ctx, g, o, progress)
+		}, func(s *perfSummary) error {
+			return fmt.Errorf("%d records failed or were not received; first error: %s", s.Errors, s.FirstError)
+		}),
 	}
 	o.register(cmd)
 	f := cmd.Flags()
