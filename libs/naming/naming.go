@@ -6,27 +6,41 @@ package naming
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // MaxTopicLength is the longest topic name Kafka accepts.
 const MaxTopicLength = 249
 
 // ValidateTopic checks a topic name: 1 to 249 characters from
-// [a-zA-Z0-9._-], and not "." or "..". The error says what is wrong.
+// [a-zA-Z0-9._-], and not "." or "..". The error says what is wrong; an
+// illegal character is named as a character, with its position counted in
+// characters from 0, not in bytes (UTF-8 names are common and every
+// non-ASCII character is illegal).
 func ValidateTopic(name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("topic name is empty")
 	case name == "." || name == "..":
 		return fmt.Errorf("topic name cannot be %q", name)
-	case len(name) > MaxTopicLength:
-		return fmt.Errorf("topic name is %d characters long; the maximum is %d", len(name), MaxTopicLength)
 	}
-	for i := 0; i < len(name); i++ {
-		if !legalTopicByte(name[i]) {
-			return fmt.Errorf("topic name %q has the illegal character %q at position %d; use only letters, digits, '.', '_' and '-'",
-				name, rune(name[i]), i)
+	pos := 0
+	for i, r := range name {
+		if r < utf8.RuneSelf && legalTopicByte(byte(r)) {
+			pos++
+			continue
 		}
+		what := fmt.Sprintf("the illegal character %q (%U)", r, r)
+		if r == utf8.RuneError {
+			if _, size := utf8.DecodeRuneInString(name[i:]); size == 1 {
+				what = fmt.Sprintf("the byte 0x%02x, which is not UTF-8,", name[i])
+			}
+		}
+		return fmt.Errorf("topic name %q has %s at position %d (counting characters from 0); use only ASCII letters, digits, '.', '_' and '-'",
+			name, what, pos)
+	}
+	if pos > MaxTopicLength {
+		return fmt.Errorf("topic name is %d characters long; the maximum is %d", pos, MaxTopicLength)
 	}
 	return nil
 }
