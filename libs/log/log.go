@@ -77,8 +77,15 @@ func Role(r string) slog.Attr { return slog.String("role", r) }
 // Component names a part of a role.
 func Component(c string) slog.Attr { return slog.String("component", c) }
 
-// NodeID is a node (broker) id.
-func NodeID(id int32) slog.Attr { return slog.Int("node", int(id)) }
+// Node is the id of the node writing the log; sluiced adds it once to its
+// root logger, so every line of a process carries exactly one "node".
+func Node(id int32) slog.Attr { return slog.Int("node", int(id)) }
+
+// NodeID is another node a line is about (a registering broker, the leader
+// a follower fetches from). Its key is "peer", never "node": a second "node"
+// key in a JSON line is a duplicate that log stores resolve differently
+// (first wins, last wins, or rejected).
+func NodeID(id int32) slog.Attr { return slog.Int("peer", int(id)) }
 
 // Topic is a topic name.
 func Topic(t string) slog.Attr { return slog.String("topic", t) }

@@ -44,7 +44,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 	if err != nil {
 		return err
 	}
-	logger = logger.With(log.NodeID(int32(cfg.Node.ID)))
+	logger = logger.With(log.Node(int32(cfg.Node.ID)))
 
 	tel, err := telemetry.Setup(ctx, cfg.Telemetry, fmt.Sprintf("node-%d", cfg.Node.ID))
 	if err != nil {
