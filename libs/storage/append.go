@@ -117,8 +117,13 @@ func (l *Log) AppendAsFollower(batches []byte) (AppendResult, error) {
 // the log. appendMu must be held. leaderEpoch is the epoch a leader append
 // stamped, or -1 for a follower append, whose batches carry their epochs.
 func (l *Log) appendLocked(batches []byte, sum *record.Summary, res AppendResult, leaderEpoch int32) (AppendResult, error) {
-	seg := l.activeSegment()
 	n := int64(len(batches))
+	// Checked before anything is written, so a refused append changes
+	// nothing and the log stays online.
+	if err := l.opts.Space.Admit(n); err != nil {
+		return AppendResult{}, err
+	}
+	seg := l.activeSegment()
 	now := l.clock.Now()
 	if l.shouldRoll(seg, n, res.FirstOffset, res.LastOffset, now) {
 		if err := l.roll(res.FirstOffset, now); err != nil {

@@ -150,6 +150,13 @@ func (f *flusher) failWaiters(err error) {
 	f.finish(ws, err)
 }
 
+// resume accepts waiters again after Log.Reopen brought the log back.
+func (f *flusher) resume() {
+	f.mu.Lock()
+	f.stopped = false
+	f.mu.Unlock()
+}
+
 func (f *flusher) run() {
 	defer close(f.exited)
 	l := f.l
@@ -259,6 +266,7 @@ func (l *Log) flushLocked() (recoveryPoint, error) {
 			return rp, l.fail("syncing "+active.log.Name(), err)
 		}
 		l.durable.Store(rp.Offset)
+		l.durablePos = rp
 	}
 	return rp, nil
 }

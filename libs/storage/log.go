@@ -44,6 +44,13 @@ type Options struct {
 	// covers as many whole segments as fit this many distinct keys. Zero
 	// means 4 million (about 200 MiB).
 	CompactionMaxKeys int
+	// Space, shared by every log of a node, refuses appends that would eat
+	// into the free-space reserve of the data directory's file system; nil
+	// admits every append.
+	Space *SpaceGuard
+	// OnOffline, if set, is called once each time the log goes offline,
+	// with the error that took it there, after the failure is logged.
+	OnOffline func(cause error)
 }
 
 func (o *Options) withDefaults() Options {
@@ -131,6 +138,13 @@ type Log struct {
 	// recoveryScanned is how many bytes Open verified after an unclean
 	// shutdown (0 after a clean one).
 	recoveryScanned int64
+
+	// durablePos is where the last successful fsync of the active segment
+	// ended (guarded by syncMu): Reopen rewrites the bytes after it.
+	durablePos recoveryPoint
+	// reopening marks the scratch log Reopen opens: its failures are
+	// Reopen's result, not a new outage to report.
+	reopening bool
 }
 
 // RecoveryScannedBytes returns how many bytes of log Open had to verify
@@ -143,11 +157,16 @@ func (l *Log) RecoveryScannedBytes() int64 { return l.recoveryScanned }
 // truncates a torn or corrupt tail, and rebuilds the indexes of what it
 // scanned; after a clean shutdown it skips the scan.
 func Open(dir string, cfg Config, opts Options) (*Log, error) {
+	return openDir(dir, cfg, opts, false)
+}
+
+// openDir is Open; reopening marks the scratch log of Reopen.
+func openDir(dir string, cfg Config, opts Options, reopening bool) (*Log, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, errs.New(errs.InvalidConfig, "%v", err)
 	}
 	o := opts.withDefaults()
-	l := &Log{dir: dir, fs: o.FS, clock: o.Clock, log: o.Logger.With("dir", dir), opts: o, horizonDue: maxInt64}
+	l := &Log{dir: dir, fs: o.FS, clock: o.Clock, log: o.Logger.With("dir", dir), opts: o, horizonDue: maxInt64, reopening: reopening}
 	l.cfgp.Store(&cfg)
 	if err := l.fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, storageErr("creating log directory", err)
@@ -160,6 +179,8 @@ func Open(dir string, cfg Config, opts Options) (*Log, error) {
 		}
 		return nil, storageErr("opening log "+dir, err)
 	}
+	active := l.activeSegment()
+	l.durablePos = recoveryPoint{Offset: l.leo, Segment: active.base, Position: active.size}
 	l.fl.start(l)
 	return l, nil
 }
@@ -178,8 +199,16 @@ func storageErr(what string, err error) *errs.Error {
 // leader instead.
 func (l *Log) fail(what string, err error) *errs.Error {
 	e := storageErr(what, err)
-	if l.failed.CompareAndSwap(nil, e) {
-		l.log.Error("log offline after I/O error", "op", what, "err", err)
+	if l.failed.CompareAndSwap(nil, e) && !l.reopening {
+		path := l.dir
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			path = pe.Path
+		}
+		l.log.Error("log offline after I/O error", slog.String("op", what), slog.String("path", path), slog.Any("err", err))
+		if l.opts.OnOffline != nil {
+			l.opts.OnOffline(e)
+		}
 	}
 	return l.failed.Load()
 }

@@ -76,7 +76,10 @@ type CrashOptions struct {
 // reductions (Truncate), renames, creations and removals are durable at
 // once. A crash (Crash) cuts every file back to its durable size (or a
 // random point beyond it) and kills every open handle, so the code under
-// test must reopen everything, as after a reboot.
+// test must reopen everything, as after a reboot. A failed Sync models
+// Linux after a writeback error: the bytes it should have made durable stay
+// readable but are never written by a later Sync, so a crash turns them to
+// zeros unless they were written again in between.
 //
 // Files that exist before FaultFS first sees them count as durable.
 type FaultFS struct {
@@ -93,6 +96,32 @@ type FaultFS struct {
 type fileState struct {
 	path   string
 	synced int64
+	// lost are byte ranges a failed fsync dropped: as Linux does, the
+	// pages stay readable and count as clean, so a later successful fsync
+	// does not write them, and a crash loses them unless they were written
+	// again since ("fsyncgate").
+	lost []span
+}
+
+// span is a byte range [from, to).
+type span struct{ from, to int64 }
+
+// cut removes [from, to) from the lost ranges. f.mu must be held.
+func (st *fileState) cut(from, to int64) {
+	out := st.lost[:0]
+	for _, r := range st.lost {
+		if r.to <= from || r.from >= to {
+			out = append(out, r)
+			continue
+		}
+		if r.from < from {
+			out = append(out, span{r.from, from})
+		}
+		if r.to > to {
+			out = append(out, span{to, r.to})
+		}
+	}
+	st.lost = out
 }
 
 type activeFault struct {
@@ -286,6 +315,9 @@ func (f *FaultFS) Crash(opts CrashOptions) error {
 			continue
 		}
 		size := fi.Size()
+		if err := f.dropLost(st, min(size, st.synced)); err != nil {
+			errs = append(errs, err)
+		}
 		if size <= st.synced {
 			st.synced = size
 			continue
@@ -314,6 +346,29 @@ func (f *FaultFS) Crash(opts CrashOptions) error {
 		errs = append(errs, h.Close())
 		st.synced = keep
 	}
+	return errors.Join(errs...)
+}
+
+// dropLost overwrites, below end, the ranges a failed fsync dropped with
+// zeros, as what the disk holds there was never written. f.mu must be held.
+func (f *FaultFS) dropLost(st *fileState, end int64) error {
+	lost := st.lost
+	st.lost = nil
+	if len(lost) == 0 {
+		return nil
+	}
+	h, err := f.inner.OpenFile(st.path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, r := range lost {
+		if to := min(r.to, end); to > r.from {
+			_, err := h.WriteAt(make([]byte, to-r.from), r.from)
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, h.Close())
 	return errors.Join(errs...)
 }
 
@@ -393,15 +448,39 @@ func (h *faultFile) WriteAt(p []byte, off int64) (int, error) {
 	if err != nil {
 		if af != nil && af.Partial && len(p) > 1 {
 			n, _ := h.inner.WriteAt(p[:len(p)/2], off) // the injected error is the one to report
+			h.rewritten(off, n)
 			return n, err
 		}
 		return 0, err
 	}
-	return h.inner.WriteAt(p, off)
+	n, err := h.inner.WriteAt(p, off)
+	h.rewritten(off, n)
+	return n, err
+}
+
+// rewritten notes that n bytes at off are dirty again.
+func (h *faultFile) rewritten(off int64, n int) {
+	if n <= 0 {
+		return
+	}
+	h.fs.mu.Lock()
+	if h.gen == h.fs.gen && len(h.st.lost) > 0 {
+		h.st.cut(off, off+int64(n))
+	}
+	h.fs.mu.Unlock()
 }
 
 func (h *faultFile) Sync() error {
 	if _, err := h.begin(OpSync); err != nil {
+		// The dirty pages are dropped: they stay readable, but no later
+		// fsync writes them.
+		if size, serr := h.inner.Size(); serr == nil {
+			h.fs.mu.Lock()
+			if h.gen == h.fs.gen && size > h.st.synced {
+				h.st.lost = append(h.st.lost, span{h.st.synced, size})
+			}
+			h.fs.mu.Unlock()
+		}
 		return err
 	}
 	// Only bytes written before the sync started are covered by it.
@@ -432,6 +511,7 @@ func (h *faultFile) Truncate(size int64) error {
 	}
 	h.fs.mu.Lock()
 	h.st.synced = min(h.st.synced, size)
+	h.st.cut(size, 1<<62)
 	h.fs.mu.Unlock()
 	return nil
 }

@@ -83,3 +83,14 @@ func (m osMapping) Close() error {
 	}
 	return unix.Munmap(m)
 }
+
+// FreeBytes returns the bytes of the file system holding path that an
+// unprivileged writer may still use (statfs f_bavail), the figure that runs
+// out first when the disk fills.
+func FreeBytes(path string) (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return 0, &os.PathError{Op: "statfs", Path: path, Err: err}
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
+}

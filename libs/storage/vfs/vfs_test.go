@@ -117,3 +117,36 @@ func TestOSMap(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"m"}, names)
 }
+
+func TestFaultFSFailedSyncDropsPagesUntilRewritten(t *testing.T) {
+	for _, rewrite := range []bool{false, true} {
+		dir := t.TempDir()
+		fs := NewFaultFS(OS, 2)
+		path := filepath.Join(dir, "a")
+		f, err := fs.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+		require.NoError(t, err)
+		_, err = f.WriteAt([]byte("aaaa"), 0)
+		require.NoError(t, err)
+		require.NoError(t, f.Sync())
+		_, err = f.WriteAt([]byte("bbbb"), 4)
+		require.NoError(t, err)
+		fs.Inject(Fault{Op: OpSync, Err: ENOSPC, Times: 1})
+		require.ErrorIs(t, f.Sync(), syscall.ENOSPC)
+		if rewrite {
+			_, err = f.WriteAt([]byte("bbbb"), 4)
+			require.NoError(t, err)
+		}
+		// This fsync succeeds, but covers only pages dirtied since the
+		// failure.
+		require.NoError(t, f.Sync())
+		require.NoError(t, f.Close())
+		require.NoError(t, fs.Crash(CrashOptions{}))
+		got, err := os.ReadFile(path)
+		require.NoError(t, err)
+		if rewrite {
+			require.Equal(t, "aaaabbbb", string(got))
+		} else {
+			require.Equal(t, "aaaa\x00\x00\x00\x00", string(got))
+		}
+	}
+}
