@@ -26,7 +26,7 @@ build:
 	$(GO) build -o $(BIN)/ $(MOD)/services/sluiced $(MOD)/tools/sluice
 
 ## run: build, then run every role in one process on 127.0.0.1:9090 (data in ./data/run)
-run: build
+run: build $(BIN)/grpcurl
 	$(BIN)/sluiced --roles=all --node-id=1 --data-dir=$(ROOT)/data/run --listen=127.0.0.1:9090 --http-listen=127.0.0.1:9091
 
 ## dev: build, then run 3 controllers and 3 storage nodes as separate processes
@@ -48,6 +48,10 @@ tools: $(BIN)/.buildtools.stamp
 $(BIN)/.buildtools.stamp: tools/buildtools/go.mod tools/buildtools/go.sum
 	GOWORK=off $(GO) -C tools/buildtools build -o $(BIN)/ tool
 	touch $@
+
+# grpcurl alone, for the README tour: `make run` needs it, not the other build tools.
+$(BIN)/grpcurl: tools/buildtools/go.mod tools/buildtools/go.sum
+	GOWORK=off $(GO) -C tools/buildtools build -o $(BIN)/ github.com/fullstorydev/grpcurl/cmd/grpcurl
 
 ## gen: regenerate gen/go from proto/ with buf and local plugins
 gen: tools
