@@ -41,6 +41,7 @@ type Iterator struct {
 	kr      kmsg.Record
 	rec     Record
 	err     error
+	errAt   int64 // base offset of the batch that failed, -1 if unknown
 }
 
 // Reset points the iterator at a new buffer of batches and clears any error.
@@ -64,6 +65,7 @@ func (it *Iterator) Next() bool {
 		}
 		if it.inBatch && len(it.recs) != 0 {
 			it.err = errs.New(errs.CorruptMessage, "batch at offset %d has %d bytes after its last record", it.hdr.BaseOffset, len(it.recs))
+			it.errAt = it.hdr.BaseOffset
 			return false
 		}
 		it.inBatch = false
@@ -90,7 +92,10 @@ func (it *Iterator) NextBatch() bool {
 func (it *Iterator) enterBatch() bool {
 	h, err := CheckBatch(it.buf, ValidateOptions{MaxBatchBytes: math.MaxInt32, Origin: FromReplica})
 	if err != nil {
-		it.err = err
+		it.err, it.errAt = err, -1
+		if len(it.buf) >= LogOverhead {
+			it.errAt = BaseOffset(it.buf)
+		}
 		return false
 	}
 	batch := it.buf[:h.Size()]
@@ -100,7 +105,7 @@ func (it *Iterator) enterBatch() bool {
 	if c := h.Attributes.Codec(); c != CodecNone {
 		it.scratch, err = Decompress(it.scratch[:0], payload, c, it.DecompressLimit)
 		if err != nil {
-			it.err = err
+			it.err, it.errAt = err, h.BaseOffset
 			return false
 		}
 		payload = it.scratch
@@ -113,6 +118,14 @@ func (it *Iterator) enterBatch() bool {
 }
 
 func (it *Iterator) decodeRecord() bool {
+	if !it.decodeOne() {
+		it.errAt = it.hdr.BaseOffset
+		return false
+	}
+	return true
+}
+
+func (it *Iterator) decodeOne() bool {
 	length, n := binary.Varint(it.recs)
 	if n <= 0 || length < 0 || length > int64(len(it.recs)-n) {
 		it.err = errs.New(errs.CorruptMessage, "batch at offset %d: bad record length", it.hdr.BaseOffset)
@@ -159,3 +172,14 @@ func (it *Iterator) Batch() *BatchHeader { return &it.hdr }
 
 // Err returns the error that stopped the iteration, if any.
 func (it *Iterator) Err() error { return it.err }
+
+// ErrOffset returns the base offset of the batch that Err is about, or -1
+// if Err is nil or the batch's header could not be read. Records before
+// that offset were decoded; a reader can deliver them and then report the
+// error with the offset where it stops.
+func (it *Iterator) ErrOffset() int64 {
+	if it.err == nil {
+		return -1
+	}
+	return it.errAt
+}

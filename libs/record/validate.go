@@ -41,6 +41,11 @@ type ValidateOptions struct {
 	MaxBatchBytes int
 	// Origin selects the checks; see Origin.
 	Origin Origin
+	// DecompressLimit caps the decompressed size of one compressed client
+	// batch while its records are checked; 0 means DefaultDecompressLimit,
+	// the same cap the Iterator applies, so every batch accepted can be
+	// read back.
+	DecompressLimit int
 }
 
 // Summary describes a validated buffer of batches. Offsets are as stored in
@@ -72,12 +77,16 @@ type Summary struct {
 	Control bool
 }
 
-// CheckBatch validates the batch at the start of b without decoding its
-// records: size fields, magic, CRC-32C, codec, record count against the last
-// offset delta, and the bits only brokers may set. It returns the parsed
-// header. Errors are *errs.Error with CorruptMessage, MessageTooLarge,
-// InvalidRecord or UnsupportedCompressionType. b may hold more bytes after
-// the batch.
+// CheckBatch validates the batch at the start of b: size fields, magic,
+// CRC-32C, codec, record count against the last offset delta, and the bits
+// only brokers may set. For FromClient and FromCoordinator batches it also
+// decodes every record, decompressing if needed (as Kafka's LogValidator
+// does): each record whole, lengths within bounds, offset deltas 0..n-1,
+// header counts and lengths valid, exactly RecordCount records and no bytes
+// after them. FromReplica batches were checked by their leader and are read
+// by header only. It returns the parsed header. Errors are *errs.Error with
+// CorruptMessage, MessageTooLarge, InvalidRecord or
+// UnsupportedCompressionType. b may hold more bytes after the batch.
 func CheckBatch(b []byte, opts ValidateOptions) (BatchHeader, error) {
 	maxBytes := opts.MaxBatchBytes
 	if maxBytes <= 0 {
@@ -90,11 +99,14 @@ func CheckBatch(b []byte, opts ValidateOptions) (BatchHeader, error) {
 	if size < BatchHeaderSize {
 		return BatchHeader{}, errs.New(errs.CorruptMessage, "batch length %d is below the header size %d", size-LogOverhead, BatchHeaderSize-LogOverhead)
 	}
-	if size > maxBytes {
-		return BatchHeader{}, errs.New(errs.MessageTooLarge, "batch of %d bytes exceeds max.message.bytes %d", size, maxBytes)
-	}
+	// A length beyond the bytes present is a corrupt or truncated batch,
+	// whatever its size: random bytes would otherwise read as a "batch of
+	// 762212224 bytes" that is merely too large.
 	if size > len(b) {
 		return BatchHeader{}, errs.New(errs.CorruptMessage, "batch truncated: length says %d bytes, %d present", size, len(b))
+	}
+	if size > maxBytes {
+		return BatchHeader{}, errs.New(errs.MessageTooLarge, "batch of %d bytes exceeds max.message.bytes %d", size, maxBytes)
 	}
 	h, _ := ParseBatchHeader(b)
 	if h.Magic != Magic {
@@ -141,15 +153,22 @@ func CheckBatch(b []byte, opts ValidateOptions) (BatchHeader, error) {
 	if h.Attributes.Control() && opts.Origin == FromClient {
 		return h, errs.New(errs.InvalidRecord, "clients may not write control batches")
 	}
+	limit := opts.DecompressLimit
+	if limit <= 0 {
+		limit = DefaultDecompressLimit
+	}
+	if err := checkRecords(b, &h, limit); err != nil {
+		return h, err
+	}
 	return h, nil
 }
 
-// Validate checks a buffer of concatenated batches without decoding records
-// and returns a summary. It accepts all or nothing: any bad batch, an empty
+// Validate checks a buffer of concatenated batches with CheckBatch and
+// returns a summary. It accepts all or nothing: any bad batch, an empty
 // buffer or trailing bytes that are not a whole batch fail the whole buffer.
 // For FromReplica it also checks that offsets increase from batch to batch
 // and leader epochs never decrease. Validate does not allocate unless it
-// fails.
+// fails (decompressors and read windows are pooled).
 func Validate(buf []byte, opts ValidateOptions) (Summary, error) {
 	s := Summary{Bytes: len(buf), MaxTimestamp: -1}
 	if len(buf) == 0 {

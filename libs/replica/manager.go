@@ -32,6 +32,10 @@ type Config struct {
 	LagTimeMax time.Duration
 	// Storage are the process-level options of every log.
 	Storage storage.Options
+	// OfflineRetryMin and OfflineRetryMax bound the backoff between
+	// attempts to reopen a replica whose log went offline after a
+	// transient I/O error such as a full disk; zero means 1 s and 30 s.
+	OfflineRetryMin, OfflineRetryMax time.Duration
 }
 
 // TP names a partition.
@@ -54,6 +58,8 @@ type Manager struct {
 	// cleaner enforces retention and compacts compacted topics in the
 	// background, one log at a time.
 	cleaner *storage.Cleaner
+	// off tracks replicas whose log went offline (offline.go).
+	off offlineTracker
 
 	mu    sync.RWMutex
 	parts map[TP]*Partition
@@ -77,10 +83,17 @@ func NewManager(cfg Config, nodeID int32, cache *metadata.Cache, member *members
 	if cfg.LagTimeMax == 0 {
 		cfg.LagTimeMax = 30 * time.Second
 	}
+	if cfg.OfflineRetryMin <= 0 {
+		cfg.OfflineRetryMin = time.Second
+	}
+	if cfg.OfflineRetryMax < cfg.OfflineRetryMin {
+		cfg.OfflineRetryMax = max(30*time.Second, cfg.OfflineRetryMin)
+	}
 	return &Manager{
 		cfg: cfg, nodeID: nodeID, cache: cache, member: member, pool: pool,
 		logger: logger.With(log.Component("replicas")),
 		parts:  map[TP]*Partition{}, changed: make(chan struct{}), stopping: make(chan struct{}),
+		off: offlineTracker{wake: make(chan struct{}, 1), states: map[*Partition]*offlineState{}},
 	}
 }
 
@@ -104,9 +117,15 @@ func (m *Manager) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
 	m.done = make(chan struct{})
+	recovered := make(chan struct{})
+	go func() {
+		defer close(recovered)
+		m.runRecovery(runCtx)
+	}()
 	go func() {
 		defer close(m.done)
 		m.run(runCtx, changed)
+		<-recovered
 	}()
 	return nil
 }
@@ -292,7 +311,14 @@ func (m *Manager) open(tp TP, topicID string, img *metadata.Image) (*Partition, 
 		}
 	}
 	settings := effectiveConfig(img, tp.Topic)
-	l, err := storage.Open(dir, settings.storage, m.cfg.Storage)
+	opts := m.cfg.Storage
+	if opts.Logger == nil {
+		opts.Logger = m.logger
+	}
+	// The log's own reports (recovery, going offline) name the partition.
+	opts.Logger = opts.Logger.With(log.TopicPartition(tp.Topic, tp.Partition))
+	opts.OnOffline = m.noteOffline
+	l, err := storage.Open(dir, settings.storage, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -11,7 +11,8 @@ import (
 // RegisterMetrics publishes the replicas' state as gauges an operator
 // alerts on: partitions led and followed, under-replicated partitions (an
 // ISR smaller than the replica set), partitions below min.insync.replicas,
-// and offline logs.
+// offline logs, how often logs went offline and came back, and the free
+// space of the data directory against its reserve.
 func (m *Manager) RegisterMetrics(mp metric.MeterProvider) error {
 	meter := mp.Meter("github.com/sluice-io/sluice/libs/replica")
 	parts, err := meter.Int64ObservableGauge("sluice.replicas", metric.WithDescription("Partition replicas on this node, by role."))
@@ -31,6 +32,27 @@ func (m *Manager) RegisterMetrics(mp metric.MeterProvider) error {
 	offline, err := meter.Int64ObservableGauge("sluice.replicas.offline", metric.WithDescription("Replicas whose log went offline after an I/O error."))
 	if err != nil {
 		return fmt.Errorf("creating metric: %w", err)
+	}
+	if m.off.wentOffline, err = meter.Int64Counter("sluice.replicas.offline.events",
+		metric.WithDescription("Times a replica's log went offline after an I/O error (a full disk, a failed write or fsync).")); err != nil {
+		return fmt.Errorf("creating metric: %w", err)
+	}
+	if m.off.cameBack, err = meter.Int64Counter("sluice.replicas.recovered.events",
+		metric.WithDescription("Times an offline replica was reopened without a restart once its disk was writable again.")); err != nil {
+		return fmt.Errorf("creating metric: %w", err)
+	}
+	instruments := []metric.Observable{parts, under, belowMin, offline}
+	var free, reserve metric.Int64ObservableGauge
+	if g := m.cfg.Storage.Space; g != nil {
+		if free, err = meter.Int64ObservableGauge("sluice.storage.disk.free", metric.WithUnit("By"),
+			metric.WithDescription("Free bytes on the file system of the replicas' data directory, as last measured.")); err != nil {
+			return fmt.Errorf("creating metric: %w", err)
+		}
+		if reserve, err = meter.Int64ObservableGauge("sluice.storage.disk.reserve", metric.WithUnit("By"),
+			metric.WithDescription("Free space appends never use (storage.disk-reserve-bytes): below it they fail with KAFKA_STORAGE_ERROR.")); err != nil {
+			return fmt.Errorf("creating metric: %w", err)
+		}
+		instruments = append(instruments, free, reserve)
 	}
 	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		var leaders, followers, u, b, off int64
@@ -57,7 +79,11 @@ func (m *Manager) RegisterMetrics(mp metric.MeterProvider) error {
 		o.ObserveInt64(under, u)
 		o.ObserveInt64(belowMin, b)
 		o.ObserveInt64(offline, off)
+		if g := m.cfg.Storage.Space; g != nil {
+			o.ObserveInt64(free, g.FreeBytes())
+			o.ObserveInt64(reserve, g.Reserve())
+		}
 		return nil
-	}, parts, under, belowMin, offline)
+	}, instruments...)
 	return err
 }

@@ -91,6 +91,33 @@ type compactState struct {
 	rw         record.Rewriter
 	res        CompactionResult
 	minHorizon int64
+	// bad holds the base offsets of the batches this pass could not
+	// decode, so each is reported once per pass.
+	bad map[int64]bool
+}
+
+// UnreadableBatches returns how many times compaction met a batch it could
+// not decode since the log was opened (once per batch per pass). Such a
+// batch is kept as it is: the cleaner never takes a partition offline for
+// it, but what it holds is neither compacted nor readable; a consumer gets
+// a decode error naming its offset.
+func (l *Log) UnreadableBatches() int64 { return l.unreadableCount.Load() }
+
+// unreadable reports a batch compaction cannot decode: logged at ERROR and
+// counted once per pass. Compaction goes on and keeps the batch unchanged:
+// one bad batch must not take the partition offline (and it would again
+// after every restart, as the same pass meets the same batch).
+func (l *Log) unreadable(st *compactState, h *record.BatchHeader, err error) {
+	if st.bad[h.BaseOffset] {
+		return
+	}
+	if st.bad == nil {
+		st.bad = map[int64]bool{}
+	}
+	st.bad[h.BaseOffset] = true
+	l.unreadableCount.Add(1)
+	l.log.Error("compaction kept a batch it cannot decode", "dir", l.dir, "offset", h.BaseOffset,
+		"last_offset", h.LastOffset(), "err", err)
 }
 
 func (st *compactState) outcome(pid, offset int64) txnOutcome {
@@ -260,6 +287,11 @@ func (l *Log) scanTransactions(segs []*segment, st *compactState) error {
 					if t, err := record.ParseControlKey(st.it.Record().Key); err == nil && t == record.ControlCommit {
 						outcome = txnCommitted
 					}
+				} else if err := st.it.Err(); err != nil {
+					// An unreadable marker decides nothing: the
+					// transaction's batches stay as they are.
+					l.unreadable(st, &h, err)
+					outcome = txnUndecided
 				}
 				st.txns[h.ProducerID] = append(st.txns[h.ProducerID], txnSpan{first: first, last: h.BaseOffset, outcome: outcome})
 			case h.Attributes.Transactional():
@@ -309,8 +341,9 @@ func (l *Log) buildKeyMap(ctx context.Context, segs []*segment, st *compactState
 				}
 			}
 			if err := st.it.Err(); err != nil {
-				m.release()
-				return 0, l.fail("compaction read a corrupt batch in "+s.log.Name(), err)
+				// Keys read before the fault stay mapped: they are real
+				// records, and the batch itself is kept whole.
+				l.unreadable(st, &h, err)
 			}
 		}
 		m.release()
@@ -494,7 +527,8 @@ func (l *Log) compactBatch(batch []byte, st *compactState) ([]byte, bool, error)
 		}
 	}
 	if err := st.it.Err(); err != nil {
-		return nil, false, l.fail("compaction read a corrupt batch", err)
+		l.unreadable(st, &h, err)
+		return batch, true, nil
 	}
 	needHorizon := tombstones && !hasHorizon
 	if tombstones {
@@ -528,6 +562,7 @@ func (l *Log) keepRecord(r *record.Record, horizonPassed bool, st *compactState)
 func (l *Log) rewrite(batch []byte, h record.BatchHeader, st *compactState, baseTS int64, horizon bool, keep func(*record.Record) bool) ([]byte, bool, error) {
 	st.rw.Reset(h, baseTS, horizon)
 	st.it.Reset(batch)
+	before := st.res
 	for st.it.Next() {
 		r := st.it.Record()
 		if !keep(r) {
@@ -542,7 +577,9 @@ func (l *Log) rewrite(batch []byte, h record.BatchHeader, st *compactState, base
 		}
 	}
 	if err := st.it.Err(); err != nil {
-		return nil, false, l.fail("compaction read a corrupt batch", err)
+		st.res = before // nothing of it is removed after all
+		l.unreadable(st, &h, err)
+		return batch, true, nil
 	}
 	if st.rw.Len() == 0 && !(h.ProducerID >= 0 && st.lastBatch[h.ProducerID] == h.BaseOffset) {
 		return nil, false, nil

@@ -3,6 +3,7 @@ package storage
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -445,4 +446,98 @@ func TestCompactionStoppedMidwayLeavesASoundLog(t *testing.T) {
 		require.NoError(t, l.Close())
 	}
 	require.Positive(t, stopped, "no pass was stopped: the test checks nothing")
+}
+
+// badBatches returns two batches with a valid header and CRC whose records
+// do not decode, for offsets from base on: random bytes as records, and a
+// record count above the records present. Old logs may hold such batches
+// (they were once accepted from producers); replicas copy them as they are.
+func badBatches(t *testing.T, base int64, epoch int32) [][]byte {
+	t.Helper()
+	build := func(codec record.Codec) []byte {
+		b := record.NewBuilder(codec)
+		for i := range 3 {
+			require.NoError(t, b.AppendKV(epoch0.UnixMilli(), []byte(fmt.Sprintf("bad-%d", i)), []byte("some value of a few bytes")))
+		}
+		out, err := b.Build()
+		require.NoError(t, err)
+		return bytes.Clone(out)
+	}
+	random := build(record.CodecNone)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := record.BatchHeaderSize; i < len(random); i++ {
+		random[i] = byte(rng.Uint32())
+	}
+	record.UpdateCRC(random)
+	short := build(record.CodecZstd)
+	binary.BigEndian.PutUint32(short[57:], 4) // record count
+	binary.BigEndian.PutUint32(short[23:], 3) // last offset delta
+	record.UpdateCRC(short)
+	var out [][]byte
+	for _, b := range [][]byte{random, short} {
+		record.SetBaseOffset(b, base)
+		record.SetPartitionLeaderEpoch(b, epoch)
+		base += int64(record.LastOffsetDelta(b)) + 1
+		out = append(out, b)
+	}
+	return out
+}
+
+// A batch compaction cannot decode is kept as it is, reported, and counted;
+// the log stays online and compaction goes on around it, also after a
+// restart. (It used to fail the log with KAFKA_STORAGE_ERROR on every pass.)
+func TestCompactionKeepsUnreadableBatch(t *testing.T) {
+	clock := NewManualClock(epoch0)
+	dir := t.TempDir()
+	cfg := compactConfig(t)
+	l := openLog(t, dir, cfg, Options{Clock: clock})
+	rng := rand.New(rand.NewPCG(21, 22))
+	writeUpdates(t, l, rng, 40, epoch0.UnixMilli())
+	bad := badBatches(t, l.LogEndOffset(), 0)
+	for _, b := range bad {
+		_, err := l.AppendAsFollower(bytes.Clone(b))
+		require.NoError(t, err)
+	}
+	writeUpdates(t, l, rng, 40, epoch0.UnixMilli())
+	require.NoError(t, l.Flush())
+
+	for pass := range 2 {
+		res, err := l.Compact(context.Background(), true)
+		require.NoError(t, err, "pass %d", pass)
+		require.Positive(t, res.Segments)
+		require.NoError(t, l.Err(), "the log stays online")
+		require.EqualValues(t, 2*(pass+1), l.UnreadableBatches(), "each bad batch counted once per pass")
+		_, err = l.AppendAsLeader(makeBatch(t, record.CodecNone, epoch0.UnixMilli(), []string{"after"}, "compaction"), 0, record.FromClient)
+		require.NoError(t, err, "appends go on")
+	}
+	// Both bad batches are still there, byte for byte.
+	res, err := l.Read(l.LogStartOffset(), l.LogEndOffset(), 1<<30)
+	require.NoError(t, err)
+	all := res.AppendTo(nil)
+	res.Release()
+	for _, b := range bad {
+		require.True(t, bytes.Contains(all, b[record.LogOverhead:]), "bad batch at %d kept as it was", record.BaseOffset(b))
+	}
+	// The rest was compacted: no key twice below the first bad batch.
+	seen := map[string]bool{}
+	var it record.Iterator
+	it.Reset(all)
+	for it.Next() {
+		r := it.Record()
+		if r.Offset >= record.BaseOffset(bad[0]) {
+			break
+		}
+		require.False(t, seen[string(r.Key)], "key %s twice", r.Key)
+		seen[string(r.Key)] = true
+	}
+	require.Equal(t, record.BaseOffset(bad[0]), it.ErrOffset(), "reading stops at the first bad batch")
+
+	// After a restart the same pass meets the same batches and goes on.
+	require.NoError(t, l.Close())
+	l = openLog(t, dir, cfg, Options{Clock: clock})
+	defer func() { require.NoError(t, l.Close()) }()
+	_, err = l.Compact(context.Background(), true)
+	require.NoError(t, err)
+	require.NoError(t, l.Err())
+	require.EqualValues(t, 2, l.UnreadableBatches())
 }

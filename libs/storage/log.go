@@ -134,6 +134,9 @@ type Log struct {
 	ckptBytes int64 // log bytes below ckpt when it was written
 
 	compactMu sync.Mutex // one compaction at a time
+	// unreadableCount counts the batches compaction met and could not decode
+	// (kept as they are); see UnreadableBatches.
+	unreadableCount atomic.Int64
 
 	// recoveryScanned is how many bytes Open verified after an unclean
 	// shutdown (0 after a clean one).

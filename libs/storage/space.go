@@ -73,14 +73,17 @@ func (g *SpaceGuard) Reserve() int64 {
 	return g.reserve
 }
 
-// FreeBytes returns the free space as last measured, less what was
-// appended since.
+// FreeBytes returns the free space as last measured (again, if that was
+// more than the refresh interval ago), less what was appended since.
 func (g *SpaceGuard) FreeBytes() int64 {
 	if g == nil {
 		return 0
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if now := time.Now(); now.Sub(g.at) >= g.refresh {
+		g.measureLocked(now)
+	}
 	return g.measured - g.since
 }
 

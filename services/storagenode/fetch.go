@@ -181,8 +181,24 @@ func (r *StorageNode) fetchOne(stream grpc.ServerStream, st *fetchState, maxByte
 	st.offset = data.NextOffset
 	resp.NextOffset = data.NextOffset
 	if records {
-		resp.Records = decodeRecords(data, from)
+		recs, badAt, derr := decodeRecords(data, from)
 		data.Release()
+		if derr != nil {
+			// Records before the unreadable batch go out first; the next
+			// round starts at the batch and answers with the error, so a
+			// reader learns where the log is damaged and is never skipped
+			// past it silently.
+			if len(recs.Records) == 0 {
+				st.done = true
+				resp.NextOffset = badAt
+				resp.Error = errs.ItemError(errs.New(errs.CorruptMessage,
+					"%s-%d: the batch at offset %d cannot be decoded (%s); fetch from a later offset to skip it",
+					st.tp.Topic, st.tp.Partition, badAt, errs.From(derr).Message))
+				return 0, nil, stream.SendMsg(resp)
+			}
+			st.offset, resp.NextOffset = badAt, badAt
+		}
+		resp.Records = recs
 		return n, changed, stream.SendMsg(resp)
 	}
 	head, err := grpcx.HeadOf(resp)
@@ -199,8 +215,9 @@ func (r *StorageNode) fetchOne(stream grpc.ServerStream, st *fetchState, maxByte
 }
 
 // decodeRecords decodes batches for a RECORDS-format fetch, skipping
-// control batches and records below from.
-func decodeRecords(data *storage.ReadResult, from int64) *commonv1.Records {
+// control batches and records below from. On a batch it cannot decode it
+// returns the records before that batch, the batch's offset and the error.
+func decodeRecords(data *storage.ReadResult, from int64) (*commonv1.Records, int64, error) {
 	out := &commonv1.Records{}
 	var it record.Iterator
 	for _, c := range data.Chunks {
@@ -225,6 +242,20 @@ func decodeRecords(data *storage.ReadResult, from int64) *commonv1.Records {
 			}
 			out.Records = append(out.Records, pr)
 		}
+		if err := it.Err(); err != nil {
+			bad := it.ErrOffset()
+			if bad < 0 { // header unreadable: the fault is where reading stopped
+				bad = from
+				if n := len(out.Records); n > 0 {
+					bad = out.Records[n-1].GetOffset() + 1
+				}
+			}
+			// Records of the bad batch decoded before the fault stay with it.
+			for len(out.Records) > 0 && out.Records[len(out.Records)-1].GetOffset() >= bad {
+				out.Records = out.Records[:len(out.Records)-1]
+			}
+			return out, bad, err
+		}
 	}
-	return out
+	return out, 0, nil
 }
