@@ -57,11 +57,12 @@ $(BIN)/grpcurl: tools/buildtools/go.mod tools/buildtools/go.sum
 gen: tools
 	rm -rf gen/go/sluice
 	PATH="$(BIN):$$PATH" $(BIN)/buf generate
+	$(GO) run $(MOD)/tools/errgen -o libs/errs/codes_gen.go
 
 ## check-gen: fail if gen/go differs from what `make gen` produces
 check-gen: gen
-	@if [ -n "$$(git status --porcelain -- gen/go)" ]; then \
-		git status --porcelain -- gen/go; git diff --stat -- gen/go; \
+	@if [ -n "$$(git status --porcelain -- gen/go libs/errs/codes_gen.go)" ]; then \
+		git status --porcelain -- gen/go libs/errs/codes_gen.go; git diff --stat -- gen/go libs/errs/codes_gen.go; \
 		echo "gen/go is stale: run 'make gen' and commit the result"; exit 1; fi
 	@echo "gen/go is up to date"
 

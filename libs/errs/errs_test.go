@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
 	"github.com/sluice-io/sluice/libs/errs"
@@ -44,6 +46,23 @@ func TestCatalogMatchesKafka(t *testing.T) {
 		}
 		require.Equal(t, "ERROR_CODE_"+kname, name, "code %d", num)
 		require.Equal(t, ke.Retriable, entry.Retriable, "retriable flag of %s", name)
+	}
+}
+
+// Every ErrorCode value carries its catalog option with a real gRPC code name:
+// the catalog is derived from these options, so a value without one would be
+// treated as an unknown, non-retriable code.
+func TestEveryCodeHasAnEntry(t *testing.T) {
+	vals := edpb.ErrorCode(0).Descriptor().Values()
+	for i := 0; i < vals.Len(); i++ {
+		v := vals.Get(i)
+		row, ok := proto.GetExtension(v.Options(), edpb.E_Catalog).(*edpb.CatalogEntry)
+		require.True(t, ok && row != nil, "%s has no (catalog) option", v.Name())
+		var g codes.Code
+		require.NoError(t, g.UnmarshalJSON([]byte(strconv.Quote(row.GetGrpc()))), "%s: grpc %q", v.Name(), row.GetGrpc())
+		e := errs.Lookup(errs.Code(v.Number()))
+		require.Equal(t, g, e.GRPC, "%s", v.Name())
+		require.Equal(t, row.GetRetriable(), e.Retriable, "%s", v.Name())
 	}
 }
 

@@ -18,6 +18,7 @@ package errordetailsv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	descriptorpb "google.golang.org/protobuf/types/descriptorpb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -33,8 +34,8 @@ const (
 // ErrorCode is Sluice's stable error code. Where Kafka has the same error the
 // number is Kafka's error code, so a Kafka protocol listener can pass it on
 // unchanged; Sluice-only codes are numbered from 1000. Whether a code is
-// retriable, and which gRPC status code it maps to, is fixed by the catalog
-// and reported in ErrorInfo.
+// retriable, and which gRPC status code it maps to, is fixed by its catalog
+// option (CatalogEntry) and reported in ErrorInfo.
 type ErrorCode int32
 
 const (
@@ -382,6 +383,67 @@ func (ErrorCode) EnumDescriptor() ([]byte, []int) {
 	return file_sluice_errordetails_v1_messages_proto_rawDescGZIP(), []int{0}
 }
 
+// CatalogEntry is an error code's row of the catalog: whether a request that
+// failed with it may succeed if retried, and the gRPC status code of a call
+// that fails as a whole with it. Every ErrorCode value carries one, so clients
+// in any language can read retriability from the descriptor, and the Go
+// catalog is derived from it.
+type CatalogEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether the same request may succeed later, possibly after a metadata
+	// refresh or after following a hint. Follows Kafka's classification for
+	// the codes Kafka has.
+	Retriable bool `protobuf:"varint,1,opt,name=retriable,proto3" json:"retriable,omitempty"`
+	// The gRPC status code name (google.rpc.Code), such as "UNAVAILABLE".
+	Grpc          string `protobuf:"bytes,2,opt,name=grpc,proto3" json:"grpc,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatalogEntry) Reset() {
+	*x = CatalogEntry{}
+	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatalogEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatalogEntry) ProtoMessage() {}
+
+func (x *CatalogEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatalogEntry.ProtoReflect.Descriptor instead.
+func (*CatalogEntry) Descriptor() ([]byte, []int) {
+	return file_sluice_errordetails_v1_messages_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CatalogEntry) GetRetriable() bool {
+	if x != nil {
+		return x.Retriable
+	}
+	return false
+}
+
+func (x *CatalogEntry) GetGrpc() string {
+	if x != nil {
+		return x.Grpc
+	}
+	return ""
+}
+
 // ErrorInfo is attached to every failed call's status and carried in
 // per-item results.
 type ErrorInfo struct {
@@ -399,7 +461,7 @@ type ErrorInfo struct {
 
 func (x *ErrorInfo) Reset() {
 	*x = ErrorInfo{}
-	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[0]
+	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -411,7 +473,7 @@ func (x *ErrorInfo) String() string {
 func (*ErrorInfo) ProtoMessage() {}
 
 func (x *ErrorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[0]
+	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -424,7 +486,7 @@ func (x *ErrorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorInfo.ProtoReflect.Descriptor instead.
 func (*ErrorInfo) Descriptor() ([]byte, []int) {
-	return file_sluice_errordetails_v1_messages_proto_rawDescGZIP(), []int{0}
+	return file_sluice_errordetails_v1_messages_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *ErrorInfo) GetCode() ErrorCode {
@@ -468,7 +530,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[1]
+	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -480,7 +542,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[1]
+	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -493,7 +555,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_sluice_errordetails_v1_messages_proto_rawDescGZIP(), []int{1}
+	return file_sluice_errordetails_v1_messages_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Error) GetCode() ErrorCode {
@@ -550,7 +612,7 @@ type LeaderHint struct {
 
 func (x *LeaderHint) Reset() {
 	*x = LeaderHint{}
-	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[2]
+	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -562,7 +624,7 @@ func (x *LeaderHint) String() string {
 func (*LeaderHint) ProtoMessage() {}
 
 func (x *LeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[2]
+	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -575,7 +637,7 @@ func (x *LeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderHint.ProtoReflect.Descriptor instead.
 func (*LeaderHint) Descriptor() ([]byte, []int) {
-	return file_sluice_errordetails_v1_messages_proto_rawDescGZIP(), []int{2}
+	return file_sluice_errordetails_v1_messages_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *LeaderHint) GetTopic() string {
@@ -628,7 +690,7 @@ type CoordinatorHint struct {
 
 func (x *CoordinatorHint) Reset() {
 	*x = CoordinatorHint{}
-	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[3]
+	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -640,7 +702,7 @@ func (x *CoordinatorHint) String() string {
 func (*CoordinatorHint) ProtoMessage() {}
 
 func (x *CoordinatorHint) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[3]
+	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -653,7 +715,7 @@ func (x *CoordinatorHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoordinatorHint.ProtoReflect.Descriptor instead.
 func (*CoordinatorHint) Descriptor() ([]byte, []int) {
-	return file_sluice_errordetails_v1_messages_proto_rawDescGZIP(), []int{3}
+	return file_sluice_errordetails_v1_messages_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CoordinatorHint) GetKey() string {
@@ -690,7 +752,7 @@ type ControllerHint struct {
 
 func (x *ControllerHint) Reset() {
 	*x = ControllerHint{}
-	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[4]
+	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -702,7 +764,7 @@ func (x *ControllerHint) String() string {
 func (*ControllerHint) ProtoMessage() {}
 
 func (x *ControllerHint) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[4]
+	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -715,7 +777,7 @@ func (x *ControllerHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControllerHint.ProtoReflect.Descriptor instead.
 func (*ControllerHint) Descriptor() ([]byte, []int) {
-	return file_sluice_errordetails_v1_messages_proto_rawDescGZIP(), []int{4}
+	return file_sluice_errordetails_v1_messages_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ControllerHint) GetControllerId() int32 {
@@ -743,7 +805,7 @@ type BadRequest struct {
 
 func (x *BadRequest) Reset() {
 	*x = BadRequest{}
-	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[5]
+	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +817,7 @@ func (x *BadRequest) String() string {
 func (*BadRequest) ProtoMessage() {}
 
 func (x *BadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[5]
+	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +830,7 @@ func (x *BadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BadRequest.ProtoReflect.Descriptor instead.
 func (*BadRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_errordetails_v1_messages_proto_rawDescGZIP(), []int{5}
+	return file_sluice_errordetails_v1_messages_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *BadRequest) GetFieldViolations() []*FieldViolation {
@@ -791,7 +853,7 @@ type FieldViolation struct {
 
 func (x *FieldViolation) Reset() {
 	*x = FieldViolation{}
-	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[6]
+	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -803,7 +865,7 @@ func (x *FieldViolation) String() string {
 func (*FieldViolation) ProtoMessage() {}
 
 func (x *FieldViolation) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[6]
+	mi := &file_sluice_errordetails_v1_messages_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -816,7 +878,7 @@ func (x *FieldViolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FieldViolation.ProtoReflect.Descriptor instead.
 func (*FieldViolation) Descriptor() ([]byte, []int) {
-	return file_sluice_errordetails_v1_messages_proto_rawDescGZIP(), []int{6}
+	return file_sluice_errordetails_v1_messages_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *FieldViolation) GetField() string {
@@ -833,11 +895,33 @@ func (x *FieldViolation) GetDescription() string {
 	return ""
 }
 
+var file_sluice_errordetails_v1_messages_proto_extTypes = []protoimpl.ExtensionInfo{
+	{
+		ExtendedType:  (*descriptorpb.EnumValueOptions)(nil),
+		ExtensionType: (*CatalogEntry)(nil),
+		Field:         50000,
+		Name:          "sluice.errordetails.v1.catalog",
+		Tag:           "bytes,50000,opt,name=catalog",
+		Filename:      "sluice/errordetails/v1/messages.proto",
+	},
+}
+
+// Extension fields to descriptorpb.EnumValueOptions.
+var (
+	// The catalog entry of an ErrorCode value.
+	//
+	// optional sluice.errordetails.v1.CatalogEntry catalog = 50000;
+	E_Catalog = &file_sluice_errordetails_v1_messages_proto_extTypes[0]
+)
+
 var File_sluice_errordetails_v1_messages_proto protoreflect.FileDescriptor
 
 const file_sluice_errordetails_v1_messages_proto_rawDesc = "" +
 	"\n" +
-	"%sluice/errordetails/v1/messages.proto\x12\x16sluice.errordetails.v1\"z\n" +
+	"%sluice/errordetails/v1/messages.proto\x12\x16sluice.errordetails.v1\x1a google/protobuf/descriptor.proto\"@\n" +
+	"\fCatalogEntry\x12\x1c\n" +
+	"\tretriable\x18\x01 \x01(\bR\tretriable\x12\x12\n" +
+	"\x04grpc\x18\x02 \x01(\tR\x04grpc\"z\n" +
 	"\tErrorInfo\x125\n" +
 	"\x04code\x18\x01 \x01(\x0e2!.sluice.errordetails.v1.ErrorCodeR\x04code\x12\x1c\n" +
 	"\tretriable\x18\x02 \x01(\bR\tretriable\x12\x18\n" +
@@ -869,84 +953,86 @@ const file_sluice_errordetails_v1_messages_proto_rawDesc = "" +
 	"\x10field_violations\x18\x01 \x03(\v2&.sluice.errordetails.v1.FieldViolationR\x0ffieldViolations\"H\n" +
 	"\x0eFieldViolation\x12\x14\n" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12 \n" +
-	"\vdescription\x18\x02 \x01(\tR\vdescription*\xb1\x16\n" +
-	"\tErrorCode\x12\x1a\n" +
-	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\"\n" +
-	"\x1eERROR_CODE_OFFSET_OUT_OF_RANGE\x10\x01\x12\x1e\n" +
-	"\x1aERROR_CODE_CORRUPT_MESSAGE\x10\x02\x12)\n" +
-	"%ERROR_CODE_UNKNOWN_TOPIC_OR_PARTITION\x10\x03\x12#\n" +
-	"\x1fERROR_CODE_LEADER_NOT_AVAILABLE\x10\x05\x12%\n" +
-	"!ERROR_CODE_NOT_LEADER_OR_FOLLOWER\x10\x06\x12 \n" +
-	"\x1cERROR_CODE_REQUEST_TIMED_OUT\x10\a\x12#\n" +
-	"\x1fERROR_CODE_BROKER_NOT_AVAILABLE\x10\b\x12$\n" +
-	" ERROR_CODE_REPLICA_NOT_AVAILABLE\x10\t\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription*\x8c$\n" +
+	"\tErrorCode\x12$\n" +
+	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x1a\b\x82\xb5\x18\x04\x12\x02OK\x126\n" +
+	"\x1eERROR_CODE_OFFSET_OUT_OF_RANGE\x10\x01\x1a\x12\x82\xb5\x18\x0e\x12\fOUT_OF_RANGE\x128\n" +
+	"\x1aERROR_CODE_CORRUPT_MESSAGE\x10\x02\x1a\x18\x82\xb5\x18\x14\b\x01\x12\x10INVALID_ARGUMENT\x12<\n" +
+	"%ERROR_CODE_UNKNOWN_TOPIC_OR_PARTITION\x10\x03\x1a\x11\x82\xb5\x18\r\b\x01\x12\tNOT_FOUND\x128\n" +
+	"\x1fERROR_CODE_LEADER_NOT_AVAILABLE\x10\x05\x1a\x13\x82\xb5\x18\x0f\b\x01\x12\vUNAVAILABLE\x12:\n" +
+	"!ERROR_CODE_NOT_LEADER_OR_FOLLOWER\x10\x06\x1a\x13\x82\xb5\x18\x0f\b\x01\x12\vUNAVAILABLE\x12;\n" +
+	"\x1cERROR_CODE_REQUEST_TIMED_OUT\x10\a\x1a\x19\x82\xb5\x18\x15\b\x01\x12\x11DEADLINE_EXCEEDED\x128\n" +
+	"\x1fERROR_CODE_BROKER_NOT_AVAILABLE\x10\b\x1a\x13\x82\xb5\x18\x0f\b\x01\x12\vUNAVAILABLE\x129\n" +
+	" ERROR_CODE_REPLICA_NOT_AVAILABLE\x10\t\x1a\x13\x82\xb5\x18\x0f\b\x01\x12\vUNAVAILABLE\x128\n" +
 	"\x1cERROR_CODE_MESSAGE_TOO_LARGE\x10\n" +
-	"\x12(\n" +
-	"$ERROR_CODE_OFFSET_METADATA_TOO_LARGE\x10\f\x12+\n" +
-	"'ERROR_CODE_COORDINATOR_LOAD_IN_PROGRESS\x10\x0e\x12(\n" +
-	"$ERROR_CODE_COORDINATOR_NOT_AVAILABLE\x10\x0f\x12\x1e\n" +
-	"\x1aERROR_CODE_NOT_COORDINATOR\x10\x10\x12&\n" +
-	"\"ERROR_CODE_INVALID_TOPIC_EXCEPTION\x10\x11\x12\"\n" +
-	"\x1eERROR_CODE_NOT_ENOUGH_REPLICAS\x10\x13\x12/\n" +
-	"+ERROR_CODE_NOT_ENOUGH_REPLICAS_AFTER_APPEND\x10\x14\x12$\n" +
-	" ERROR_CODE_INVALID_REQUIRED_ACKS\x10\x15\x12!\n" +
-	"\x1dERROR_CODE_ILLEGAL_GENERATION\x10\x16\x12*\n" +
-	"&ERROR_CODE_INCONSISTENT_GROUP_PROTOCOL\x10\x17\x12\x1f\n" +
-	"\x1bERROR_CODE_INVALID_GROUP_ID\x10\x18\x12 \n" +
-	"\x1cERROR_CODE_UNKNOWN_MEMBER_ID\x10\x19\x12&\n" +
-	"\"ERROR_CODE_INVALID_SESSION_TIMEOUT\x10\x1a\x12$\n" +
-	" ERROR_CODE_REBALANCE_IN_PROGRESS\x10\x1b\x12)\n" +
-	"%ERROR_CODE_TOPIC_AUTHORIZATION_FAILED\x10\x1d\x12)\n" +
-	"%ERROR_CODE_GROUP_AUTHORIZATION_FAILED\x10\x1e\x12+\n" +
-	"'ERROR_CODE_CLUSTER_AUTHORIZATION_FAILED\x10\x1f\x12 \n" +
-	"\x1cERROR_CODE_INVALID_TIMESTAMP\x10 \x12#\n" +
-	"\x1fERROR_CODE_TOPIC_ALREADY_EXISTS\x10$\x12!\n" +
-	"\x1dERROR_CODE_INVALID_PARTITIONS\x10%\x12)\n" +
-	"%ERROR_CODE_INVALID_REPLICATION_FACTOR\x10&\x12)\n" +
-	"%ERROR_CODE_INVALID_REPLICA_ASSIGNMENT\x10'\x12\x1d\n" +
-	"\x19ERROR_CODE_INVALID_CONFIG\x10(\x12\x1d\n" +
-	"\x19ERROR_CODE_NOT_CONTROLLER\x10)\x12\x1e\n" +
-	"\x1aERROR_CODE_INVALID_REQUEST\x10*\x12\x1f\n" +
-	"\x1bERROR_CODE_POLICY_VIOLATION\x10,\x12+\n" +
-	"'ERROR_CODE_OUT_OF_ORDER_SEQUENCE_NUMBER\x10-\x12(\n" +
-	"$ERROR_CODE_DUPLICATE_SEQUENCE_NUMBER\x10.\x12%\n" +
-	"!ERROR_CODE_INVALID_PRODUCER_EPOCH\x10/\x12 \n" +
-	"\x1cERROR_CODE_INVALID_TXN_STATE\x100\x12*\n" +
-	"&ERROR_CODE_INVALID_PRODUCER_ID_MAPPING\x101\x12*\n" +
-	"&ERROR_CODE_INVALID_TRANSACTION_TIMEOUT\x102\x12&\n" +
-	"\"ERROR_CODE_CONCURRENT_TRANSACTIONS\x103\x12\"\n" +
-	"\x1eERROR_CODE_KAFKA_STORAGE_ERROR\x108\x12\"\n" +
-	"\x1eERROR_CODE_UNKNOWN_PRODUCER_ID\x10;\x12'\n" +
-	"#ERROR_CODE_REASSIGNMENT_IN_PROGRESS\x10<\x12\x1e\n" +
-	"\x1aERROR_CODE_NON_EMPTY_GROUP\x10D\x12!\n" +
-	"\x1dERROR_CODE_GROUP_ID_NOT_FOUND\x10E\x12\"\n" +
-	"\x1eERROR_CODE_FENCED_LEADER_EPOCH\x10J\x12#\n" +
-	"\x1fERROR_CODE_UNKNOWN_LEADER_EPOCH\x10K\x12+\n" +
-	"'ERROR_CODE_UNSUPPORTED_COMPRESSION_TYPE\x10L\x12!\n" +
-	"\x1dERROR_CODE_STALE_BROKER_EPOCH\x10M\x12#\n" +
-	"\x1fERROR_CODE_OFFSET_NOT_AVAILABLE\x10N\x12-\n" +
-	")ERROR_CODE_PREFERRED_LEADER_NOT_AVAILABLE\x10P\x12!\n" +
-	"\x1dERROR_CODE_FENCED_INSTANCE_ID\x10R\x12-\n" +
-	")ERROR_CODE_ELIGIBLE_LEADERS_NOT_AVAILABLE\x10S\x12\"\n" +
-	"\x1eERROR_CODE_ELECTION_NOT_NEEDED\x10T\x12*\n" +
-	"&ERROR_CODE_NO_REASSIGNMENT_IN_PROGRESS\x10U\x12\x1d\n" +
-	"\x19ERROR_CODE_INVALID_RECORD\x10W\x12%\n" +
-	"!ERROR_CODE_UNSTABLE_OFFSET_COMMIT\x10X\x12(\n" +
-	"$ERROR_CODE_THROTTLING_QUOTA_EXCEEDED\x10Y\x12\x1e\n" +
-	"\x1aERROR_CODE_PRODUCER_FENCED\x10Z\x12!\n" +
-	"\x1dERROR_CODE_RESOURCE_NOT_FOUND\x10[\x12%\n" +
-	"!ERROR_CODE_INVALID_UPDATE_VERSION\x10_\x12,\n" +
-	"(ERROR_CODE_DUPLICATE_BROKER_REGISTRATION\x10e\x12'\n" +
-	"#ERROR_CODE_BROKER_ID_NOT_REGISTERED\x10f\x12&\n" +
-	"\"ERROR_CODE_INCONSISTENT_CLUSTER_ID\x10h\x12)\n" +
-	"%ERROR_CODE_TRANSACTIONAL_ID_NOT_FOUND\x10i\x12\"\n" +
-	"\x1eERROR_CODE_FENCED_MEMBER_EPOCH\x10n\x12#\n" +
-	"\x1fERROR_CODE_UNSUPPORTED_ASSIGNOR\x10p\x12!\n" +
-	"\x1dERROR_CODE_STALE_MEMBER_EPOCH\x10q\x12$\n" +
-	"\x1fERROR_CODE_UNKNOWN_SERVER_ERROR\x10\xe8\a\x12\x1d\n" +
-	"\x18ERROR_CODE_UNIMPLEMENTED\x10\xe9\a\x12\x1e\n" +
-	"\x19ERROR_CODE_NODE_NOT_READY\x10\xea\a\x12 \n" +
-	"\x1bERROR_CODE_NODE_UNREACHABLE\x10\xeb\aB\xef\x01\n" +
+	"\x1a\x16\x82\xb5\x18\x12\x12\x10INVALID_ARGUMENT\x12@\n" +
+	"$ERROR_CODE_OFFSET_METADATA_TOO_LARGE\x10\f\x1a\x16\x82\xb5\x18\x12\x12\x10INVALID_ARGUMENT\x12@\n" +
+	"'ERROR_CODE_COORDINATOR_LOAD_IN_PROGRESS\x10\x0e\x1a\x13\x82\xb5\x18\x0f\b\x01\x12\vUNAVAILABLE\x12=\n" +
+	"$ERROR_CODE_COORDINATOR_NOT_AVAILABLE\x10\x0f\x1a\x13\x82\xb5\x18\x0f\b\x01\x12\vUNAVAILABLE\x12;\n" +
+	"\x1aERROR_CODE_NOT_COORDINATOR\x10\x10\x1a\x1b\x82\xb5\x18\x17\b\x01\x12\x13FAILED_PRECONDITION\x12>\n" +
+	"\"ERROR_CODE_INVALID_TOPIC_EXCEPTION\x10\x11\x1a\x16\x82\xb5\x18\x12\x12\x10INVALID_ARGUMENT\x127\n" +
+	"\x1eERROR_CODE_NOT_ENOUGH_REPLICAS\x10\x13\x1a\x13\x82\xb5\x18\x0f\b\x01\x12\vUNAVAILABLE\x12D\n" +
+	"+ERROR_CODE_NOT_ENOUGH_REPLICAS_AFTER_APPEND\x10\x14\x1a\x13\x82\xb5\x18\x0f\b\x01\x12\vUNAVAILABLE\x12<\n" +
+	" ERROR_CODE_INVALID_REQUIRED_ACKS\x10\x15\x1a\x16\x82\xb5\x18\x12\x12\x10INVALID_ARGUMENT\x12<\n" +
+	"\x1dERROR_CODE_ILLEGAL_GENERATION\x10\x16\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x12E\n" +
+	"&ERROR_CODE_INCONSISTENT_GROUP_PROTOCOL\x10\x17\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x127\n" +
+	"\x1bERROR_CODE_INVALID_GROUP_ID\x10\x18\x1a\x16\x82\xb5\x18\x12\x12\x10INVALID_ARGUMENT\x12;\n" +
+	"\x1cERROR_CODE_UNKNOWN_MEMBER_ID\x10\x19\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x12>\n" +
+	"\"ERROR_CODE_INVALID_SESSION_TIMEOUT\x10\x1a\x1a\x16\x82\xb5\x18\x12\x12\x10INVALID_ARGUMENT\x12?\n" +
+	" ERROR_CODE_REBALANCE_IN_PROGRESS\x10\x1b\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x12B\n" +
+	"%ERROR_CODE_TOPIC_AUTHORIZATION_FAILED\x10\x1d\x1a\x17\x82\xb5\x18\x13\x12\x11PERMISSION_DENIED\x12B\n" +
+	"%ERROR_CODE_GROUP_AUTHORIZATION_FAILED\x10\x1e\x1a\x17\x82\xb5\x18\x13\x12\x11PERMISSION_DENIED\x12D\n" +
+	"'ERROR_CODE_CLUSTER_AUTHORIZATION_FAILED\x10\x1f\x1a\x17\x82\xb5\x18\x13\x12\x11PERMISSION_DENIED\x128\n" +
+	"\x1cERROR_CODE_INVALID_TIMESTAMP\x10 \x1a\x16\x82\xb5\x18\x12\x12\x10INVALID_ARGUMENT\x129\n" +
+	"\x1fERROR_CODE_TOPIC_ALREADY_EXISTS\x10$\x1a\x14\x82\xb5\x18\x10\x12\x0eALREADY_EXISTS\x129\n" +
+	"\x1dERROR_CODE_INVALID_PARTITIONS\x10%\x1a\x16\x82\xb5\x18\x12\x12\x10INVALID_ARGUMENT\x12A\n" +
+	"%ERROR_CODE_INVALID_REPLICATION_FACTOR\x10&\x1a\x16\x82\xb5\x18\x12\x12\x10INVALID_ARGUMENT\x12A\n" +
+	"%ERROR_CODE_INVALID_REPLICA_ASSIGNMENT\x10'\x1a\x16\x82\xb5\x18\x12\x12\x10INVALID_ARGUMENT\x125\n" +
+	"\x19ERROR_CODE_INVALID_CONFIG\x10(\x1a\x16\x82\xb5\x18\x12\x12\x10INVALID_ARGUMENT\x12:\n" +
+	"\x19ERROR_CODE_NOT_CONTROLLER\x10)\x1a\x1b\x82\xb5\x18\x17\b\x01\x12\x13FAILED_PRECONDITION\x126\n" +
+	"\x1aERROR_CODE_INVALID_REQUEST\x10*\x1a\x16\x82\xb5\x18\x12\x12\x10INVALID_ARGUMENT\x12:\n" +
+	"\x1bERROR_CODE_POLICY_VIOLATION\x10,\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x12F\n" +
+	"'ERROR_CODE_OUT_OF_ORDER_SEQUENCE_NUMBER\x10-\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x12>\n" +
+	"$ERROR_CODE_DUPLICATE_SEQUENCE_NUMBER\x10.\x1a\x14\x82\xb5\x18\x10\x12\x0eALREADY_EXISTS\x12@\n" +
+	"!ERROR_CODE_INVALID_PRODUCER_EPOCH\x10/\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x12;\n" +
+	"\x1cERROR_CODE_INVALID_TXN_STATE\x100\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x12E\n" +
+	"&ERROR_CODE_INVALID_PRODUCER_ID_MAPPING\x101\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x12B\n" +
+	"&ERROR_CODE_INVALID_TRANSACTION_TIMEOUT\x102\x1a\x16\x82\xb5\x18\x12\x12\x10INVALID_ARGUMENT\x125\n" +
+	"\"ERROR_CODE_CONCURRENT_TRANSACTIONS\x103\x1a\r\x82\xb5\x18\t\x12\aABORTED\x127\n" +
+	"\x1eERROR_CODE_KAFKA_STORAGE_ERROR\x108\x1a\x13\x82\xb5\x18\x0f\b\x01\x12\vUNAVAILABLE\x12=\n" +
+	"\x1eERROR_CODE_UNKNOWN_PRODUCER_ID\x10;\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x12B\n" +
+	"#ERROR_CODE_REASSIGNMENT_IN_PROGRESS\x10<\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x129\n" +
+	"\x1aERROR_CODE_NON_EMPTY_GROUP\x10D\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x122\n" +
+	"\x1dERROR_CODE_GROUP_ID_NOT_FOUND\x10E\x1a\x0f\x82\xb5\x18\v\x12\tNOT_FOUND\x12?\n" +
+	"\x1eERROR_CODE_FENCED_LEADER_EPOCH\x10J\x1a\x1b\x82\xb5\x18\x17\b\x01\x12\x13FAILED_PRECONDITION\x128\n" +
+	"\x1fERROR_CODE_UNKNOWN_LEADER_EPOCH\x10K\x1a\x13\x82\xb5\x18\x0f\b\x01\x12\vUNAVAILABLE\x12C\n" +
+	"'ERROR_CODE_UNSUPPORTED_COMPRESSION_TYPE\x10L\x1a\x16\x82\xb5\x18\x12\x12\x10INVALID_ARGUMENT\x12<\n" +
+	"\x1dERROR_CODE_STALE_BROKER_EPOCH\x10M\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x128\n" +
+	"\x1fERROR_CODE_OFFSET_NOT_AVAILABLE\x10N\x1a\x13\x82\xb5\x18\x0f\b\x01\x12\vUNAVAILABLE\x12B\n" +
+	")ERROR_CODE_PREFERRED_LEADER_NOT_AVAILABLE\x10P\x1a\x13\x82\xb5\x18\x0f\b\x01\x12\vUNAVAILABLE\x12<\n" +
+	"\x1dERROR_CODE_FENCED_INSTANCE_ID\x10R\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x12B\n" +
+	")ERROR_CODE_ELIGIBLE_LEADERS_NOT_AVAILABLE\x10S\x1a\x13\x82\xb5\x18\x0f\b\x01\x12\vUNAVAILABLE\x12?\n" +
+	"\x1eERROR_CODE_ELECTION_NOT_NEEDED\x10T\x1a\x1b\x82\xb5\x18\x17\b\x01\x12\x13FAILED_PRECONDITION\x12E\n" +
+	"&ERROR_CODE_NO_REASSIGNMENT_IN_PROGRESS\x10U\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x125\n" +
+	"\x19ERROR_CODE_INVALID_RECORD\x10W\x1a\x16\x82\xb5\x18\x12\x12\x10INVALID_ARGUMENT\x12:\n" +
+	"!ERROR_CODE_UNSTABLE_OFFSET_COMMIT\x10X\x1a\x13\x82\xb5\x18\x0f\b\x01\x12\vUNAVAILABLE\x12D\n" +
+	"$ERROR_CODE_THROTTLING_QUOTA_EXCEEDED\x10Y\x1a\x1a\x82\xb5\x18\x16\b\x01\x12\x12RESOURCE_EXHAUSTED\x129\n" +
+	"\x1aERROR_CODE_PRODUCER_FENCED\x10Z\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x122\n" +
+	"\x1dERROR_CODE_RESOURCE_NOT_FOUND\x10[\x1a\x0f\x82\xb5\x18\v\x12\tNOT_FOUND\x124\n" +
+	"!ERROR_CODE_INVALID_UPDATE_VERSION\x10_\x1a\r\x82\xb5\x18\t\x12\aABORTED\x12B\n" +
+	"(ERROR_CODE_DUPLICATE_BROKER_REGISTRATION\x10e\x1a\x14\x82\xb5\x18\x10\x12\x0eALREADY_EXISTS\x128\n" +
+	"#ERROR_CODE_BROKER_ID_NOT_REGISTERED\x10f\x1a\x0f\x82\xb5\x18\v\x12\tNOT_FOUND\x12A\n" +
+	"\"ERROR_CODE_INCONSISTENT_CLUSTER_ID\x10h\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x12:\n" +
+	"%ERROR_CODE_TRANSACTIONAL_ID_NOT_FOUND\x10i\x1a\x0f\x82\xb5\x18\v\x12\tNOT_FOUND\x12=\n" +
+	"\x1eERROR_CODE_FENCED_MEMBER_EPOCH\x10n\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x12;\n" +
+	"\x1fERROR_CODE_UNSUPPORTED_ASSIGNOR\x10p\x1a\x16\x82\xb5\x18\x12\x12\x10INVALID_ARGUMENT\x12<\n" +
+	"\x1dERROR_CODE_STALE_MEMBER_EPOCH\x10q\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x124\n" +
+	"\x1fERROR_CODE_UNKNOWN_SERVER_ERROR\x10\xe8\a\x1a\x0e\x82\xb5\x18\n" +
+	"\x12\bINTERNAL\x122\n" +
+	"\x18ERROR_CODE_UNIMPLEMENTED\x10\xe9\a\x1a\x13\x82\xb5\x18\x0f\x12\rUNIMPLEMENTED\x123\n" +
+	"\x19ERROR_CODE_NODE_NOT_READY\x10\xea\a\x1a\x13\x82\xb5\x18\x0f\b\x01\x12\vUNAVAILABLE\x125\n" +
+	"\x1bERROR_CODE_NODE_UNREACHABLE\x10\xeb\a\x1a\x13\x82\xb5\x18\x0f\b\x01\x12\vUNAVAILABLE:c\n" +
+	"\acatalog\x12!.google.protobuf.EnumValueOptions\x18І\x03 \x01(\v2$.sluice.errordetails.v1.CatalogEntryR\acatalogB\xef\x01\n" +
 	"\x1acom.sluice.errordetails.v1B\rMessagesProtoP\x01ZHgithub.com/sluice-io/sluice/gen/go/sluice/errordetails/v1;errordetailsv1\xa2\x02\x03SEX\xaa\x02\x16Sluice.Errordetails.V1\xca\x02\x16Sluice\\Errordetails\\V1\xe2\x02\"Sluice\\Errordetails\\V1\\GPBMetadata\xea\x02\x18Sluice::Errordetails::V1b\x06proto3"
 
 var (
@@ -962,27 +1048,31 @@ func file_sluice_errordetails_v1_messages_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_errordetails_v1_messages_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sluice_errordetails_v1_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_sluice_errordetails_v1_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_sluice_errordetails_v1_messages_proto_goTypes = []any{
-	(ErrorCode)(0),          // 0: sluice.errordetails.v1.ErrorCode
-	(*ErrorInfo)(nil),       // 1: sluice.errordetails.v1.ErrorInfo
-	(*Error)(nil),           // 2: sluice.errordetails.v1.Error
-	(*LeaderHint)(nil),      // 3: sluice.errordetails.v1.LeaderHint
-	(*CoordinatorHint)(nil), // 4: sluice.errordetails.v1.CoordinatorHint
-	(*ControllerHint)(nil),  // 5: sluice.errordetails.v1.ControllerHint
-	(*BadRequest)(nil),      // 6: sluice.errordetails.v1.BadRequest
-	(*FieldViolation)(nil),  // 7: sluice.errordetails.v1.FieldViolation
+	(ErrorCode)(0),                        // 0: sluice.errordetails.v1.ErrorCode
+	(*CatalogEntry)(nil),                  // 1: sluice.errordetails.v1.CatalogEntry
+	(*ErrorInfo)(nil),                     // 2: sluice.errordetails.v1.ErrorInfo
+	(*Error)(nil),                         // 3: sluice.errordetails.v1.Error
+	(*LeaderHint)(nil),                    // 4: sluice.errordetails.v1.LeaderHint
+	(*CoordinatorHint)(nil),               // 5: sluice.errordetails.v1.CoordinatorHint
+	(*ControllerHint)(nil),                // 6: sluice.errordetails.v1.ControllerHint
+	(*BadRequest)(nil),                    // 7: sluice.errordetails.v1.BadRequest
+	(*FieldViolation)(nil),                // 8: sluice.errordetails.v1.FieldViolation
+	(*descriptorpb.EnumValueOptions)(nil), // 9: google.protobuf.EnumValueOptions
 }
 var file_sluice_errordetails_v1_messages_proto_depIdxs = []int32{
 	0, // 0: sluice.errordetails.v1.ErrorInfo.code:type_name -> sluice.errordetails.v1.ErrorCode
 	0, // 1: sluice.errordetails.v1.Error.code:type_name -> sluice.errordetails.v1.ErrorCode
-	3, // 2: sluice.errordetails.v1.Error.leader:type_name -> sluice.errordetails.v1.LeaderHint
-	4, // 3: sluice.errordetails.v1.Error.coordinator:type_name -> sluice.errordetails.v1.CoordinatorHint
-	7, // 4: sluice.errordetails.v1.BadRequest.field_violations:type_name -> sluice.errordetails.v1.FieldViolation
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
+	4, // 2: sluice.errordetails.v1.Error.leader:type_name -> sluice.errordetails.v1.LeaderHint
+	5, // 3: sluice.errordetails.v1.Error.coordinator:type_name -> sluice.errordetails.v1.CoordinatorHint
+	8, // 4: sluice.errordetails.v1.BadRequest.field_violations:type_name -> sluice.errordetails.v1.FieldViolation
+	9, // 5: sluice.errordetails.v1.catalog:extendee -> google.protobuf.EnumValueOptions
+	1, // 6: sluice.errordetails.v1.catalog:type_name -> sluice.errordetails.v1.CatalogEntry
+	7, // [7:7] is the sub-list for method output_type
+	7, // [7:7] is the sub-list for method input_type
+	6, // [6:7] is the sub-list for extension type_name
+	5, // [5:6] is the sub-list for extension extendee
 	0, // [0:5] is the sub-list for field type_name
 }
 
@@ -991,21 +1081,22 @@ func file_sluice_errordetails_v1_messages_proto_init() {
 	if File_sluice_errordetails_v1_messages_proto != nil {
 		return
 	}
-	file_sluice_errordetails_v1_messages_proto_msgTypes[1].OneofWrappers = []any{}
+	file_sluice_errordetails_v1_messages_proto_msgTypes[2].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_errordetails_v1_messages_proto_rawDesc), len(file_sluice_errordetails_v1_messages_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   7,
-			NumExtensions: 0,
+			NumMessages:   8,
+			NumExtensions: 1,
 			NumServices:   0,
 		},
 		GoTypes:           file_sluice_errordetails_v1_messages_proto_goTypes,
 		DependencyIndexes: file_sluice_errordetails_v1_messages_proto_depIdxs,
 		EnumInfos:         file_sluice_errordetails_v1_messages_proto_enumTypes,
 		MessageInfos:      file_sluice_errordetails_v1_messages_proto_msgTypes,
+		ExtensionInfos:    file_sluice_errordetails_v1_messages_proto_extTypes,
 	}.Build()
 	File_sluice_errordetails_v1_messages_proto = out.File
 	file_sluice_errordetails_v1_messages_proto_goTypes = nil
