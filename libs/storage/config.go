@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/sluice-io/sluice/libs/record"
+	"github.com/sluice-io/sluice/libs/topicconfig"
 )
 
 // CleanupPolicy is the set of cleanup.policy values.
@@ -87,34 +88,25 @@ type Config struct {
 	IndexIntervalBytes int
 }
 
-// ConfigType is the type of a config value.
-type ConfigType int
-
-// Value types, named as Kafka's ConfigDef names them.
-const (
-	TypeBoolean ConfigType = iota
-	TypeInt
-	TypeLong
-	TypeDouble
-	TypeString
-	TypeList
-)
-
-// String returns Kafka's name of the type.
-func (t ConfigType) String() string {
-	return [...]string{"BOOLEAN", "INT", "LONG", "DOUBLE", "STRING", "LIST"}[t]
-}
-
-// ConfigDef describes one topic config key the log understands.
+// ConfigDef is how the log applies one topic config key. Its default and
+// documentation are the topic config's (libs/topicconfig), the one table of
+// them; Validate holds the log's own bounds, which may be wider than the
+// controller's policy (tests roll segments of a few KiB).
 type ConfigDef struct {
-	Name    string
-	Type    ConfigType
-	Default string
-	Doc     string
+	Name string
 	// Validate checks a value given as a string.
 	Validate func(string) error
 	set      func(*Config, string) error
 	get      func(*Config) string
+}
+
+// Default returns the key's default value, from the topic config table.
+func (d ConfigDef) Default() string {
+	td, ok := topicconfig.Lookup(d.Name)
+	if !ok {
+		panic("storage: " + d.Name + " is not a topic config") // TestConfigTable keeps the tables joined
+	}
+	return td.Default
 }
 
 func longRange(lo, hi int64) func(string) error {
@@ -135,9 +127,9 @@ func parseLong(s string) int64 {
 	return v
 }
 
-func longDef(name, def, doc string, lo, hi int64, field func(*Config) *int64) ConfigDef {
+func longDef(name string, lo, hi int64, field func(*Config) *int64) ConfigDef {
 	return ConfigDef{
-		Name: name, Type: TypeLong, Default: def, Doc: doc, Validate: longRange(lo, hi),
+		Name: name, Validate: longRange(lo, hi),
 		set: func(c *Config, s string) error { *field(c) = parseLong(s); return nil },
 		get: func(c *Config) string { return strconv.FormatInt(*field(c), 10) },
 	}
@@ -159,13 +151,12 @@ func parsePolicy(s string) (CleanupPolicy, error) {
 	return p, nil
 }
 
-// ConfigDefs is every topic config key the log understands, in name order:
-// the controller validates topic configs against it and the log applies
-// them with ApplyConfig.
+// ConfigDefs is every topic config key the log understands, in name order;
+// ApplyConfig applies them. The controller validates topic configs against
+// libs/topicconfig, which holds every key's default.
 var ConfigDefs = []ConfigDef{
 	{
-		Name: "cleanup.policy", Type: TypeList, Default: "delete",
-		Doc:      "delete: remove whole old segments by retention.ms and retention.bytes; compact: keep the latest record per key; both: compact,delete.",
+		Name:     "cleanup.policy",
 		Validate: func(s string) error { _, err := parsePolicy(s); return err },
 		set: func(c *Config, s string) error {
 			var err error
@@ -174,32 +165,25 @@ var ConfigDefs = []ConfigDef{
 		},
 		get: func(c *Config) string { return c.CleanupPolicy.String() },
 	},
-	longDef("delete.retention.ms", "86400000",
-		"How long compaction keeps a tombstone or transaction marker after first seeing it (KIP-534).",
-		0, math.MaxInt64, func(c *Config) *int64 { return &c.DeleteRetentionMs }),
-	longDef("flush.messages", strconv.FormatInt(math.MaxInt64, 10),
-		"Fsync after this many records have been appended.", 1, math.MaxInt64,
+	longDef("delete.retention.ms", 0, math.MaxInt64, func(c *Config) *int64 { return &c.DeleteRetentionMs }),
+	longDef("flush.messages", 1, math.MaxInt64,
 		func(c *Config) *int64 { return &c.FlushMessages }),
-	longDef("flush.ms", strconv.FormatInt(math.MaxInt64, 10),
-		"Fsync when the oldest unflushed data is this many milliseconds old.", 0, math.MaxInt64,
+	longDef("flush.ms", 0, math.MaxInt64,
 		func(c *Config) *int64 { return &c.FlushMs }),
 	{
-		Name: "index.interval.bytes", Type: TypeInt, Default: "4096",
-		Doc:      "Bytes of log between two entries of the sparse offset index.",
+		Name:     "index.interval.bytes",
 		Validate: longRange(0, math.MaxInt32),
 		set:      func(c *Config, s string) error { c.IndexIntervalBytes = int(parseLong(s)); return nil },
 		get:      func(c *Config) string { return strconv.Itoa(c.IndexIntervalBytes) },
 	},
 	{
-		Name: "max.message.bytes", Type: TypeInt, Default: strconv.Itoa(record.DefaultMaxBatchBytes),
-		Doc:      "Largest record batch accepted, log overhead included (1 MiB plus 12 bytes by default, as Kafka).",
+		Name:     "max.message.bytes",
 		Validate: longRange(record.BatchHeaderSize, math.MaxInt32),
 		set:      func(c *Config, s string) error { c.MaxMessageBytes = int(parseLong(s)); return nil },
 		get:      func(c *Config) string { return strconv.Itoa(c.MaxMessageBytes) },
 	},
 	{
-		Name: "message.timestamp.type", Type: TypeString, Default: "CreateTime",
-		Doc: "CreateTime keeps the producer's timestamps; LogAppendTime stamps the leader's clock on every batch.",
+		Name: "message.timestamp.type",
 		Validate: func(s string) error {
 			if s != "CreateTime" && s != "LogAppendTime" {
 				return fmt.Errorf("%q is not CreateTime or LogAppendTime", s)
@@ -216,8 +200,7 @@ var ConfigDefs = []ConfigDef{
 		get: func(c *Config) string { return c.MessageTimestampType.String() },
 	},
 	{
-		Name: "min.cleanable.dirty.ratio", Type: TypeDouble, Default: "0.5",
-		Doc: "Background compaction starts once this share of the compactable log is not yet compacted.",
+		Name: "min.cleanable.dirty.ratio",
 		Validate: func(s string) error {
 			v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
 			if err != nil || v < 0 || v > 1 || math.IsNaN(v) {
@@ -231,21 +214,14 @@ var ConfigDefs = []ConfigDef{
 		},
 		get: func(c *Config) string { return strconv.FormatFloat(c.MinCleanableDirtyRatio, 'g', -1, 64) },
 	},
-	longDef("min.compaction.lag.ms", "0", "Records younger than this are never compacted.", 0, math.MaxInt64,
+	longDef("min.compaction.lag.ms", 0, math.MaxInt64,
 		func(c *Config) *int64 { return &c.MinCompactionLagMs }),
-	longDef("retention.bytes", "-1", "Delete the oldest segments while the log is larger than this; -1 for no limit.",
-		-1, math.MaxInt64, func(c *Config) *int64 { return &c.RetentionBytes }),
-	longDef("retention.ms", "604800000",
-		"Delete segments whose newest record is older than this (7 days by default); -1 keeps them forever.",
-		-1, math.MaxInt64, func(c *Config) *int64 { return &c.RetentionMs }),
-	longDef("segment.bytes", "1073741824", "Roll to a new segment before one grows beyond this size (1 GiB by default).",
-		1024, math.MaxInt32, func(c *Config) *int64 { return &c.SegmentBytes }),
-	longDef("segment.ms", "604800000", "Roll to a new segment once the active one is this old (7 days by default).",
-		1, math.MaxInt64, func(c *Config) *int64 { return &c.SegmentMs }),
+	longDef("retention.bytes", -1, math.MaxInt64, func(c *Config) *int64 { return &c.RetentionBytes }),
+	longDef("retention.ms", -1, math.MaxInt64, func(c *Config) *int64 { return &c.RetentionMs }),
+	longDef("segment.bytes", 1024, math.MaxInt32, func(c *Config) *int64 { return &c.SegmentBytes }),
+	longDef("segment.ms", 1, math.MaxInt64, func(c *Config) *int64 { return &c.SegmentMs }),
 	{
-		Name: "sluice.fsync.before.ack", Type: TypeBoolean, Default: "true",
-		Doc: "Acknowledge an append only after it is fsynced. Appends waiting at the same moment share one fdatasync " +
-			"(group commit), so the cost is per commit, not per batch.",
+		Name: "sluice.fsync.before.ack",
 		Validate: func(s string) error {
 			if _, err := strconv.ParseBool(strings.TrimSpace(s)); err != nil {
 				return fmt.Errorf("%q is not true or false", s)
@@ -273,7 +249,7 @@ func LookupConfig(name string) (ConfigDef, bool) {
 func DefaultConfig() Config {
 	var c Config
 	for _, d := range ConfigDefs {
-		if err := d.set(&c, d.Default); err != nil {
+		if err := d.set(&c, d.Default()); err != nil {
 			panic(fmt.Sprintf("default of %s: %v", d.Name, err)) // a broken table is a programming error
 		}
 	}
