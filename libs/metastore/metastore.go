@@ -184,32 +184,54 @@ func (s *Store) IsRaftLeader() bool {
 }
 
 // MoveLeaderAway transfers raft leadership from the local embedded member
-// to another member, if the local one leads and there is another. It returns
-// whether it moved. The active controller calls it: when the process that
-// hosts both the active controller and the raft leader dies, the quorum must
-// first elect a raft leader, and etcd then extends every lease (including
-// the dead controller's election lease) by a full TTL, which doubles the
-// controller failover time.
+// to another member, if the local one leads and another member is fit to
+// take it. It returns whether it moved. The active controller calls it: when
+// the process that hosts both the active controller and the raft leader
+// dies, the quorum must first elect a raft leader, and etcd then extends
+// every lease (including the dead controller's election lease) by a full
+// TTL, which doubles the controller failover time.
+//
+// Only a member that answers a status probe and has the committed log is
+// fit: a transfer to a paused or lagging member stalls every proposal until
+// raft gives the transfer up after an election timeout, and repeating that
+// keeps the quorum from serving at all.
 func (s *Store) MoveLeaderAway(ctx context.Context) (bool, error) {
 	if !s.IsRaftLeader() {
 		return false, nil
 	}
-	resp, err := s.Client.MemberList(ctx)
-	if err != nil {
-		return false, fmt.Errorf("listing etcd members: %w", err)
-	}
-	self := uint64(s.etcd.Server.MemberID())
-	for _, m := range resp.Members {
-		if m.ID == self || m.Name == "" || m.IsLearner {
-			continue // an unstarted member has no name yet
+	q := s.Quorum(ctx)
+	var self uint64
+	for _, m := range q.Members {
+		if m.Self {
+			self = m.RaftIndex
 		}
-		if _, err := s.Client.MoveLeader(ctx, m.ID); err != nil {
-			return false, fmt.Errorf("moving etcd leadership to %s: %w", m.Name, err)
-		}
-		return true, nil
 	}
-	return false, nil
+	var to *MemberStatus
+	for i, m := range q.Members {
+		if m.Self || m.Learner || !m.Reachable || m.RaftIndex+maxTransferLag < self {
+			continue
+		}
+		if to == nil || m.RaftIndex > to.RaftIndex {
+			to = &q.Members[i]
+		}
+	}
+	if to == nil {
+		return false, nil
+	}
+	// A transfer to a caught-up member takes a few heartbeats; bound it so a
+	// member that stops answering meanwhile does not hold the caller.
+	mctx, cancel := context.WithTimeout(ctx, 2*s.ElectionTimeout())
+	defer cancel()
+	if _, err := s.Client.MoveLeader(mctx, to.ID); err != nil {
+		return false, fmt.Errorf("moving etcd leadership to %s: %w", to.Name, err)
+	}
+	return true, nil
 }
+
+// maxTransferLag is how many committed entries a member may lag behind the
+// leader and still be handed raft leadership; raft sends it the rest before
+// the transfer completes.
+const maxTransferLag = 1000
 
 // Member describes one etcd member.
 type Member struct {

@@ -185,28 +185,43 @@ func (c *Controller) ensureClusterID(ctx context.Context) (string, error) {
 }
 
 // campaignLoop keeps this controller in the election: present (a leased
-// key), campaigning, active while it holds the election, and campaigning
-// again after it loses its session.
+// key), campaigning, active while it holds its lease, and campaigning again
+// with a new lease after it loses one.
 func (c *Controller) campaignLoop(ctx context.Context) {
-	ttl := int(c.cfg.ElectionTTL / time.Second)
 	for ctx.Err() == nil {
-		session, err := concurrency.NewSession(c.store.Client, concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
+		sent := time.Now()
+		grant, err := c.store.Client.Grant(ctx, int64(c.cfg.ElectionTTL/time.Second))
 		if err != nil {
 			if ctx.Err() == nil {
-				c.logger.Warn("cannot open etcd session; retrying", log.Err(err))
+				c.logger.Warn("cannot grant etcd lease; retrying", log.Err(err))
 				sleepCtx(ctx, 500*time.Millisecond)
 			}
 			continue
 		}
-		c.serveTerm(ctx, session)
-		// Close revokes the lease: presence and election keys vanish at once.
-		_ = session.Close() // best effort; the lease expires by itself otherwise
+		// The lease is kept by metastore.KeepLease, which survives raft
+		// elections, not by the session's own keep-alive stream (whose end
+		// this loop ignores).
+		leaseCtx, lose := context.WithCancelCause(ctx)
+		var keeper sync.WaitGroup
+		keeper.Go(func() {
+			c.store.KeepLease(leaseCtx, grant.ID, sent, time.Duration(grant.TTL)*time.Second, lose)
+		})
+		session, err := concurrency.NewSession(c.store.Client, concurrency.WithLease(grant.ID), concurrency.WithContext(leaseCtx))
+		if err == nil {
+			c.serveTerm(ctx, leaseCtx, session)
+		}
+		lose(nil)
+		keeper.Wait()
+		// Revoking makes presence and election keys vanish at once.
+		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, _ = c.store.Client.Revoke(rctx, grant.ID) // best effort; the lease expires by itself otherwise
+		cancel()
 	}
 }
 
 // serveTerm registers presence, campaigns, and holds leadership until the
-// session ends or ctx is cancelled.
-func (c *Controller) serveTerm(ctx context.Context, session *concurrency.Session) {
+// lease is lost (leaseCtx ends) or ctx is cancelled.
+func (c *Controller) serveTerm(ctx, leaseCtx context.Context, session *concurrency.Session) {
 	member := &controllerv1.ControllerMember{
 		NodeId:     c.nodeID,
 		Address:    c.deps.Node.AdvertiseAddr(),
@@ -216,17 +231,17 @@ func (c *Controller) serveTerm(ctx context.Context, session *concurrency.Session
 	if err != nil {
 		panic(err) // a plain message always marshals
 	}
-	if _, err := c.store.Client.Put(ctx, c.store.Key(metastore.ControllerKey(c.nodeID)), string(val), clientv3.WithLease(session.Lease())); err != nil {
-		if ctx.Err() == nil {
+	if _, err := c.store.Client.Put(leaseCtx, c.store.Key(metastore.ControllerKey(c.nodeID)), string(val), clientv3.WithLease(session.Lease())); err != nil {
+		if leaseCtx.Err() == nil {
 			c.logger.Warn("cannot register controller presence", log.Err(err))
 		}
 		return
 	}
 	election := concurrency.NewElection(session, c.store.Key(metastore.KeyControllerLeader))
-	if err := election.Campaign(ctx, strconv.Itoa(int(c.nodeID))); err != nil {
-		return // ctx cancelled or session lost
+	if err := election.Campaign(leaseCtx, strconv.Itoa(int(c.nodeID))); err != nil {
+		return // ctx cancelled or lease lost
 	}
-	epoch, err := c.bumpEpoch(ctx, election)
+	epoch, err := c.bumpEpoch(leaseCtx, election)
 	if err != nil {
 		c.logger.Warn("won the election but could not bump the controller epoch; resigning", log.Err(err))
 		c.resign(election)
@@ -235,11 +250,11 @@ func (c *Controller) serveTerm(ctx context.Context, session *concurrency.Session
 	// Decide only from a view that includes every write made before this
 	// term began, including the last writes of the previous controller (our
 	// election key may be much older than they are).
-	if err := c.catchUp(ctx); err != nil {
+	if err := c.catchUp(leaseCtx); err != nil {
 		c.resign(election)
 		return
 	}
-	termCtx, endTerm := context.WithCancel(ctx)
+	termCtx, endTerm := context.WithCancel(leaseCtx)
 	t := &term{election: election, epoch: epoch, ctx: termCtx, lastHeartbeat: map[int32]time.Time{}}
 	c.mu.Lock()
 	now := time.Now()
@@ -253,12 +268,12 @@ func (c *Controller) serveTerm(ctx context.Context, session *concurrency.Session
 	loops.Go(func() { c.reconcileLoop(t) })
 	loops.Go(func() { c.keepRaftLeaderElsewhere(t) })
 
-	select {
-	case <-session.Done():
-		c.logger.Warn("lost controller session; no longer active", slog.Int64("controller_epoch", epoch))
-	case <-ctx.Done():
+	<-leaseCtx.Done()
+	if ctx.Err() != nil {
 		c.resign(election)
 		c.logger.Info("resigned as active controller", slog.Int64("controller_epoch", epoch))
+	} else {
+		c.logger.Warn("lost controller lease; no longer active", slog.Int64("controller_epoch", epoch), log.Err(context.Cause(leaseCtx)))
 	}
 	c.mu.Lock()
 	c.term = nil
