@@ -18,7 +18,8 @@ type ClientOptions struct {
 	// Telemetry propagates trace context and records client spans; nil
 	// disables it.
 	Telemetry *telemetry.Providers
-	// Role names the calling role for its spans ("client" when empty).
+	// Role names the calling role for its spans (telemetry.Process for the
+	// process itself, "client" when empty).
 	Role string
 	// MaxRecvMsgBytes bounds one received message; 0 uses 64 MiB.
 	MaxRecvMsgBytes int

@@ -61,8 +61,8 @@ type ServerOptions struct {
 	// Telemetry enables tracing and RPC metrics; nil disables them.
 	Telemetry *telemetry.Providers
 	// RoleOf maps a full method name to the role that serves it, so that the
-	// server span is reported under that role's service name. Nil reports
-	// every call under "sluiced".
+	// server span is reported under that role's service name, or to
+	// telemetry.Process. Nil reports every call under the process's name.
 	RoleOf func(fullMethod string) string
 	// Extra server options, such as a codec.
 	Extra []grpc.ServerOption

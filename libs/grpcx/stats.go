@@ -28,7 +28,7 @@ type handlerKey struct{}
 
 func newRoleStatsHandler(tel *telemetry.Providers, roleOf func(string) string) *roleStatsHandler {
 	if roleOf == nil {
-		roleOf = func(string) string { return "sluiced" }
+		roleOf = func(string) string { return telemetry.Process }
 	}
 	return &roleStatsHandler{tel: tel, roleOf: roleOf, handlers: map[string]stats.Handler{}}
 }

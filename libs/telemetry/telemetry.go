@@ -1,7 +1,9 @@
 // Package telemetry sets up OpenTelemetry once per process: a tracer provider
 // per role (so spans name the role that made them, even when several roles
 // share a process), one meter provider exported in Prometheus format, and the
-// W3C trace-context propagator. Spans are exported over OTLP/gRPC only when
+// W3C trace-context propagator. The process owns one span exporter, shared
+// by the roles' providers, and shuts it down once, after every provider has
+// flushed. Spans are exported over OTLP/gRPC only when
 // OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set;
 // otherwise tracing stays in-process and costs almost nothing.
 //
@@ -37,7 +39,19 @@ type Config struct {
 	// SampleRatio is the fraction of new traces sampled (parent-based: a
 	// sampled caller's trace is always continued).
 	SampleRatio float64
+	// Service is the service.name of the process's own spans and metrics,
+	// those no single role owns (see Process). Not a flag: the program
+	// sets it. Empty means "sluiced".
+	Service string
 }
+
+// Process, passed to Tracer, names the process itself rather than one of
+// its roles: its spans carry Config.Service as service.name.
+const Process = "process"
+
+// ServiceName is the service.name of a role's spans: "sluice-" and the
+// role's name.
+func ServiceName(roleName string) string { return "sluice-" + roleName }
 
 // RegisterFlags registers the telemetry flags.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
@@ -65,12 +79,14 @@ type Providers struct {
 	Propagator propagation.TextMapPropagator
 
 	base     []attribute.KeyValue
+	service  string
 	sampler  sdktrace.Sampler
 	exporter sdktrace.SpanExporter
 
 	mu      sync.Mutex
 	tracers map[string]*sdktrace.TracerProvider
 	meter   *sdkmetric.MeterProvider
+	down    bool
 }
 
 // Setup builds the providers for a process. instance identifies the process
@@ -80,8 +96,12 @@ func Setup(ctx context.Context, cfg Config, instance string) (*Providers, error)
 		Registry:   prometheus.NewRegistry(),
 		Propagator: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
 		base:       []attribute.KeyValue{semconv.ServiceNamespace("sluice"), semconv.ServiceInstanceID(instance)},
+		service:    cfg.Service,
 		sampler:    sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SampleRatio)),
 		tracers:    map[string]*sdktrace.TracerProvider{},
+	}
+	if p.service == "" {
+		p.service = "sluiced"
 	}
 	p.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -97,7 +117,7 @@ func Setup(ctx context.Context, cfg Config, instance string) (*Providers, error)
 	if err != nil {
 		return nil, fmt.Errorf("creating Prometheus exporter: %w", err)
 	}
-	res, err := resource.New(ctx, resource.WithAttributes(append(p.base, semconv.ServiceName("sluiced"))...))
+	res, err := resource.New(ctx, resource.WithAttributes(append(p.base, semconv.ServiceName(p.service))...))
 	if err != nil {
 		return nil, fmt.Errorf("building resource: %w", err)
 	}
@@ -107,8 +127,9 @@ func Setup(ctx context.Context, cfg Config, instance string) (*Providers, error)
 }
 
 // Tracer returns the tracer provider for one role; its resource's
-// service.name is "sluice-<role>". Providers are created on first use and
-// share one exporter.
+// service.name is ServiceName(roleName), or Config.Service for Process.
+// Providers are created on first use and share the process's exporter.
+// After Shutdown it records nothing.
 func (p *Providers) Tracer(roleName string) trace.TracerProvider {
 	if p.exporter == nil {
 		// Nothing would leave the process: record nothing. A no-op span
@@ -121,15 +142,23 @@ func (p *Providers) Tracer(roleName string) trace.TracerProvider {
 	if tp, ok := p.tracers[roleName]; ok {
 		return tp
 	}
-	attrs := append(append([]attribute.KeyValue{}, p.base...), semconv.ServiceName("sluice-"+roleName))
-	opts := []sdktrace.TracerProviderOption{
+	if p.down {
+		return noop.NewTracerProvider()
+	}
+	name := ServiceName(roleName)
+	if roleName == Process {
+		name = p.service
+	}
+	attrs := append(append([]attribute.KeyValue{}, p.base...), semconv.ServiceName(name))
+	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithResource(resource.NewWithAttributes(semconv.SchemaURL, attrs...)),
 		sdktrace.WithSampler(p.sampler),
-	}
-	if p.exporter != nil {
-		opts = append(opts, sdktrace.WithBatcher(p.exporter))
-	}
-	tp := sdktrace.NewTracerProvider(opts...)
+		// A batch span processor shuts its exporter down with it; the
+		// roles' providers share one, so each gets a view whose Shutdown
+		// does nothing and Shutdown below closes the exporter itself,
+		// once, after every provider has flushed.
+		sdktrace.WithBatcher(sharedExporter{p.exporter}),
+	)
 	p.tracers[roleName] = tp
 	return tp
 }
@@ -137,10 +166,16 @@ func (p *Providers) Tracer(roleName string) trace.TracerProvider {
 // Exporting reports whether spans leave the process.
 func (p *Providers) Exporting() bool { return p.exporter != nil }
 
-// Shutdown flushes and stops every provider.
+// Shutdown flushes and stops every provider, then the exporter they share.
+// The process calls it once, after every role has stopped; later calls do
+// nothing.
 func (p *Providers) Shutdown(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.down {
+		return nil
+	}
+	p.down = true
 	var errs []error
 	for _, tp := range p.tracers {
 		errs = append(errs, tp.Shutdown(ctx))
@@ -151,3 +186,9 @@ func (p *Providers) Shutdown(ctx context.Context) error {
 	errs = append(errs, p.meter.Shutdown(ctx))
 	return errors.Join(errs...)
 }
+
+// sharedExporter is one provider's view of the process's exporter: it
+// exports through it but leaves shutting it down to Providers.Shutdown.
+type sharedExporter struct{ sdktrace.SpanExporter }
+
+func (sharedExporter) Shutdown(context.Context) error { return nil }

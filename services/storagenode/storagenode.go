@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-io/sluice/libs/membership"
 	"github.com/sluice-io/sluice/libs/metadata"
 	"github.com/sluice-io/sluice/libs/replica"
+	"github.com/sluice-io/sluice/libs/storage"
 	"github.com/sluice-io/sluice/libs/telemetry"
 )
 
@@ -36,6 +37,9 @@ type Config struct {
 	ControlledShutdownTimeout time.Duration
 	// ReplicaLagTimeMax is replica.lag.time.max.ms.
 	ReplicaLagTimeMax time.Duration
+	// DiskReserveBytes is the free space, on the file system of the data
+	// directory, that appends never use (storage.SpaceGuard); 0 disables.
+	DiskReserveBytes int64
 }
 
 // RegisterFlags registers the role's flags.
@@ -44,7 +48,15 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"How long a stopping storage node waits for its partition leaderships to move to other replicas.")
 	fs.DurationVar(&c.ReplicaLagTimeMax, "storage.replica-lag-time-max", 30*time.Second,
 		"A follower that has not caught up with its leader for this long leaves the ISR (replica.lag.time.max.ms).")
+	fs.Int64Var(&c.DiskReserveBytes, "storage.disk-reserve-bytes", DefaultDiskReserveBytes,
+		"Free bytes kept on the data directory's file system: appends that would leave less fail with a retriable KAFKA_STORAGE_ERROR "+
+			"until space is freed, so checkpoints, DeleteRecords and an etcd member sharing the disk keep room. 0 disables.")
 }
+
+// DefaultDiskReserveBytes is the default free-space reserve: room for the
+// logs' checkpoints and index files, and for one etcd WAL segment (64 MiB,
+// preallocated) when a controller shares the disk.
+const DefaultDiskReserveBytes = 64 << 20
 
 // Validate checks the configuration.
 func (c *Config) Validate() error {
@@ -54,12 +66,17 @@ func (c *Config) Validate() error {
 	if c.ReplicaLagTimeMax < 100*time.Millisecond {
 		return fmt.Errorf("storage.replica-lag-time-max: %v is below 100ms", c.ReplicaLagTimeMax)
 	}
+	if c.DiskReserveBytes < 0 {
+		return fmt.Errorf("storage.disk-reserve-bytes: %d is negative", c.DiskReserveBytes)
+	}
 	return nil
 }
 
 // ReplicaConfig is the replica manager configuration for a node.
 func (c *Config) ReplicaConfig(node config.Node) replica.Config {
-	return replica.Config{Dir: filepath.Join(node.DataDir, "logs"), LagTimeMax: c.ReplicaLagTimeMax}
+	dir := filepath.Join(node.DataDir, "logs")
+	return replica.Config{Dir: dir, LagTimeMax: c.ReplicaLagTimeMax,
+		Storage: storage.Options{Space: storage.NewSpaceGuard(storage.SpaceGuardOptions{Dir: dir, ReserveBytes: c.DiskReserveBytes})}}
 }
 
 // Deps are the role's collaborators.

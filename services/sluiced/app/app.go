@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -46,11 +45,14 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 	}
 	logger = logger.With(log.Node(int32(cfg.Node.ID)))
 
+	cfg.Telemetry.Service = ServiceName(cfg.Roles)
 	tel, err := telemetry.Setup(ctx, cfg.Telemetry, fmt.Sprintf("node-%d", cfg.Node.ID))
 	if err != nil {
 		return err
 	}
-	srv := grpcx.NewServer(cfg.GRPC, grpcx.ServerOptions{Logger: logger, Telemetry: tel, RoleOf: RoleOf})
+	// Filled in as the roles are built, before the server accepts a call.
+	served := serviceRoles{}
+	srv := grpcx.NewServer(cfg.GRPC, grpcx.ServerOptions{Logger: logger, Telemetry: tel, RoleOf: served.RoleOf})
 	// Bind before anything starts, so a port in use fails at once with a
 	// clear error.
 	lis, err := net.Listen("tcp", cfg.Node.Listen)
@@ -67,7 +69,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 
 	n := &node{cfg: cfg, logger: logger, tel: tel, srv: srv,
 		cache: metadata.NewCache(),
-		pool:  grpcx.NewPool(grpcx.ClientOptions{Telemetry: tel, Role: "sluiced"})}
+		pool:  grpcx.NewPool(grpcx.ClientOptions{Telemetry: tel, Role: telemetry.Process})}
 	// Every node answers metadata requests from its cache.
 	metadatav1.RegisterMetadataServiceServer(srv.GRPC, metadata.NewServer(n.cache, int32(cfg.Node.ID), srv.Validators))
 
@@ -79,7 +81,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 	}
 	m.Add(grpcService(srv, lis, logger))
 	if cfg.Roles.Has(role.Controller) {
-		m.Add(n.newRole(role.Controller))
+		m.Add(served.add(role.Controller, n.newRole(role.Controller)))
 	} else {
 		m.Add(metadata.NewWatcher(n.cache, cfg.Node.ControllerAddrs(), n.pool.Get, int32(cfg.Node.ID), logger))
 	}
@@ -94,7 +96,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 			n.replicas = replica.NewManager(cfg.StorageNode.ReplicaConfig(cfg.Node), int32(cfg.Node.ID), n.cache, n.member, n.pool, logger)
 		}
 		for _, r := range others {
-			m.Add(n.newRole(r))
+			m.Add(served.add(r, n.newRole(r)))
 		}
 	}
 	m.Ready = func() {
@@ -164,22 +166,40 @@ func (metadataReady) HealthServices() []string {
 	return []string{metadatav1.MetadataService_ServiceDesc.ServiceName}
 }
 
-// RoleOf maps a gRPC method to the role that serves it, so each role's
-// server spans carry its own service name.
-func RoleOf(fullMethod string) string {
-	svc := grpcx.ServiceOf(fullMethod)
-	for prefix, r := range map[string]role.Role{
-		"sluice.controller.":  role.Controller,
-		"sluice.storage.":     role.StorageNode,
-		"sluice.replication.": role.Replication,
-		"sluice.group.":       role.GroupCoordinator,
-		"sluice.txn.":         role.TransactionCoordinator,
-	} {
-		if strings.HasPrefix(svc, prefix) {
-			return string(r)
-		}
+// ServiceName is the service.name of a process's own spans and metrics
+// (those of no single role: metadata calls, outgoing calls on the shared
+// connections): a one-role process is named like its role
+// ("sluice-storage-node"), a process with several roles "sluiced".
+func ServiceName(roles role.Set) string {
+	if len(roles) == 1 {
+		return telemetry.ServiceName(string(roles[0]))
 	}
 	return "sluiced"
+}
+
+// serviceRoles maps each gRPC service to the role of this process that
+// serves it, as the roles report their health services. Spans and health
+// then name the same role: the replication API is the storage node's where
+// the storage node registers it, whichever roles the process runs.
+type serviceRoles map[string]role.Role
+
+// add records the services svc reports and returns svc.
+func (s serviceRoles) add(r role.Role, svc service.Service) service.Service {
+	if h, ok := svc.(service.HealthReporter); ok {
+		for _, name := range h.HealthServices() {
+			s[name] = r
+		}
+	}
+	return svc
+}
+
+// RoleOf names the role that serves fullMethod in this process, or
+// telemetry.Process for services of the process itself (metadata, health).
+func (s serviceRoles) RoleOf(fullMethod string) string {
+	if r, ok := s[grpcx.ServiceOf(fullMethod)]; ok {
+		return string(r)
+	}
+	return telemetry.Process
 }
 
 func grpcService(srv *grpcx.Server, lis net.Listener, logger *slog.Logger) service.Service {
