@@ -36,6 +36,9 @@ type Config struct {
 	// attempts to reopen a replica whose log went offline after a
 	// transient I/O error such as a full disk; zero means 1 s and 30 s.
 	OfflineRetryMin, OfflineRetryMax time.Duration
+	// Now is the clock lag decisions read (ISR shrink and expansion); nil
+	// is time.Now. Tests inject one to simulate minutes in milliseconds.
+	Now func() time.Time
 }
 
 // TP names a partition.
@@ -88,6 +91,9 @@ func NewManager(cfg Config, nodeID int32, cache *metadata.Cache, member *members
 	}
 	if cfg.OfflineRetryMax < cfg.OfflineRetryMin {
 		cfg.OfflineRetryMax = max(30*time.Second, cfg.OfflineRetryMin)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	return &Manager{
 		cfg: cfg, nodeID: nodeID, cache: cache, member: member, pool: pool,

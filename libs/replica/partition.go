@@ -57,11 +57,16 @@ type Partition struct {
 	advancing bool
 }
 
-// follower is what a leader knows of one follower.
+// follower is what a leader knows of one follower. A fetch is a position
+// the follower reported (with new offsets or as a keep-alive), never a
+// pass of the leader's own stream loop: only the follower can say it is
+// alive and caught up.
 type follower struct {
 	leo          int64 // -1 until the follower fetches
 	lastCaughtUp time.Time
 	lastFetch    time.Time
+	// lastFetchLeaderLEO is the leader's log end offset at lastFetch.
+	lastFetchLeaderLEO int64
 }
 
 func newPartition(m *Manager, tp TP, topicID, dir string, l *storage.Log) *Partition {
@@ -164,7 +169,7 @@ func (p *Partition) becomeLeaderLocked(ps *commonv1.PartitionState) {
 	p.leaderID, p.leaderEpoch = p.m.nodeID, ps.GetLeaderEpoch()
 	p.partitionEpoch, p.isr, p.pendingISR = ps.GetPartitionEpoch(), ps.GetIsr(), nil
 	p.epochStart = p.log.LogEndOffset()
-	now := time.Now()
+	now := p.m.cfg.Now()
 	p.followers = map[int32]*follower{}
 	for _, r := range ps.GetReplicas() {
 		if r != p.m.nodeID {
@@ -436,10 +441,17 @@ func (p *Partition) divergence(lastEpoch int32, offset int64) *EpochEnd {
 }
 
 // ReadForFollower reads batches up to the log end for a follower, as the
-// leader, and records the follower's position (its fetch offset is its log
-// end). When the follower's log diverged from this one it returns where,
-// and no data, and records nothing.
+// leader, and records a fetch by the follower at offset (its fetch offset
+// is its log end). When the follower's log diverged from this one it
+// returns where, and no data, and records nothing.
 func (p *Partition) ReadForFollower(replica int32, offset int64, lastEpoch int32, callerEpoch *int32, maxBytes int) (*storage.ReadResult, View, *EpochEnd, error) {
+	return p.readForFollower(replica, offset, lastEpoch, callerEpoch, maxBytes, true)
+}
+
+// readForFollower is ReadForFollower; fetched is false when the leader
+// reads on its own initiative (new data for a follower parked at the log
+// end), which says nothing of the follower's liveness.
+func (p *Partition) readForFollower(replica int32, offset int64, lastEpoch int32, callerEpoch *int32, maxBytes int, fetched bool) (*storage.ReadResult, View, *EpochEnd, error) {
 	p.mu.Lock()
 	if err := p.checkLeaderLocked(callerEpoch); err != nil {
 		p.mu.Unlock()
@@ -456,7 +468,9 @@ func (p *Partition) ReadForFollower(replica int32, offset int64, lastEpoch int32
 		return nil, v, nil, errs.New(errs.OffsetOutOfRange, "%s: follower offset %d is outside the leader's [%d, %d]", p.tp, offset, v.LogStart, v.LogEnd)
 	}
 	p.mu.Lock()
-	p.updateFollowerLocked(replica, offset)
+	if fetched {
+		p.updateFollowerLocked(replica, offset)
+	}
 	v = p.viewLocked()
 	p.mu.Unlock()
 	if offset >= v.LogEnd {
@@ -466,9 +480,16 @@ func (p *Partition) ReadForFollower(replica int32, offset int64, lastEpoch int32
 	return res, v, nil, err
 }
 
-// updateFollowerLocked records a follower's log end offset, advances the
-// high watermark and proposes adding the follower to the ISR once it has
-// caught up.
+// updateFollowerLocked records a fetch by a follower at its log end offset,
+// advances the high watermark and proposes adding the follower to the ISR
+// once it has caught up.
+//
+// Caught up follows Kafka's Replica.updateFetchState (lastCaughtUpTimeMs,
+// KIP-16 / KAFKA-1546): a follower that fetched up to the leader's log end
+// is caught up now, whether or not new data arrives (an idle partition's
+// followers stay in sync); one that fetched up to the log end the leader
+// had at its previous fetch was caught up at that previous fetch (a
+// follower trailing a steady stream by one round trip stays in sync).
 func (p *Partition) updateFollowerLocked(replica int32, leo int64) {
 	f, ok := p.followers[replica]
 	if !ok {
@@ -478,15 +499,19 @@ func (p *Partition) updateFollowerLocked(replica int32, leo int64) {
 		f = &follower{leo: -1}
 		p.followers[replica] = f
 	}
-	now := time.Now()
-	f.lastFetch = now
+	now := p.m.cfg.Now()
 	if leo > f.leo {
 		f.leo = leo
 		p.traceFollowerLocked(replica, leo)
 	}
-	if f.leo >= p.log.LogEndOffset() {
+	leaderLEO := p.log.LogEndOffset()
+	switch {
+	case leo >= leaderLEO:
 		f.lastCaughtUp = now
+	case !f.lastFetch.IsZero() && leo >= f.lastFetchLeaderLEO && f.lastFetch.After(f.lastCaughtUp):
+		f.lastCaughtUp = f.lastFetch
 	}
+	f.lastFetch, f.lastFetchLeaderLEO = now, leaderLEO
 	p.tryAdvanceHWLocked()
 	// Join: caught up to the high watermark and to the start of this
 	// leader's epoch.
@@ -512,7 +537,7 @@ func (p *Partition) periodic(ctx context.Context) {
 	if !p.isLeader || p.pendingISR != nil {
 		return
 	}
-	now := time.Now()
+	now := p.m.cfg.Now()
 	var keep []int32
 	var dropped []int32
 	for _, r := range p.isr {

@@ -52,16 +52,29 @@ type followed struct {
 	// chunk waits for the follower's new position.
 	awaiting bool
 	// dirty is set when the follower reported a position not yet served.
-	dirty        bool
-	sentHW       int64
-	sentLogStart int64
-	stopped      bool
+	dirty bool
+	// fetches counts the follower's messages for this partition (a
+	// position, or a keep-alive standing for every position it holds);
+	// recorded is the count when the leader last recorded a fetch. A count
+	// rather than a flag, so a message that lands while the leader records
+	// the previous one is not lost.
+	fetches, recorded uint64
+	sentHW            int64
+	sentLogStart      int64
+	stopped           bool
 }
 
 // FollowerFetch serves one follower's stream (see the service comment):
 // at most one chunk per partition is in flight, so the follower's next
 // position acknowledges it; the high watermark and log start travel in
 // position-only messages whenever they change.
+//
+// A message without positions is a keep-alive: the follower re-fetches
+// every partition it holds at the position it last reported, as a Kafka
+// follower's fetch returns empty after replica.fetch.wait.max.ms and is
+// sent again. It is what keeps the followers of an idle partition caught
+// up; a follower that sends nothing (paused, cut off) falls out of the ISR
+// after replica.lag.time.max.ms even though its stream stays open.
 func (s *Server) FollowerFetch(stream grpc.BidiStreamingServer[replicationv1.FollowerFetchRequest, replicationv1.FollowerFetchResponse]) error {
 	first, err := stream.Recv()
 	if err != nil {
@@ -84,6 +97,15 @@ func (s *Server) FollowerFetch(stream grpc.BidiStreamingServer[replicationv1.Fol
 	wake := make(chan struct{}, 1)
 	apply := func(req *replicationv1.FollowerFetchRequest) {
 		mu.Lock()
+		if len(req.GetPositions()) == 0 {
+			for _, f := range parts {
+				// A partition with a chunk in flight is fetched again when
+				// the follower acknowledges the chunk.
+				if !f.awaiting && !f.stopped {
+					f.fetches++
+				}
+			}
+		}
 		for _, pos := range req.GetPositions() {
 			tp := TP{pos.GetTopic(), pos.GetPartition()}
 			if pos.GetRemove() {
@@ -97,6 +119,7 @@ func (s *Server) FollowerFetch(stream grpc.BidiStreamingServer[replicationv1.Fol
 			}
 			f.fetchOffset, f.lastEpoch, f.callerEpoch = pos.GetFetchOffset(), pos.GetLastFetchedEpoch(), pos.GetCurrentLeaderEpoch()
 			f.awaiting, f.dirty, f.stopped = false, true, false
+			f.fetches++
 		}
 		mu.Unlock()
 		select {
@@ -198,7 +221,10 @@ func (s *Server) serveOne(stream grpc.ServerStream, replica int32, tp TP, mu *sy
 		return changed, nil
 	}
 	callerEpoch := st.callerEpoch
-	data, v, div, err := p.ReadForFollower(replica, st.fetchOffset, st.lastEpoch, &callerEpoch, chunk)
+	data, v, div, err := p.readForFollower(replica, st.fetchOffset, st.lastEpoch, &callerEpoch, chunk, st.fetches != st.recorded)
+	mu.Lock()
+	f.recorded = st.fetches
+	mu.Unlock()
 	if err != nil {
 		return nil, s.stop(stream, tp, mu, parts, err)
 	}

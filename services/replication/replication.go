@@ -46,6 +46,12 @@ type Config struct {
 	// ChunkBytes is replica.fetch.max.bytes: the most a leader sends per
 	// partition per chunk.
 	ChunkBytes int
+	// FetchWaitMax is replica.fetch.wait.max.ms: how long a follower's
+	// stream stays silent before it fetches again at the positions it
+	// holds (a keep-alive). The leader counts a follower as caught up only
+	// when it fetches at the log end, so this must stay well below the
+	// leaders' replica.lag.time.max.ms.
+	FetchWaitMax time.Duration
 	// Shard and Shards split the work of replication workers running in
 	// their own processes: a worker serves the storage nodes whose id
 	// modulo Shards is Shard.
@@ -55,6 +61,8 @@ type Config struct {
 // RegisterFlags registers the role's flags.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.ChunkBytes, "replication.fetch-max-bytes", 1<<20, "Most bytes a leader sends per partition in one chunk (replica.fetch.max.bytes).")
+	fs.DurationVar(&c.FetchWaitMax, "replication.fetch-wait-max", 500*time.Millisecond,
+		"How often an idle follower fetches again at its positions, so that its leader keeps it in the ISR (replica.fetch.wait.max.ms); keep it well below --storage.replica-lag-time-max.")
 	fs.IntVar(&c.Shard, "replication.shard", 0, "For a replication worker in its own process: which share of the storage nodes it serves (node id modulo --replication.shards).")
 	fs.IntVar(&c.Shards, "replication.shards", 1, "For replication workers in their own processes: how many share the storage nodes.")
 }
@@ -63,6 +71,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 func (c *Config) Validate() error {
 	if c.ChunkBytes < 1024 {
 		return fmt.Errorf("replication.fetch-max-bytes: %d is below 1024", c.ChunkBytes)
+	}
+	if c.FetchWaitMax < 10*time.Millisecond {
+		return fmt.Errorf("replication.fetch-wait-max: %v is below 10ms", c.FetchWaitMax)
 	}
 	if c.Shards < 1 || c.Shard < 0 || c.Shard >= c.Shards {
 		return fmt.Errorf("replication.shard: %d must be in [0, %d)", c.Shard, c.Shards)
@@ -97,6 +108,9 @@ type Replication struct {
 
 // New builds the role.
 func New(cfg Config, deps Deps) *Replication {
+	if cfg.FetchWaitMax <= 0 {
+		cfg.FetchWaitMax = 500 * time.Millisecond
+	}
 	r := &Replication{cfg: cfg, deps: deps, logger: deps.Logger.With(log.Role("replication")), tracer: noop.NewTracerProvider().Tracer("")}
 	if deps.Telemetry != nil {
 		r.tracer = deps.Telemetry.Tracer("replication").Tracer("github.com/sluice-io/sluice/services/replication")
@@ -384,6 +398,14 @@ func (f *fetcher) stream(ctx context.Context) error {
 	}
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- f.receive(ctx, stream, send) }()
+	// A follower reports positions when it has appended; on an idle
+	// partition that is never, so it fetches again at the positions it holds
+	// every FetchWaitMax (Kafka's follower does the same when its fetch
+	// returns empty after replica.fetch.wait.max.ms). Without it the leader
+	// cannot tell an idle follower from a paused one and shrinks the ISR
+	// every replica.lag.time.max.ms.
+	keepAlive := time.NewTicker(f.r.cfg.FetchWaitMax)
+	defer keepAlive.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -392,6 +414,10 @@ func (f *fetcher) stream(ctx context.Context) error {
 			return err
 		case <-f.update:
 			if err := syncPositions(); err != nil {
+				return err
+			}
+		case <-keepAlive.C:
+			if err := send(nil); err != nil {
 				return err
 			}
 		}
