@@ -38,6 +38,16 @@ type Config struct {
 	// quorum. Under heavy disk load etcd can take 10 s or more.
 	StartTimeout time.Duration
 
+	// QuotaBackendBytes caps the embedded member's database (bbolt) file;
+	// past it etcd raises a NOSPACE alarm and refuses writes until the
+	// alarm is disarmed. Zero keeps etcd's default, 2 GiB.
+	QuotaBackendBytes int64
+	// WalDir, if set, puts the embedded member's write-ahead log in its own
+	// directory (ideally its own file system) instead of under the data
+	// directory. Each WAL segment is preallocated at 64 MB, and the next is
+	// preallocated before the current one fills.
+	WalDir string
+
 	// Tuning for tests: shorter raft ticks and no fsync. Never in production.
 	TickMs        uint
 	ElectionMs    uint
@@ -57,6 +67,10 @@ func (c *Config) RegisterFlags(prefix string, fs *flag.FlagSet) {
 	fs.StringVar(&c.Prefix, prefix+"prefix", "/sluice", "Key prefix in etcd, so clusters can share an external etcd.")
 	fs.DurationVar(&c.DialTimeout, prefix+"dial-timeout", 5*time.Second, "Timeout for connecting to etcd.")
 	fs.DurationVar(&c.StartTimeout, prefix+"start-timeout", 60*time.Second, "How long the embedded member may take to join its quorum.")
+	fs.Int64Var(&c.QuotaBackendBytes, prefix+"quota-backend-bytes", 0,
+		"Largest size of the embedded etcd database file; past it etcd refuses metadata writes (NOSPACE alarm). 0 is etcd's default, 2 GiB.")
+	fs.StringVar(&c.WalDir, prefix+"wal-dir", "",
+		"Directory for the embedded etcd write-ahead log (64 MB preallocated segments, two at a time); empty keeps it under the data directory.")
 	fs.UintVar(&c.TickMs, prefix+"tick-ms", 100, "etcd heartbeat interval in milliseconds.")
 	fs.UintVar(&c.ElectionMs, prefix+"election-ms", 1000, "etcd election timeout in milliseconds.")
 	fs.BoolVar(&c.UnsafeNoFsync, prefix+"unsafe-no-fsync", false, "Disable etcd's fsync. Loses metadata on power failure: for tests only.")
@@ -87,6 +101,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ElectionMs < 5*c.TickMs {
 		return fmt.Errorf("etcd election-ms (%d) must be at least 5 times tick-ms (%d)", c.ElectionMs, c.TickMs)
+	}
+	if c.QuotaBackendBytes < 0 {
+		return fmt.Errorf("etcd quota-backend-bytes: %d is negative", c.QuotaBackendBytes)
 	}
 	if !strings.HasPrefix(c.Prefix, "/") {
 		return fmt.Errorf("etcd prefix %q must start with /", c.Prefix)

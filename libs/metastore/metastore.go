@@ -116,6 +116,8 @@ func (s *Store) startEmbedded(ctx context.Context, dataDir string) error {
 	ec.TickMs = s.cfg.TickMs
 	ec.ElectionMs = s.cfg.ElectionMs
 	ec.UnsafeNoFsync = s.cfg.UnsafeNoFsync
+	ec.QuotaBackendBytes = s.cfg.QuotaBackendBytes
+	ec.WalDir = s.cfg.WalDir
 	// Keep one hour of history: metadata watchers that fall further behind
 	// get a fresh snapshot.
 	ec.AutoCompactionMode = "periodic"
