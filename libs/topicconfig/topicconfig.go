@@ -249,3 +249,26 @@ func Effective(topic, cluster map[string]string) map[string]string {
 	}
 	return out
 }
+
+// CheckMinInsyncReplicas refuses a topic whose effective
+// min.insync.replicas (its override, else the cluster-wide default) is above
+// its replication factor rf: no acks=all produce to it could ever be
+// acknowledged. Kafka accepts such a setting and fails every acks=all
+// produce with NOT_ENOUGH_REPLICAS afterwards; Sluice refuses the change
+// that would create it (topic create, alter of the topic's configs, alter
+// of the cluster-wide default) with INVALID_CONFIG.
+func CheckMinInsyncReplicas(topic string, overrides, cluster map[string]string, rf int) error {
+	v, src := Resolve("min.insync.replicas", overrides, cluster)
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= rf {
+		return nil // a malformed value is Validate's to report
+	}
+	if src == FromClusterDefault {
+		return errs.New(errs.InvalidConfig,
+			"topic %q: the cluster-wide default min.insync.replicas %d is larger than the topic's replication factor %d, so no acks=all produce could succeed; "+
+				"set min.insync.replicas on the topic to at most %d, or raise its replication factor", topic, n, rf, rf)
+	}
+	return errs.New(errs.InvalidConfig,
+		"topic %q: min.insync.replicas %d is larger than the replication factor %d, so no acks=all produce could succeed; "+
+			"set it to at most %d, or raise the replication factor", topic, n, rf, rf)
+}

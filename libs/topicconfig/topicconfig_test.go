@@ -49,3 +49,19 @@ func TestResolveOrder(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, "retention.ms", d.Name)
 }
+
+func TestCheckMinInsyncReplicas(t *testing.T) {
+	require.NoError(t, topicconfig.CheckMinInsyncReplicas("t", map[string]string{"min.insync.replicas": "3"}, nil, 3))
+	require.NoError(t, topicconfig.CheckMinInsyncReplicas("t", nil, nil, 1), "the built-in default 1 fits every topic")
+	require.NoError(t, topicconfig.CheckMinInsyncReplicas("t", map[string]string{"min.insync.replicas": "1"},
+		map[string]string{"min.insync.replicas": "3"}, 1), "the topic's override wins over the cluster default")
+
+	err := topicconfig.CheckMinInsyncReplicas("orders", map[string]string{"min.insync.replicas": "3"}, nil, 2)
+	require.Equal(t, errs.InvalidConfig, errs.CodeOf(err))
+	require.ErrorContains(t, err, `topic "orders": min.insync.replicas 3 is larger than the replication factor 2`)
+	require.ErrorContains(t, err, "set it to at most 2")
+
+	err = topicconfig.CheckMinInsyncReplicas("orders", nil, map[string]string{"min.insync.replicas": "2"}, 1)
+	require.Equal(t, errs.InvalidConfig, errs.CodeOf(err))
+	require.ErrorContains(t, err, `topic "orders": the cluster-wide default min.insync.replicas 2 is larger than the topic's replication factor 1`)
+}

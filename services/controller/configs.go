@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -254,6 +255,9 @@ func (c *Controller) alterTopicConfigs(ctx context.Context, t *term, res *contro
 		if err := topicconfig.Validate(next); err != nil {
 			return nil, err
 		}
+		if err := st.checkMinISR(name, next, st.replicationFactor(name)); err != nil {
+			return nil, err
+		}
 		if validateOnly || maps.Equal(next, tr.val.GetConfigs()) {
 			return nil, nil
 		}
@@ -290,6 +294,9 @@ func (c *Controller) alterClusterConfigs(ctx context.Context, t *term, res *cont
 				return nil, errs.New(errs.InvalidConfig, "%s: %v", name, err)
 			}
 		}
+		if err := st.checkDefaultMinISR(next); err != nil {
+			return nil, err
+		}
 		if validateOnly || maps.Equal(next, cur) {
 			return nil, nil
 		}
@@ -298,4 +305,51 @@ func (c *Controller) alterClusterConfigs(ctx context.Context, t *term, res *cont
 		return x, nil
 	})
 	return err
+}
+
+// checkMinISR refuses topic overrides whose effective min.insync.replicas,
+// under the current cluster-wide defaults, is above the replication factor.
+func (s *state) checkMinISR(topic string, overrides map[string]string, rf int) error {
+	return topicconfig.CheckMinInsyncReplicas(topic, overrides, s.clusterConfigs.val.GetConfigs(), rf)
+}
+
+// replicationFactor is a topic's replication factor: the fewest replicas of
+// any of its partitions (a partition being reassigned counts its current
+// replicas).
+func (s *state) replicationFactor(topic string) int {
+	rf := 0
+	for _, p := range s.partitions[topic] {
+		if n := len(p.val.GetState().GetReplicas()); rf == 0 || n < rf {
+			rf = n
+		}
+	}
+	return rf
+}
+
+// checkDefaultMinISR refuses cluster-wide defaults under which a topic that
+// does not override min.insync.replicas would need more in-sync replicas
+// than it has (see topicconfig.CheckMinInsyncReplicas). It names a few such
+// topics, so the operator can set their own value first.
+func (s *state) checkDefaultMinISR(cluster map[string]string) error {
+	var bad []string
+	for name, t := range s.topics {
+		rf := s.replicationFactor(name)
+		if rf > 0 && topicconfig.CheckMinInsyncReplicas(name, t.val.GetConfigs(), cluster, rf) != nil {
+			bad = append(bad, fmt.Sprintf("%s (replication factor %d)", name, rf))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	sort.Strings(bad)
+	more := ""
+	if len(bad) > 5 {
+		more = fmt.Sprintf(" and %d more", len(bad)-5)
+		bad = bad[:5]
+	}
+	v, _ := topicconfig.Resolve("min.insync.replicas", nil, cluster)
+	return errs.New(errs.InvalidConfig,
+		"min.insync.replicas %s as the cluster-wide default is larger than the replication factor of topics that do not override it: %s%s; "+
+			"no acks=all produce to them could succeed. Set min.insync.replicas on those topics first, or raise their replication factor",
+		v, strings.Join(bad, ", "), more)
 }

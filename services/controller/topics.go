@@ -61,6 +61,9 @@ func (c *Controller) createTopic(ctx context.Context, t *term, spec *controllerv
 		if err != nil {
 			return nil, err
 		}
+		if err := st.checkMinISR(spec.GetName(), spec.GetConfigs(), len(assignment[0])); err != nil {
+			return nil, err
+		}
 		res.NumPartitions = int32(len(assignment))
 		res.ReplicationFactor = int32(len(assignment[0]))
 		res.Configs = spec.GetConfigs()
