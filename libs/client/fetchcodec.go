@@ -14,6 +14,7 @@ import (
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
+	"github.com/sluice-io/sluice/libs/record"
 )
 
 // fetchCodec decodes FetchResponse chunks without copying their batches
@@ -106,4 +107,45 @@ func decodeFetchResponse(b []byte, m *storagev1.FetchResponse) error {
 		}
 	}
 	return nil
+}
+
+// DecodeError reports a batch of a partition's log that the consumer cannot
+// decode: the log holds bytes no reader can use (written before the storage
+// node decoded every record of a produced batch, or damaged on disk). Poll
+// returns the records before it, then this error, once; the partition is
+// not fetched again until Seek moves its position, for example past the
+// batch, as with Kafka's "seek past the record to continue consumption".
+type DecodeError struct {
+	Topic     string
+	Partition int32
+	// Offset is the base offset of the batch; the partition's position
+	// stays there.
+	Offset int64
+	// Err is the decoder's error (CORRUPT_MESSAGE or MESSAGE_TOO_LARGE).
+	Err error
+}
+
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("%s-%d: the batch at offset %d cannot be decoded: %v; Seek past it to continue", e.Topic, e.Partition, e.Offset, e.Err)
+}
+
+// Unwrap returns the decoder's error.
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// undecodableAt returns the records of a chunk to deliver before the
+// batch at it.ErrOffset() that does not decode, and that batch's offset
+// (-1 if its header could not be read and no record came before it).
+// Records of the bad batch decoded before the fault stay with it.
+func undecodableAt(recs []*ConsumedRecord, it *record.Iterator) ([]*ConsumedRecord, int64) {
+	bad := it.ErrOffset()
+	if bad < 0 {
+		if n := len(recs); n > 0 {
+			return recs, recs[n-1].Offset + 1 // the fault is where decoding stopped
+		}
+		return recs, -1
+	}
+	for len(recs) > 0 && recs[len(recs)-1].Offset >= bad {
+		recs = recs[:len(recs)-1]
+	}
+	return recs, bad
 }
