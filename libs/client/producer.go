@@ -738,7 +738,16 @@ type prodStream struct {
 	cancel  context.CancelFunc
 	nextID  uint64
 	pending map[uint64]inflightReq
+	// sendMu orders SendMsg and CloseSend, which gRPC does not allow at
+	// the same time.
+	sendMu sync.Mutex
+	// done is closed when the receiver has seen the stream end.
+	done chan struct{}
 }
+
+// streamCloseWait bounds how long closing waits for a node to end an idle
+// stream after the producer closed its side.
+const streamCloseWait = time.Second
 
 type inflightReq struct {
 	group []*prodBatch
@@ -805,7 +814,10 @@ func (c *prodConn) loop() {
 		c.mu.Unlock()
 		// Send may block on flow control while the node does not read;
 		// only this node's requests wait.
-		if err := ps.stream.SendMsg(enc); err != nil {
+		ps.sendMu.Lock()
+		err = ps.stream.SendMsg(enc)
+		ps.sendMu.Unlock()
+		if err != nil {
 			// The receiver fails every request in flight on this stream,
 			// this one included.
 			c.abandon(ps)
@@ -828,7 +840,7 @@ func (c *prodConn) streamLocked() (*prodStream, error) {
 		cancel()
 		return nil, err
 	}
-	c.cur = &prodStream{stream: stream, cancel: cancel, pending: map[uint64]inflightReq{}}
+	c.cur = &prodStream{stream: stream, cancel: cancel, pending: map[uint64]inflightReq{}, done: make(chan struct{})}
 	go c.receive(c.cur)
 	return c.cur, nil
 }
@@ -895,6 +907,7 @@ func (c *prodConn) watch() {
 // receive matches responses to requests; when the stream breaks, every
 // request in flight on it fails with the stream's (retriable) error.
 func (c *prodConn) receive(ps *prodStream) {
+	defer close(ps.done)
 	for {
 		resp, err := ps.stream.Recv()
 		if err != nil {
@@ -926,14 +939,36 @@ func (c *prodConn) receive(ps *prodStream) {
 	}
 }
 
+// close ends the connection's stream. A stream with nothing in flight ends
+// as a finished call: the producer closes its side and reads the node's
+// final status, so the node records the call as OK, not Canceled (a
+// producer that closes normally is not an error in the node's logs and
+// metrics). A stream with requests in flight is canceled.
 func (c *prodConn) close() {
 	c.mu.Lock()
 	c.closed = true
 	cur := c.cur
 	c.cur = nil
+	// The loop sends nothing once closed is set, so an empty pending set
+	// means no request will be sent on this stream again.
+	idle := cur != nil && len(cur.pending) == 0
 	c.cond.Broadcast()
 	c.mu.Unlock()
-	if cur != nil {
-		cur.cancel()
+	if cur == nil {
+		return
 	}
+	if idle {
+		cur.sendMu.Lock()
+		err := cur.stream.CloseSend()
+		cur.sendMu.Unlock()
+		if err == nil {
+			t := time.NewTimer(streamCloseWait)
+			select {
+			case <-cur.done:
+			case <-t.C:
+			}
+			t.Stop()
+		}
+	}
+	cur.cancel()
 }
