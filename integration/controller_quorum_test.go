@@ -7,10 +7,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	"github.com/sluice-io/sluice/integration/cluster"
 	"github.com/sluice-io/sluice/libs/devcluster"
+	"github.com/sluice-io/sluice/libs/errs"
 	"github.com/sluice-io/sluice/libs/grpcx"
 )
 
@@ -123,4 +126,140 @@ func TestActiveControllerSurvivesEtcdLeaderPause(t *testing.T) {
 	if len(changes) == 2 {
 		require.Contains(t, changes[0], "-> -1", "the active controller changed more than once: %v", changes)
 	}
+}
+
+// controllerStates maps node id to the state DescribeCluster reports.
+func controllerStates(resp *controllerv1.DescribeClusterResponse) map[int32]controllerv1.ControllerState {
+	out := map[int32]controllerv1.ControllerState{}
+	for _, m := range resp.GetControllers() {
+		out[m.GetNodeId()] = m.GetState()
+	}
+	return out
+}
+
+// activeAndStandbys waits for an active controller and returns it with the
+// other controllers.
+func activeAndStandbys(t *testing.T, ctx context.Context, c *devcluster.Cluster, pool *grpcx.Pool) (*devcluster.Process, []*devcluster.Process) {
+	t.Helper()
+	var active *devcluster.Process
+	require.Eventually(t, func() bool {
+		resp, err := describeAt(ctx, pool, c.Controllers()[0], 2*time.Second)
+		if err != nil {
+			return false
+		}
+		active = nodeByID(c, resp.GetControllerId())
+		return active != nil
+	}, 30*time.Second, 50*time.Millisecond, "no active controller")
+	var standbys []*devcluster.Process
+	for _, p := range c.Controllers() {
+		if p != active {
+			standbys = append(standbys, p)
+		}
+	}
+	return active, standbys
+}
+
+// A dead controller stays in the cluster description, as unreachable, also
+// after its presence in etcd expired: quorum health is visible.
+func TestClusterDescribeListsUnreachableController(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{Controllers: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pool := grpcx.NewPool(grpcx.ClientOptions{})
+	defer pool.Close()
+	active, standbys := activeAndStandbys(t, ctx, c, pool)
+	dead := standbys[0]
+	require.NoError(t, dead.Kill())
+	killed := time.Now()
+
+	// Past the election TTL (2 s) the dead controller's presence key is
+	// gone; it must still be listed.
+	var resp *controllerv1.DescribeClusterResponse
+	require.Eventually(t, func() bool {
+		var err error
+		resp, err = describeAt(ctx, pool, active, 2*time.Second)
+		if err != nil || time.Since(killed) < 4*time.Second {
+			return false
+		}
+		return controllerStates(resp)[dead.NodeID] == controllerv1.ControllerState_CONTROLLER_STATE_UNREACHABLE
+	}, 20*time.Second, 100*time.Millisecond, "the dead controller is not listed as unreachable")
+	require.Len(t, resp.GetControllers(), 3, "%v", resp.GetControllers())
+	states := controllerStates(resp)
+	require.Equal(t, controllerv1.ControllerState_CONTROLLER_STATE_ACTIVE, states[active.NodeID])
+	require.Equal(t, controllerv1.ControllerState_CONTROLLER_STATE_STANDBY, states[standbys[1].NodeID])
+	roles := map[controllerv1.EtcdRole]int{}
+	for _, m := range resp.GetControllers() {
+		roles[m.GetEtcdRole()]++
+	}
+	require.Equal(t, 1, roles[controllerv1.EtcdRole_ETCD_ROLE_LEADER], "one live member leads raft: %v", resp.GetControllers())
+	require.Equal(t, 1, roles[controllerv1.EtcdRole_ETCD_ROLE_FOLLOWER])
+	q := resp.GetQuorum()
+	require.True(t, q.GetHasMajority())
+	require.Equal(t, []int32{dead.NodeID}, q.GetUnreachable())
+	require.Len(t, q.GetReachable(), 2)
+
+	out := runCLI(t, c, "", "cluster", "describe")
+	t.Logf("sluice cluster describe:\n%s", out)
+	require.Contains(t, out, "majority (2 of 3 voting members reachable)")
+	require.Regexp(t, fmt.Sprintf(`(?m)^%d\s.*\sunreachable\s`, dead.NodeID), out)
+}
+
+// With two of three controllers dead, the survivor says at once that the
+// quorum has no majority and which members it reaches, instead of pointing
+// at a dead active controller or letting the call wait for etcd; the
+// cluster description shows the quorum without majority.
+func TestControllerQuorumLossIsReported(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{Controllers: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pool := grpcx.NewPool(grpcx.ClientOptions{})
+	defer pool.Close()
+	active, standbys := activeAndStandbys(t, ctx, c, pool)
+	survivor := standbys[0]
+	require.NoError(t, active.Kill())
+	require.NoError(t, standbys[1].Kill())
+	killed := time.Now()
+
+	conn, err := pool.Get(survivor.Addr)
+	require.NoError(t, err)
+	cc := controllerv1.NewControllerServiceClient(conn)
+	dead := []int32{active.NodeID, standbys[1].NodeID}
+	if dead[0] > dead[1] {
+		dead[0], dead[1] = dead[1], dead[0]
+	}
+	want := fmt.Sprintf("controller quorum has no majority: reachable members [%d], unreachable [%d %d]", survivor.NodeID, dead[0], dead[1])
+	var last error
+	var took time.Duration
+	require.Eventually(t, func() bool {
+		rf := int32(1)
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		defer ccancel()
+		start := time.Now()
+		_, err := cc.CreateTopics(cctx, &controllerv1.CreateTopicsRequest{Topics: []*controllerv1.TopicSpec{{Name: "during-quorum-loss", ReplicationFactor: &rf}}})
+		took, last = time.Since(start), err
+		return errs.Is(err, errs.ControllerQuorumUnavailable)
+	}, 15*time.Second, 100*time.Millisecond, "last answer: %v", last)
+	t.Logf("quorum loss reported %v after the kills; the call took %v: %v", time.Since(killed).Round(time.Millisecond), took.Round(time.Millisecond), last)
+	require.Contains(t, last.Error(), want)
+	require.Equal(t, codes.Unavailable, status.Code(last))
+	require.True(t, errs.From(last).Retriable())
+
+	resp, err := describeAt(ctx, pool, survivor, 5*time.Second)
+	require.NoError(t, err)
+	q := resp.GetQuorum()
+	require.False(t, q.GetHasMajority())
+	require.Equal(t, []int32{survivor.NodeID}, q.GetReachable())
+	require.Equal(t, dead, q.GetUnreachable())
+	require.Equal(t, int32(-1), resp.GetControllerId(), "no controller is active without a majority")
+	require.Len(t, resp.GetControllers(), 3)
+	states := controllerStates(resp)
+	require.Equal(t, controllerv1.ControllerState_CONTROLLER_STATE_STANDBY, states[survivor.NodeID])
+	for _, id := range dead {
+		require.Equal(t, controllerv1.ControllerState_CONTROLLER_STATE_UNREACHABLE, states[id])
+	}
+
+	out := runCLI(t, c, "", "cluster", "describe")
+	t.Logf("sluice cluster describe:\n%s", out)
+	require.Contains(t, out, "NO MAJORITY")
+	require.Contains(t, out, fmt.Sprintf("reachable [%d], unreachable [%d %d]", survivor.NodeID, dead[0], dead[1]))
 }

@@ -81,4 +81,5 @@ const (
 	Unimplemented                = edpb.ErrorCode_ERROR_CODE_UNIMPLEMENTED
 	NodeNotReady                 = edpb.ErrorCode_ERROR_CODE_NODE_NOT_READY
 	NodeUnreachable              = edpb.ErrorCode_ERROR_CODE_NODE_UNREACHABLE
+	ControllerQuorumUnavailable  = edpb.ErrorCode_ERROR_CODE_CONTROLLER_QUORUM_UNAVAILABLE
 )

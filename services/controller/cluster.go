@@ -11,33 +11,52 @@ import (
 )
 
 // DescribeCluster answers from this controller's view of etcd: cluster id,
-// the active controller, every controller with its etcd member, and every
-// registered node.
+// the active controller, every configured controller with its state (active,
+// standby, unreachable) and etcd role, the quorum's health, and every
+// registered node. It answers without a quorum too (from the last state
+// seen), so an operator can see which members are missing.
 func (c *Controller) DescribeCluster(ctx context.Context, _ *controllerv1.DescribeClusterRequest) (*controllerv1.DescribeClusterResponse, error) {
+	q := c.probe(ctx, quorumProbeTTL, true)
+	external := len(q.Members) == 0
 	etcdLeader := map[string]bool{}
-	if members, err := c.store.Members(ctx); err == nil {
-		for _, m := range members {
-			etcdLeader[m.Name] = m.IsLeader
+	if external {
+		if members, err := c.store.Members(ctx); err == nil {
+			for _, m := range members {
+				etcdLeader[m.Name] = m.IsLeader
+			}
 		}
 	}
 	c.mu.RLock()
-	defer c.mu.RUnlock()
 	st := c.st
+	present := st.controllers()
 	out := &controllerv1.DescribeClusterResponse{
 		ClusterId:        st.clusterID,
 		ControllerId:     st.activeID(),
 		ControllerEpoch:  st.epoch,
 		MetadataRevision: st.rev,
 	}
-	for _, m := range st.controllers() {
-		m.EtcdLeader = etcdLeader[m.GetEtcdMember()]
-		if m.GetActive() {
-			out.ControllerAddress = m.GetAddress()
-		}
-		out.Controllers = append(out.Controllers, m)
-	}
 	for _, b := range st.brokers {
 		out.Brokers = append(out.Brokers, proto.Clone(b.val.GetBroker()).(*commonv1.Broker))
+	}
+	c.mu.RUnlock()
+	c.remember(present)
+	for _, m := range present {
+		m.EtcdLeader = etcdLeader[m.GetEtcdMember()]
+	}
+	out.Controllers = c.describeControllers(q, present, out.ControllerId)
+	active := false
+	for _, m := range out.GetControllers() {
+		if m.GetActive() {
+			out.ControllerAddress, active = m.GetAddress(), true
+		}
+	}
+	if !active {
+		// The election key of a dead controller outlives it until its lease
+		// expires (or, without a majority, until there is one again).
+		out.ControllerId = -1
+	}
+	if !external {
+		out.Quorum = c.quorumStatus(q)
 	}
 	sort.Slice(out.Brokers, func(i, j int) bool { return out.Brokers[i].GetId() < out.Brokers[j].GetId() })
 	return out, nil

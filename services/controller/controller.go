@@ -66,6 +66,8 @@ type Controller struct {
 	mu   sync.RWMutex
 	st   *state
 	term *term // set while this controller is active
+
+	quorum quorumView
 }
 
 // term is one period of this controller being active.
@@ -359,9 +361,16 @@ func (c *Controller) stillLeader(ctx context.Context, e *concurrency.Election) e
 	return nil
 }
 
-// activeTerm returns the current term, or a NOT_CONTROLLER error naming the
-// active controller.
+// activeTerm returns the current term, a CONTROLLER_QUORUM_UNAVAILABLE
+// error when the quorum has no majority, or a NOT_CONTROLLER error naming
+// the active controller.
 func (c *Controller) activeTerm() (*term, error) {
+	// Without a majority no write can succeed and no controller can be
+	// active: say so at once, instead of waiting on etcd or pointing at an
+	// active controller that may be dead.
+	if err := c.quorumLost(context.Background()); err != nil {
+		return nil, err
+	}
 	c.mu.RLock()
 	t := c.term
 	c.mu.RUnlock()
@@ -387,6 +396,7 @@ func (c *Controller) setState(st *state, _ *change) {
 	c.mu.Lock()
 	c.st = st
 	c.mu.Unlock()
+	c.remember(st.controllers())
 	c.cache.Reset(st.image())
 }
 

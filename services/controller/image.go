@@ -445,6 +445,9 @@ func (c *Controller) applyEvents(events []*clientv3.Event) error {
 			}
 		}
 		st.rev = rev
+		if ch.controllers {
+			c.remember(st.controllers()) // lock order: c.mu, then c.quorum.mu
+		}
 		c.cache.Apply(st.delta(ch))
 	}
 	return nil

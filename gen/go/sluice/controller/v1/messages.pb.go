@@ -215,6 +215,122 @@ func (AlterConfigOpType) EnumDescriptor() ([]byte, []int) {
 	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{2}
 }
 
+// ControllerState is a controller's part in the quorum, as seen by the
+// controller that answers.
+type ControllerState int32
+
+const (
+	// Not reported (an older server).
+	ControllerState_CONTROLLER_STATE_UNSPECIFIED ControllerState = 0
+	// The active controller: it holds the election and makes every write.
+	ControllerState_CONTROLLER_STATE_ACTIVE ControllerState = 1
+	// A standby: reachable, answering reads, ready to take over.
+	ControllerState_CONTROLLER_STATE_STANDBY ControllerState = 2
+	// Its etcd member did not answer a status probe (dead, paused or cut
+	// off), or it has no live presence in etcd.
+	ControllerState_CONTROLLER_STATE_UNREACHABLE ControllerState = 3
+)
+
+// Enum value maps for ControllerState.
+var (
+	ControllerState_name = map[int32]string{
+		0: "CONTROLLER_STATE_UNSPECIFIED",
+		1: "CONTROLLER_STATE_ACTIVE",
+		2: "CONTROLLER_STATE_STANDBY",
+		3: "CONTROLLER_STATE_UNREACHABLE",
+	}
+	ControllerState_value = map[string]int32{
+		"CONTROLLER_STATE_UNSPECIFIED": 0,
+		"CONTROLLER_STATE_ACTIVE":      1,
+		"CONTROLLER_STATE_STANDBY":     2,
+		"CONTROLLER_STATE_UNREACHABLE": 3,
+	}
+)
+
+func (x ControllerState) Enum() *ControllerState {
+	p := new(ControllerState)
+	*p = x
+	return p
+}
+
+func (x ControllerState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ControllerState) Descriptor() protoreflect.EnumDescriptor {
+	return file_sluice_controller_v1_messages_proto_enumTypes[3].Descriptor()
+}
+
+func (ControllerState) Type() protoreflect.EnumType {
+	return &file_sluice_controller_v1_messages_proto_enumTypes[3]
+}
+
+func (x ControllerState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ControllerState.Descriptor instead.
+func (ControllerState) EnumDescriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{3}
+}
+
+// EtcdRole is a controller's etcd member's role in the raft quorum.
+type EtcdRole int32
+
+const (
+	// Not known: the member is unreachable, or etcd is external.
+	EtcdRole_ETCD_ROLE_UNSPECIFIED EtcdRole = 0
+	// The raft leader.
+	EtcdRole_ETCD_ROLE_LEADER EtcdRole = 1
+	// A voting follower.
+	EtcdRole_ETCD_ROLE_FOLLOWER EtcdRole = 2
+	// A non-voting learner.
+	EtcdRole_ETCD_ROLE_LEARNER EtcdRole = 3
+)
+
+// Enum value maps for EtcdRole.
+var (
+	EtcdRole_name = map[int32]string{
+		0: "ETCD_ROLE_UNSPECIFIED",
+		1: "ETCD_ROLE_LEADER",
+		2: "ETCD_ROLE_FOLLOWER",
+		3: "ETCD_ROLE_LEARNER",
+	}
+	EtcdRole_value = map[string]int32{
+		"ETCD_ROLE_UNSPECIFIED": 0,
+		"ETCD_ROLE_LEADER":      1,
+		"ETCD_ROLE_FOLLOWER":    2,
+		"ETCD_ROLE_LEARNER":     3,
+	}
+)
+
+func (x EtcdRole) Enum() *EtcdRole {
+	p := new(EtcdRole)
+	*p = x
+	return p
+}
+
+func (x EtcdRole) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EtcdRole) Descriptor() protoreflect.EnumDescriptor {
+	return file_sluice_controller_v1_messages_proto_enumTypes[4].Descriptor()
+}
+
+func (EtcdRole) Type() protoreflect.EnumType {
+	return &file_sluice_controller_v1_messages_proto_enumTypes[4]
+}
+
+func (x EtcdRole) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EtcdRole.Descriptor instead.
+func (EtcdRole) EnumDescriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{4}
+}
+
 // ElectionType chooses how ElectLeaders picks a leader.
 type ElectionType int32
 
@@ -254,11 +370,11 @@ func (x ElectionType) String() string {
 }
 
 func (ElectionType) Descriptor() protoreflect.EnumDescriptor {
-	return file_sluice_controller_v1_messages_proto_enumTypes[3].Descriptor()
+	return file_sluice_controller_v1_messages_proto_enumTypes[5].Descriptor()
 }
 
 func (ElectionType) Type() protoreflect.EnumType {
-	return &file_sluice_controller_v1_messages_proto_enumTypes[3]
+	return &file_sluice_controller_v1_messages_proto_enumTypes[5]
 }
 
 func (x ElectionType) Number() protoreflect.EnumNumber {
@@ -267,7 +383,7 @@ func (x ElectionType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ElectionType.Descriptor instead.
 func (ElectionType) EnumDescriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{3}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{5}
 }
 
 // AclOperation is an operation an ACL allows or denies.
@@ -343,11 +459,11 @@ func (x AclOperation) String() string {
 }
 
 func (AclOperation) Descriptor() protoreflect.EnumDescriptor {
-	return file_sluice_controller_v1_messages_proto_enumTypes[4].Descriptor()
+	return file_sluice_controller_v1_messages_proto_enumTypes[6].Descriptor()
 }
 
 func (AclOperation) Type() protoreflect.EnumType {
-	return &file_sluice_controller_v1_messages_proto_enumTypes[4]
+	return &file_sluice_controller_v1_messages_proto_enumTypes[6]
 }
 
 func (x AclOperation) Number() protoreflect.EnumNumber {
@@ -356,7 +472,7 @@ func (x AclOperation) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AclOperation.Descriptor instead.
 func (AclOperation) EnumDescriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{4}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{6}
 }
 
 // AclPermission says whether an ACL allows or denies.
@@ -396,11 +512,11 @@ func (x AclPermission) String() string {
 }
 
 func (AclPermission) Descriptor() protoreflect.EnumDescriptor {
-	return file_sluice_controller_v1_messages_proto_enumTypes[5].Descriptor()
+	return file_sluice_controller_v1_messages_proto_enumTypes[7].Descriptor()
 }
 
 func (AclPermission) Type() protoreflect.EnumType {
-	return &file_sluice_controller_v1_messages_proto_enumTypes[5]
+	return &file_sluice_controller_v1_messages_proto_enumTypes[7]
 }
 
 func (x AclPermission) Number() protoreflect.EnumNumber {
@@ -409,7 +525,7 @@ func (x AclPermission) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AclPermission.Descriptor instead.
 func (AclPermission) EnumDescriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{5}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{7}
 }
 
 // PatternType says how an ACL's resource name matches.
@@ -449,11 +565,11 @@ func (x PatternType) String() string {
 }
 
 func (PatternType) Descriptor() protoreflect.EnumDescriptor {
-	return file_sluice_controller_v1_messages_proto_enumTypes[6].Descriptor()
+	return file_sluice_controller_v1_messages_proto_enumTypes[8].Descriptor()
 }
 
 func (PatternType) Type() protoreflect.EnumType {
-	return &file_sluice_controller_v1_messages_proto_enumTypes[6]
+	return &file_sluice_controller_v1_messages_proto_enumTypes[8]
 }
 
 func (x PatternType) Number() protoreflect.EnumNumber {
@@ -462,7 +578,7 @@ func (x PatternType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PatternType.Descriptor instead.
 func (PatternType) EnumDescriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{6}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{8}
 }
 
 // TopicSpec describes a topic to create.
@@ -2163,14 +2279,20 @@ type ControllerMember struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Node id of the controller.
 	NodeId int32 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	// Address (host:port) of its gRPC listener.
+	// Address (host:port) of its gRPC listener; empty when an unreachable
+	// member was never seen by the answering controller.
 	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
 	// Name of its etcd member; empty when etcd is external.
 	EtcdMember string `protobuf:"bytes,3,opt,name=etcd_member,json=etcdMember,proto3" json:"etcd_member,omitempty"`
 	// Whether this controller is the active one.
 	Active bool `protobuf:"varint,4,opt,name=active,proto3" json:"active,omitempty"`
 	// Whether its etcd member is the raft leader.
-	EtcdLeader    bool `protobuf:"varint,5,opt,name=etcd_leader,json=etcdLeader,proto3" json:"etcd_leader,omitempty"`
+	EtcdLeader bool `protobuf:"varint,5,opt,name=etcd_leader,json=etcdLeader,proto3" json:"etcd_leader,omitempty"`
+	// Active, standby or unreachable. Every configured quorum member is
+	// listed, also dead or paused ones, so quorum health is visible.
+	State ControllerState `protobuf:"varint,6,opt,name=state,proto3,enum=sluice.controller.v1.ControllerState" json:"state,omitempty"`
+	// Its etcd member's raft role.
+	EtcdRole      EtcdRole `protobuf:"varint,7,opt,name=etcd_role,json=etcdRole,proto3,enum=sluice.controller.v1.EtcdRole" json:"etcd_role,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2240,6 +2362,106 @@ func (x *ControllerMember) GetEtcdLeader() bool {
 	return false
 }
 
+func (x *ControllerMember) GetState() ControllerState {
+	if x != nil {
+		return x.State
+	}
+	return ControllerState_CONTROLLER_STATE_UNSPECIFIED
+}
+
+func (x *ControllerMember) GetEtcdRole() EtcdRole {
+	if x != nil {
+		return x.EtcdRole
+	}
+	return EtcdRole_ETCD_ROLE_UNSPECIFIED
+}
+
+// QuorumStatus is the health of the controllers' etcd quorum as seen by the
+// controller that answers. Without a majority no metadata can change: admin
+// calls fail with CONTROLLER_QUORUM_UNAVAILABLE until enough members are
+// back.
+type QuorumStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether a majority of the voting members answered and a raft leader is
+	// elected.
+	HasMajority bool `protobuf:"varint,1,opt,name=has_majority,json=hasMajority,proto3" json:"has_majority,omitempty"`
+	// Number of voting members; a majority is voters / 2 + 1.
+	Voters int32 `protobuf:"varint,2,opt,name=voters,proto3" json:"voters,omitempty"`
+	// Node ids of the controllers whose etcd members answered.
+	Reachable []int32 `protobuf:"varint,3,rep,packed,name=reachable,proto3" json:"reachable,omitempty"`
+	// Node ids of the controllers whose etcd members did not answer.
+	Unreachable []int32 `protobuf:"varint,4,rep,packed,name=unreachable,proto3" json:"unreachable,omitempty"`
+	// Node id of the controller that answered.
+	AnsweredBy    int32 `protobuf:"varint,5,opt,name=answered_by,json=answeredBy,proto3" json:"answered_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuorumStatus) Reset() {
+	*x = QuorumStatus{}
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuorumStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuorumStatus) ProtoMessage() {}
+
+func (x *QuorumStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuorumStatus.ProtoReflect.Descriptor instead.
+func (*QuorumStatus) Descriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *QuorumStatus) GetHasMajority() bool {
+	if x != nil {
+		return x.HasMajority
+	}
+	return false
+}
+
+func (x *QuorumStatus) GetVoters() int32 {
+	if x != nil {
+		return x.Voters
+	}
+	return 0
+}
+
+func (x *QuorumStatus) GetReachable() []int32 {
+	if x != nil {
+		return x.Reachable
+	}
+	return nil
+}
+
+func (x *QuorumStatus) GetUnreachable() []int32 {
+	if x != nil {
+		return x.Unreachable
+	}
+	return nil
+}
+
+func (x *QuorumStatus) GetAnsweredBy() int32 {
+	if x != nil {
+		return x.AnsweredBy
+	}
+	return 0
+}
+
 // DescribeClusterResponse is the response of ControllerService.DescribeCluster.
 type DescribeClusterResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2257,13 +2479,15 @@ type DescribeClusterResponse struct {
 	ControllerEpoch int64 `protobuf:"varint,6,opt,name=controller_epoch,json=controllerEpoch,proto3" json:"controller_epoch,omitempty"`
 	// etcd revision the answer was read at.
 	MetadataRevision int64 `protobuf:"varint,7,opt,name=metadata_revision,json=metadataRevision,proto3" json:"metadata_revision,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Health of the controller quorum; unset when etcd is external.
+	Quorum        *QuorumStatus `protobuf:"bytes,8,opt,name=quorum,proto3" json:"quorum,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DescribeClusterResponse) Reset() {
 	*x = DescribeClusterResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[30]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2275,7 +2499,7 @@ func (x *DescribeClusterResponse) String() string {
 func (*DescribeClusterResponse) ProtoMessage() {}
 
 func (x *DescribeClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[30]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2288,7 +2512,7 @@ func (x *DescribeClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeClusterResponse.ProtoReflect.Descriptor instead.
 func (*DescribeClusterResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{30}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DescribeClusterResponse) GetClusterId() string {
@@ -2340,6 +2564,13 @@ func (x *DescribeClusterResponse) GetMetadataRevision() int64 {
 	return 0
 }
 
+func (x *DescribeClusterResponse) GetQuorum() *QuorumStatus {
+	if x != nil {
+		return x.Quorum
+	}
+	return nil
+}
+
 // ElectLeadersRequest is the request of ControllerService.ElectLeaders.
 type ElectLeadersRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2353,7 +2584,7 @@ type ElectLeadersRequest struct {
 
 func (x *ElectLeadersRequest) Reset() {
 	*x = ElectLeadersRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[31]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2365,7 +2596,7 @@ func (x *ElectLeadersRequest) String() string {
 func (*ElectLeadersRequest) ProtoMessage() {}
 
 func (x *ElectLeadersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[31]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2378,7 +2609,7 @@ func (x *ElectLeadersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectLeadersRequest.ProtoReflect.Descriptor instead.
 func (*ElectLeadersRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{31}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ElectLeadersRequest) GetElectionType() ElectionType {
@@ -2410,7 +2641,7 @@ type ElectLeadersResult struct {
 
 func (x *ElectLeadersResult) Reset() {
 	*x = ElectLeadersResult{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[32]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2422,7 +2653,7 @@ func (x *ElectLeadersResult) String() string {
 func (*ElectLeadersResult) ProtoMessage() {}
 
 func (x *ElectLeadersResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[32]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2435,7 +2666,7 @@ func (x *ElectLeadersResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectLeadersResult.ProtoReflect.Descriptor instead.
 func (*ElectLeadersResult) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{32}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ElectLeadersResult) GetPartition() *v11.TopicPartition {
@@ -2470,7 +2701,7 @@ type ElectLeadersResponse struct {
 
 func (x *ElectLeadersResponse) Reset() {
 	*x = ElectLeadersResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[33]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2482,7 +2713,7 @@ func (x *ElectLeadersResponse) String() string {
 func (*ElectLeadersResponse) ProtoMessage() {}
 
 func (x *ElectLeadersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[33]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2495,7 +2726,7 @@ func (x *ElectLeadersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectLeadersResponse.ProtoReflect.Descriptor instead.
 func (*ElectLeadersResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{33}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ElectLeadersResponse) GetResults() []*ElectLeadersResult {
@@ -2519,7 +2750,7 @@ type PartitionReassignment struct {
 
 func (x *PartitionReassignment) Reset() {
 	*x = PartitionReassignment{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[34]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2531,7 +2762,7 @@ func (x *PartitionReassignment) String() string {
 func (*PartitionReassignment) ProtoMessage() {}
 
 func (x *PartitionReassignment) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[34]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2544,7 +2775,7 @@ func (x *PartitionReassignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionReassignment.ProtoReflect.Descriptor instead.
 func (*PartitionReassignment) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{34}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PartitionReassignment) GetPartition() *v11.TopicPartition {
@@ -2573,7 +2804,7 @@ type AlterPartitionReassignmentsRequest struct {
 
 func (x *AlterPartitionReassignmentsRequest) Reset() {
 	*x = AlterPartitionReassignmentsRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[35]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2585,7 +2816,7 @@ func (x *AlterPartitionReassignmentsRequest) String() string {
 func (*AlterPartitionReassignmentsRequest) ProtoMessage() {}
 
 func (x *AlterPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[35]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2598,7 +2829,7 @@ func (x *AlterPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use AlterPartitionReassignmentsRequest.ProtoReflect.Descriptor instead.
 func (*AlterPartitionReassignmentsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{35}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AlterPartitionReassignmentsRequest) GetReassignments() []*PartitionReassignment {
@@ -2621,7 +2852,7 @@ type ReassignmentResult struct {
 
 func (x *ReassignmentResult) Reset() {
 	*x = ReassignmentResult{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[36]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2633,7 +2864,7 @@ func (x *ReassignmentResult) String() string {
 func (*ReassignmentResult) ProtoMessage() {}
 
 func (x *ReassignmentResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[36]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2646,7 +2877,7 @@ func (x *ReassignmentResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReassignmentResult.ProtoReflect.Descriptor instead.
 func (*ReassignmentResult) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{36}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReassignmentResult) GetPartition() *v11.TopicPartition {
@@ -2675,7 +2906,7 @@ type AlterPartitionReassignmentsResponse struct {
 
 func (x *AlterPartitionReassignmentsResponse) Reset() {
 	*x = AlterPartitionReassignmentsResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[37]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2687,7 +2918,7 @@ func (x *AlterPartitionReassignmentsResponse) String() string {
 func (*AlterPartitionReassignmentsResponse) ProtoMessage() {}
 
 func (x *AlterPartitionReassignmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[37]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2700,7 +2931,7 @@ func (x *AlterPartitionReassignmentsResponse) ProtoReflect() protoreflect.Messag
 
 // Deprecated: Use AlterPartitionReassignmentsResponse.ProtoReflect.Descriptor instead.
 func (*AlterPartitionReassignmentsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{37}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AlterPartitionReassignmentsResponse) GetResults() []*ReassignmentResult {
@@ -2722,7 +2953,7 @@ type ListPartitionReassignmentsRequest struct {
 
 func (x *ListPartitionReassignmentsRequest) Reset() {
 	*x = ListPartitionReassignmentsRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[38]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2734,7 +2965,7 @@ func (x *ListPartitionReassignmentsRequest) String() string {
 func (*ListPartitionReassignmentsRequest) ProtoMessage() {}
 
 func (x *ListPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[38]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2747,7 +2978,7 @@ func (x *ListPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use ListPartitionReassignmentsRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionReassignmentsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{38}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListPartitionReassignmentsRequest) GetTopics() []string {
@@ -2776,7 +3007,7 @@ type OngoingReassignment struct {
 
 func (x *OngoingReassignment) Reset() {
 	*x = OngoingReassignment{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[39]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2788,7 +3019,7 @@ func (x *OngoingReassignment) String() string {
 func (*OngoingReassignment) ProtoMessage() {}
 
 func (x *OngoingReassignment) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[39]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2801,7 +3032,7 @@ func (x *OngoingReassignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OngoingReassignment.ProtoReflect.Descriptor instead.
 func (*OngoingReassignment) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{39}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *OngoingReassignment) GetPartition() *v11.TopicPartition {
@@ -2851,7 +3082,7 @@ type ListPartitionReassignmentsResponse struct {
 
 func (x *ListPartitionReassignmentsResponse) Reset() {
 	*x = ListPartitionReassignmentsResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[40]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2863,7 +3094,7 @@ func (x *ListPartitionReassignmentsResponse) String() string {
 func (*ListPartitionReassignmentsResponse) ProtoMessage() {}
 
 func (x *ListPartitionReassignmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[40]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2876,7 +3107,7 @@ func (x *ListPartitionReassignmentsResponse) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use ListPartitionReassignmentsResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionReassignmentsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{40}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListPartitionReassignmentsResponse) GetReassignments() []*OngoingReassignment {
@@ -2909,7 +3140,7 @@ type AclBinding struct {
 
 func (x *AclBinding) Reset() {
 	*x = AclBinding{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[41]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2921,7 +3152,7 @@ func (x *AclBinding) String() string {
 func (*AclBinding) ProtoMessage() {}
 
 func (x *AclBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[41]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2934,7 +3165,7 @@ func (x *AclBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBinding.ProtoReflect.Descriptor instead.
 func (*AclBinding) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{41}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *AclBinding) GetResourceType() ResourceType {
@@ -2997,7 +3228,7 @@ type CreateAclsRequest struct {
 
 func (x *CreateAclsRequest) Reset() {
 	*x = CreateAclsRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[42]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3009,7 +3240,7 @@ func (x *CreateAclsRequest) String() string {
 func (*CreateAclsRequest) ProtoMessage() {}
 
 func (x *CreateAclsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[42]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3022,7 +3253,7 @@ func (x *CreateAclsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAclsRequest.ProtoReflect.Descriptor instead.
 func (*CreateAclsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{42}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CreateAclsRequest) GetBindings() []*AclBinding {
@@ -3043,7 +3274,7 @@ type CreateAclsResponse struct {
 
 func (x *CreateAclsResponse) Reset() {
 	*x = CreateAclsResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[43]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3055,7 +3286,7 @@ func (x *CreateAclsResponse) String() string {
 func (*CreateAclsResponse) ProtoMessage() {}
 
 func (x *CreateAclsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[43]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3068,7 +3299,7 @@ func (x *CreateAclsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAclsResponse.ProtoReflect.Descriptor instead.
 func (*CreateAclsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{43}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CreateAclsResponse) GetErrors() []*v1.Error {
@@ -3089,7 +3320,7 @@ type DescribeAclsRequest struct {
 
 func (x *DescribeAclsRequest) Reset() {
 	*x = DescribeAclsRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[44]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3101,7 +3332,7 @@ func (x *DescribeAclsRequest) String() string {
 func (*DescribeAclsRequest) ProtoMessage() {}
 
 func (x *DescribeAclsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[44]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3114,7 +3345,7 @@ func (x *DescribeAclsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeAclsRequest.ProtoReflect.Descriptor instead.
 func (*DescribeAclsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{44}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DescribeAclsRequest) GetFilter() *AclBinding {
@@ -3135,7 +3366,7 @@ type DescribeAclsResponse struct {
 
 func (x *DescribeAclsResponse) Reset() {
 	*x = DescribeAclsResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[45]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3147,7 +3378,7 @@ func (x *DescribeAclsResponse) String() string {
 func (*DescribeAclsResponse) ProtoMessage() {}
 
 func (x *DescribeAclsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[45]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3160,7 +3391,7 @@ func (x *DescribeAclsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeAclsResponse.ProtoReflect.Descriptor instead.
 func (*DescribeAclsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{45}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DescribeAclsResponse) GetBindings() []*AclBinding {
@@ -3181,7 +3412,7 @@ type DeleteAclsRequest struct {
 
 func (x *DeleteAclsRequest) Reset() {
 	*x = DeleteAclsRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[46]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3193,7 +3424,7 @@ func (x *DeleteAclsRequest) String() string {
 func (*DeleteAclsRequest) ProtoMessage() {}
 
 func (x *DeleteAclsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[46]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3206,7 +3437,7 @@ func (x *DeleteAclsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteAclsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteAclsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{46}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DeleteAclsRequest) GetFilters() []*AclBinding {
@@ -3227,7 +3458,7 @@ type DeleteAclsResponse struct {
 
 func (x *DeleteAclsResponse) Reset() {
 	*x = DeleteAclsResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[47]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3239,7 +3470,7 @@ func (x *DeleteAclsResponse) String() string {
 func (*DeleteAclsResponse) ProtoMessage() {}
 
 func (x *DeleteAclsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[47]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3252,7 +3483,7 @@ func (x *DeleteAclsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteAclsResponse.ProtoReflect.Descriptor instead.
 func (*DeleteAclsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{47}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DeleteAclsResponse) GetDeleted() []*AclBinding {
@@ -3283,7 +3514,7 @@ type RegisterBrokerRequest struct {
 
 func (x *RegisterBrokerRequest) Reset() {
 	*x = RegisterBrokerRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[48]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3295,7 +3526,7 @@ func (x *RegisterBrokerRequest) String() string {
 func (*RegisterBrokerRequest) ProtoMessage() {}
 
 func (x *RegisterBrokerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[48]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3308,7 +3539,7 @@ func (x *RegisterBrokerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterBrokerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterBrokerRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{48}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RegisterBrokerRequest) GetBrokerId() int32 {
@@ -3371,7 +3602,7 @@ type RegisterBrokerResponse struct {
 
 func (x *RegisterBrokerResponse) Reset() {
 	*x = RegisterBrokerResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[49]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3383,7 +3614,7 @@ func (x *RegisterBrokerResponse) String() string {
 func (*RegisterBrokerResponse) ProtoMessage() {}
 
 func (x *RegisterBrokerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[49]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3396,7 +3627,7 @@ func (x *RegisterBrokerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterBrokerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterBrokerResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{49}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RegisterBrokerResponse) GetBrokerEpoch() int64 {
@@ -3444,7 +3675,7 @@ type BrokerHeartbeatRequest struct {
 
 func (x *BrokerHeartbeatRequest) Reset() {
 	*x = BrokerHeartbeatRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[50]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3456,7 +3687,7 @@ func (x *BrokerHeartbeatRequest) String() string {
 func (*BrokerHeartbeatRequest) ProtoMessage() {}
 
 func (x *BrokerHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[50]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3469,7 +3700,7 @@ func (x *BrokerHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*BrokerHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{50}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *BrokerHeartbeatRequest) GetBrokerId() int32 {
@@ -3515,7 +3746,7 @@ type BrokerHeartbeatResponse struct {
 
 func (x *BrokerHeartbeatResponse) Reset() {
 	*x = BrokerHeartbeatResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[51]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3527,7 +3758,7 @@ func (x *BrokerHeartbeatResponse) String() string {
 func (*BrokerHeartbeatResponse) ProtoMessage() {}
 
 func (x *BrokerHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[51]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3540,7 +3771,7 @@ func (x *BrokerHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*BrokerHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{51}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *BrokerHeartbeatResponse) GetError() *v1.Error {
@@ -3577,7 +3808,7 @@ type ControlledShutdownRequest struct {
 
 func (x *ControlledShutdownRequest) Reset() {
 	*x = ControlledShutdownRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[52]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3589,7 +3820,7 @@ func (x *ControlledShutdownRequest) String() string {
 func (*ControlledShutdownRequest) ProtoMessage() {}
 
 func (x *ControlledShutdownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[52]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3602,7 +3833,7 @@ func (x *ControlledShutdownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlledShutdownRequest.ProtoReflect.Descriptor instead.
 func (*ControlledShutdownRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{52}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ControlledShutdownRequest) GetBrokerId() int32 {
@@ -3632,7 +3863,7 @@ type ControlledShutdownResponse struct {
 
 func (x *ControlledShutdownResponse) Reset() {
 	*x = ControlledShutdownResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[53]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3644,7 +3875,7 @@ func (x *ControlledShutdownResponse) String() string {
 func (*ControlledShutdownResponse) ProtoMessage() {}
 
 func (x *ControlledShutdownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[53]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3657,7 +3888,7 @@ func (x *ControlledShutdownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlledShutdownResponse.ProtoReflect.Descriptor instead.
 func (*ControlledShutdownResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{53}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ControlledShutdownResponse) GetError() *v1.Error {
@@ -3693,7 +3924,7 @@ type TopicMetadata struct {
 
 func (x *TopicMetadata) Reset() {
 	*x = TopicMetadata{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[54]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3705,7 +3936,7 @@ func (x *TopicMetadata) String() string {
 func (*TopicMetadata) ProtoMessage() {}
 
 func (x *TopicMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[54]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3718,7 +3949,7 @@ func (x *TopicMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicMetadata.ProtoReflect.Descriptor instead.
 func (*TopicMetadata) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{54}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *TopicMetadata) GetName() string {
@@ -3780,7 +4011,7 @@ type MetadataSnapshot struct {
 
 func (x *MetadataSnapshot) Reset() {
 	*x = MetadataSnapshot{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[55]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3792,7 +4023,7 @@ func (x *MetadataSnapshot) String() string {
 func (*MetadataSnapshot) ProtoMessage() {}
 
 func (x *MetadataSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[55]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3805,7 +4036,7 @@ func (x *MetadataSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataSnapshot.ProtoReflect.Descriptor instead.
 func (*MetadataSnapshot) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{55}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *MetadataSnapshot) GetRevision() int64 {
@@ -3868,7 +4099,7 @@ type ClusterConfigs struct {
 
 func (x *ClusterConfigs) Reset() {
 	*x = ClusterConfigs{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[56]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3880,7 +4111,7 @@ func (x *ClusterConfigs) String() string {
 func (*ClusterConfigs) ProtoMessage() {}
 
 func (x *ClusterConfigs) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[56]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3893,7 +4124,7 @@ func (x *ClusterConfigs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterConfigs.ProtoReflect.Descriptor instead.
 func (*ClusterConfigs) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{56}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ClusterConfigs) GetConfigs() map[string]string {
@@ -3931,7 +4162,7 @@ type MetadataDelta struct {
 
 func (x *MetadataDelta) Reset() {
 	*x = MetadataDelta{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[57]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3943,7 +4174,7 @@ func (x *MetadataDelta) String() string {
 func (*MetadataDelta) ProtoMessage() {}
 
 func (x *MetadataDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[57]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3956,7 +4187,7 @@ func (x *MetadataDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataDelta.ProtoReflect.Descriptor instead.
 func (*MetadataDelta) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{57}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *MetadataDelta) GetRevision() int64 {
@@ -4028,7 +4259,7 @@ type WatchMetadataRequest struct {
 
 func (x *WatchMetadataRequest) Reset() {
 	*x = WatchMetadataRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[58]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4040,7 +4271,7 @@ func (x *WatchMetadataRequest) String() string {
 func (*WatchMetadataRequest) ProtoMessage() {}
 
 func (x *WatchMetadataRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[58]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4053,7 +4284,7 @@ func (x *WatchMetadataRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchMetadataRequest.ProtoReflect.Descriptor instead.
 func (*WatchMetadataRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{58}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *WatchMetadataRequest) GetBrokerId() int32 {
@@ -4087,7 +4318,7 @@ type WatchMetadataResponse struct {
 
 func (x *WatchMetadataResponse) Reset() {
 	*x = WatchMetadataResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[59]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4099,7 +4330,7 @@ func (x *WatchMetadataResponse) String() string {
 func (*WatchMetadataResponse) ProtoMessage() {}
 
 func (x *WatchMetadataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[59]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4112,7 +4343,7 @@ func (x *WatchMetadataResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchMetadataResponse.ProtoReflect.Descriptor instead.
 func (*WatchMetadataResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{59}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *WatchMetadataResponse) GetUpdate() isWatchMetadataResponse_Update {
@@ -4177,7 +4408,7 @@ type PartitionChange struct {
 
 func (x *PartitionChange) Reset() {
 	*x = PartitionChange{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[60]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4189,7 +4420,7 @@ func (x *PartitionChange) String() string {
 func (*PartitionChange) ProtoMessage() {}
 
 func (x *PartitionChange) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[60]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4202,7 +4433,7 @@ func (x *PartitionChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionChange.ProtoReflect.Descriptor instead.
 func (*PartitionChange) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{60}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PartitionChange) GetTopic() string {
@@ -4255,7 +4486,7 @@ type AlterPartitionRequest struct {
 
 func (x *AlterPartitionRequest) Reset() {
 	*x = AlterPartitionRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[61]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4267,7 +4498,7 @@ func (x *AlterPartitionRequest) String() string {
 func (*AlterPartitionRequest) ProtoMessage() {}
 
 func (x *AlterPartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[61]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4280,7 +4511,7 @@ func (x *AlterPartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterPartitionRequest.ProtoReflect.Descriptor instead.
 func (*AlterPartitionRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{61}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *AlterPartitionRequest) GetBrokerId() int32 {
@@ -4322,7 +4553,7 @@ type AlterPartitionResult struct {
 
 func (x *AlterPartitionResult) Reset() {
 	*x = AlterPartitionResult{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[62]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4334,7 +4565,7 @@ func (x *AlterPartitionResult) String() string {
 func (*AlterPartitionResult) ProtoMessage() {}
 
 func (x *AlterPartitionResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[62]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4347,7 +4578,7 @@ func (x *AlterPartitionResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterPartitionResult.ProtoReflect.Descriptor instead.
 func (*AlterPartitionResult) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{62}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *AlterPartitionResult) GetTopic() string {
@@ -4389,7 +4620,7 @@ type AlterPartitionResponse struct {
 
 func (x *AlterPartitionResponse) Reset() {
 	*x = AlterPartitionResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[63]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4401,7 +4632,7 @@ func (x *AlterPartitionResponse) String() string {
 func (*AlterPartitionResponse) ProtoMessage() {}
 
 func (x *AlterPartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[63]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4414,7 +4645,7 @@ func (x *AlterPartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterPartitionResponse.ProtoReflect.Descriptor instead.
 func (*AlterPartitionResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{63}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *AlterPartitionResponse) GetResults() []*AlterPartitionResult {
@@ -4438,7 +4669,7 @@ type AllocateProducerIdsRequest struct {
 
 func (x *AllocateProducerIdsRequest) Reset() {
 	*x = AllocateProducerIdsRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[64]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4450,7 +4681,7 @@ func (x *AllocateProducerIdsRequest) String() string {
 func (*AllocateProducerIdsRequest) ProtoMessage() {}
 
 func (x *AllocateProducerIdsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[64]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4463,7 +4694,7 @@ func (x *AllocateProducerIdsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocateProducerIdsRequest.ProtoReflect.Descriptor instead.
 func (*AllocateProducerIdsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{64}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *AllocateProducerIdsRequest) GetBrokerId() int32 {
@@ -4496,7 +4727,7 @@ type AllocateProducerIdsResponse struct {
 
 func (x *AllocateProducerIdsResponse) Reset() {
 	*x = AllocateProducerIdsResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[65]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4508,7 +4739,7 @@ func (x *AllocateProducerIdsResponse) String() string {
 func (*AllocateProducerIdsResponse) ProtoMessage() {}
 
 func (x *AllocateProducerIdsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[65]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4521,7 +4752,7 @@ func (x *AllocateProducerIdsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocateProducerIdsResponse.ProtoReflect.Descriptor instead.
 func (*AllocateProducerIdsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{65}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *AllocateProducerIdsResponse) GetError() *v1.Error {
@@ -4661,7 +4892,7 @@ const file_sluice_controller_v1_messages_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\v2\x1d.sluice.errordetails.v1.ErrorR\x05error\"Z\n" +
 	"\x14AlterConfigsResponse\x12B\n" +
 	"\aresults\x18\x01 \x03(\v2(.sluice.controller.v1.AlterConfigsResultR\aresults\"\x18\n" +
-	"\x16DescribeClusterRequest\"\x9f\x01\n" +
+	"\x16DescribeClusterRequest\"\x99\x02\n" +
 	"\x10ControllerMember\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x05R\x06nodeId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1f\n" +
@@ -4669,7 +4900,16 @@ const file_sluice_controller_v1_messages_proto_rawDesc = "" +
 	"etcdMember\x12\x16\n" +
 	"\x06active\x18\x04 \x01(\bR\x06active\x12\x1f\n" +
 	"\vetcd_leader\x18\x05 \x01(\bR\n" +
-	"etcdLeader\"\xe2\x02\n" +
+	"etcdLeader\x12;\n" +
+	"\x05state\x18\x06 \x01(\x0e2%.sluice.controller.v1.ControllerStateR\x05state\x12;\n" +
+	"\tetcd_role\x18\a \x01(\x0e2\x1e.sluice.controller.v1.EtcdRoleR\betcdRole\"\xaa\x01\n" +
+	"\fQuorumStatus\x12!\n" +
+	"\fhas_majority\x18\x01 \x01(\bR\vhasMajority\x12\x16\n" +
+	"\x06voters\x18\x02 \x01(\x05R\x06voters\x12\x1c\n" +
+	"\treachable\x18\x03 \x03(\x05R\treachable\x12 \n" +
+	"\vunreachable\x18\x04 \x03(\x05R\vunreachable\x12\x1f\n" +
+	"\vanswered_by\x18\x05 \x01(\x05R\n" +
+	"answeredBy\"\x9e\x03\n" +
 	"\x17DescribeClusterResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12#\n" +
@@ -4678,7 +4918,8 @@ const file_sluice_controller_v1_messages_proto_rawDesc = "" +
 	"\vcontrollers\x18\x04 \x03(\v2&.sluice.controller.v1.ControllerMemberR\vcontrollers\x122\n" +
 	"\abrokers\x18\x05 \x03(\v2\x18.sluice.common.v1.BrokerR\abrokers\x12)\n" +
 	"\x10controller_epoch\x18\x06 \x01(\x03R\x0fcontrollerEpoch\x12+\n" +
-	"\x11metadata_revision\x18\a \x01(\x03R\x10metadataRevision\"\xa0\x01\n" +
+	"\x11metadata_revision\x18\a \x01(\x03R\x10metadataRevision\x12:\n" +
+	"\x06quorum\x18\b \x01(\v2\".sluice.controller.v1.QuorumStatusR\x06quorum\"\xa0\x01\n" +
 	"\x13ElectLeadersRequest\x12G\n" +
 	"\relection_type\x18\x01 \x01(\x0e2\".sluice.controller.v1.ElectionTypeR\felectionType\x12@\n" +
 	"\n" +
@@ -4850,7 +5091,17 @@ const file_sluice_controller_v1_messages_proto_rawDesc = "" +
 	"\x18ALTER_CONFIG_OP_TYPE_SET\x10\x01\x12\x1f\n" +
 	"\x1bALTER_CONFIG_OP_TYPE_DELETE\x10\x02\x12\x1f\n" +
 	"\x1bALTER_CONFIG_OP_TYPE_APPEND\x10\x03\x12!\n" +
-	"\x1dALTER_CONFIG_OP_TYPE_SUBTRACT\x10\x04*e\n" +
+	"\x1dALTER_CONFIG_OP_TYPE_SUBTRACT\x10\x04*\x90\x01\n" +
+	"\x0fControllerState\x12 \n" +
+	"\x1cCONTROLLER_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17CONTROLLER_STATE_ACTIVE\x10\x01\x12\x1c\n" +
+	"\x18CONTROLLER_STATE_STANDBY\x10\x02\x12 \n" +
+	"\x1cCONTROLLER_STATE_UNREACHABLE\x10\x03*j\n" +
+	"\bEtcdRole\x12\x19\n" +
+	"\x15ETCD_ROLE_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10ETCD_ROLE_LEADER\x10\x01\x12\x16\n" +
+	"\x12ETCD_ROLE_FOLLOWER\x10\x02\x12\x15\n" +
+	"\x11ETCD_ROLE_LEARNER\x10\x03*e\n" +
 	"\fElectionType\x12\x1d\n" +
 	"\x19ELECTION_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17ELECTION_TYPE_PREFERRED\x10\x01\x12\x19\n" +
@@ -4891,180 +5142,186 @@ func file_sluice_controller_v1_messages_proto_rawDescGZIP() []byte {
 	return file_sluice_controller_v1_messages_proto_rawDescData
 }
 
-var file_sluice_controller_v1_messages_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_sluice_controller_v1_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
+var file_sluice_controller_v1_messages_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
+var file_sluice_controller_v1_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
 var file_sluice_controller_v1_messages_proto_goTypes = []any{
 	(ResourceType)(0),                           // 0: sluice.controller.v1.ResourceType
 	(ConfigSource)(0),                           // 1: sluice.controller.v1.ConfigSource
 	(AlterConfigOpType)(0),                      // 2: sluice.controller.v1.AlterConfigOpType
-	(ElectionType)(0),                           // 3: sluice.controller.v1.ElectionType
-	(AclOperation)(0),                           // 4: sluice.controller.v1.AclOperation
-	(AclPermission)(0),                          // 5: sluice.controller.v1.AclPermission
-	(PatternType)(0),                            // 6: sluice.controller.v1.PatternType
-	(*TopicSpec)(nil),                           // 7: sluice.controller.v1.TopicSpec
-	(*ReplicaAssignment)(nil),                   // 8: sluice.controller.v1.ReplicaAssignment
-	(*CreateTopicsRequest)(nil),                 // 9: sluice.controller.v1.CreateTopicsRequest
-	(*CreateTopicResult)(nil),                   // 10: sluice.controller.v1.CreateTopicResult
-	(*CreateTopicsResponse)(nil),                // 11: sluice.controller.v1.CreateTopicsResponse
-	(*DeleteTopicsRequest)(nil),                 // 12: sluice.controller.v1.DeleteTopicsRequest
-	(*DeleteTopicResult)(nil),                   // 13: sluice.controller.v1.DeleteTopicResult
-	(*DeleteTopicsResponse)(nil),                // 14: sluice.controller.v1.DeleteTopicsResponse
-	(*ListTopicsRequest)(nil),                   // 15: sluice.controller.v1.ListTopicsRequest
-	(*TopicListing)(nil),                        // 16: sluice.controller.v1.TopicListing
-	(*ListTopicsResponse)(nil),                  // 17: sluice.controller.v1.ListTopicsResponse
-	(*DescribeTopicsRequest)(nil),               // 18: sluice.controller.v1.DescribeTopicsRequest
-	(*TopicDescription)(nil),                    // 19: sluice.controller.v1.TopicDescription
-	(*DescribeTopicsResponse)(nil),              // 20: sluice.controller.v1.DescribeTopicsResponse
-	(*PartitionIncrease)(nil),                   // 21: sluice.controller.v1.PartitionIncrease
-	(*CreatePartitionsRequest)(nil),             // 22: sluice.controller.v1.CreatePartitionsRequest
-	(*CreatePartitionsResult)(nil),              // 23: sluice.controller.v1.CreatePartitionsResult
-	(*CreatePartitionsResponse)(nil),            // 24: sluice.controller.v1.CreatePartitionsResponse
-	(*ConfigResource)(nil),                      // 25: sluice.controller.v1.ConfigResource
-	(*ConfigEntry)(nil),                         // 26: sluice.controller.v1.ConfigEntry
-	(*DescribeConfigsRequest)(nil),              // 27: sluice.controller.v1.DescribeConfigsRequest
-	(*ConfigResourceResult)(nil),                // 28: sluice.controller.v1.ConfigResourceResult
-	(*DescribeConfigsResponse)(nil),             // 29: sluice.controller.v1.DescribeConfigsResponse
-	(*AlterConfigOp)(nil),                       // 30: sluice.controller.v1.AlterConfigOp
-	(*AlterConfigsResource)(nil),                // 31: sluice.controller.v1.AlterConfigsResource
-	(*AlterConfigsRequest)(nil),                 // 32: sluice.controller.v1.AlterConfigsRequest
-	(*AlterConfigsResult)(nil),                  // 33: sluice.controller.v1.AlterConfigsResult
-	(*AlterConfigsResponse)(nil),                // 34: sluice.controller.v1.AlterConfigsResponse
-	(*DescribeClusterRequest)(nil),              // 35: sluice.controller.v1.DescribeClusterRequest
-	(*ControllerMember)(nil),                    // 36: sluice.controller.v1.ControllerMember
-	(*DescribeClusterResponse)(nil),             // 37: sluice.controller.v1.DescribeClusterResponse
-	(*ElectLeadersRequest)(nil),                 // 38: sluice.controller.v1.ElectLeadersRequest
-	(*ElectLeadersResult)(nil),                  // 39: sluice.controller.v1.ElectLeadersResult
-	(*ElectLeadersResponse)(nil),                // 40: sluice.controller.v1.ElectLeadersResponse
-	(*PartitionReassignment)(nil),               // 41: sluice.controller.v1.PartitionReassignment
-	(*AlterPartitionReassignmentsRequest)(nil),  // 42: sluice.controller.v1.AlterPartitionReassignmentsRequest
-	(*ReassignmentResult)(nil),                  // 43: sluice.controller.v1.ReassignmentResult
-	(*AlterPartitionReassignmentsResponse)(nil), // 44: sluice.controller.v1.AlterPartitionReassignmentsResponse
-	(*ListPartitionReassignmentsRequest)(nil),   // 45: sluice.controller.v1.ListPartitionReassignmentsRequest
-	(*OngoingReassignment)(nil),                 // 46: sluice.controller.v1.OngoingReassignment
-	(*ListPartitionReassignmentsResponse)(nil),  // 47: sluice.controller.v1.ListPartitionReassignmentsResponse
-	(*AclBinding)(nil),                          // 48: sluice.controller.v1.AclBinding
-	(*CreateAclsRequest)(nil),                   // 49: sluice.controller.v1.CreateAclsRequest
-	(*CreateAclsResponse)(nil),                  // 50: sluice.controller.v1.CreateAclsResponse
-	(*DescribeAclsRequest)(nil),                 // 51: sluice.controller.v1.DescribeAclsRequest
-	(*DescribeAclsResponse)(nil),                // 52: sluice.controller.v1.DescribeAclsResponse
-	(*DeleteAclsRequest)(nil),                   // 53: sluice.controller.v1.DeleteAclsRequest
-	(*DeleteAclsResponse)(nil),                  // 54: sluice.controller.v1.DeleteAclsResponse
-	(*RegisterBrokerRequest)(nil),               // 55: sluice.controller.v1.RegisterBrokerRequest
-	(*RegisterBrokerResponse)(nil),              // 56: sluice.controller.v1.RegisterBrokerResponse
-	(*BrokerHeartbeatRequest)(nil),              // 57: sluice.controller.v1.BrokerHeartbeatRequest
-	(*BrokerHeartbeatResponse)(nil),             // 58: sluice.controller.v1.BrokerHeartbeatResponse
-	(*ControlledShutdownRequest)(nil),           // 59: sluice.controller.v1.ControlledShutdownRequest
-	(*ControlledShutdownResponse)(nil),          // 60: sluice.controller.v1.ControlledShutdownResponse
-	(*TopicMetadata)(nil),                       // 61: sluice.controller.v1.TopicMetadata
-	(*MetadataSnapshot)(nil),                    // 62: sluice.controller.v1.MetadataSnapshot
-	(*ClusterConfigs)(nil),                      // 63: sluice.controller.v1.ClusterConfigs
-	(*MetadataDelta)(nil),                       // 64: sluice.controller.v1.MetadataDelta
-	(*WatchMetadataRequest)(nil),                // 65: sluice.controller.v1.WatchMetadataRequest
-	(*WatchMetadataResponse)(nil),               // 66: sluice.controller.v1.WatchMetadataResponse
-	(*PartitionChange)(nil),                     // 67: sluice.controller.v1.PartitionChange
-	(*AlterPartitionRequest)(nil),               // 68: sluice.controller.v1.AlterPartitionRequest
-	(*AlterPartitionResult)(nil),                // 69: sluice.controller.v1.AlterPartitionResult
-	(*AlterPartitionResponse)(nil),              // 70: sluice.controller.v1.AlterPartitionResponse
-	(*AllocateProducerIdsRequest)(nil),          // 71: sluice.controller.v1.AllocateProducerIdsRequest
-	(*AllocateProducerIdsResponse)(nil),         // 72: sluice.controller.v1.AllocateProducerIdsResponse
-	nil,                                         // 73: sluice.controller.v1.TopicSpec.ConfigsEntry
-	nil,                                         // 74: sluice.controller.v1.CreateTopicResult.ConfigsEntry
-	nil,                                         // 75: sluice.controller.v1.TopicDescription.ConfigsEntry
-	nil,                                         // 76: sluice.controller.v1.OngoingReassignment.LagBytesEntry
-	nil,                                         // 77: sluice.controller.v1.TopicMetadata.ConfigsEntry
-	nil,                                         // 78: sluice.controller.v1.ClusterConfigs.ConfigsEntry
-	(*v1.Error)(nil),                            // 79: sluice.errordetails.v1.Error
-	(*v11.PartitionState)(nil),                  // 80: sluice.common.v1.PartitionState
-	(*v11.Broker)(nil),                          // 81: sluice.common.v1.Broker
-	(*v11.TopicPartition)(nil),                  // 82: sluice.common.v1.TopicPartition
-	(*v11.Endpoint)(nil),                        // 83: sluice.common.v1.Endpoint
-	(v11.BrokerState)(0),                        // 84: sluice.common.v1.BrokerState
+	(ControllerState)(0),                        // 3: sluice.controller.v1.ControllerState
+	(EtcdRole)(0),                               // 4: sluice.controller.v1.EtcdRole
+	(ElectionType)(0),                           // 5: sluice.controller.v1.ElectionType
+	(AclOperation)(0),                           // 6: sluice.controller.v1.AclOperation
+	(AclPermission)(0),                          // 7: sluice.controller.v1.AclPermission
+	(PatternType)(0),                            // 8: sluice.controller.v1.PatternType
+	(*TopicSpec)(nil),                           // 9: sluice.controller.v1.TopicSpec
+	(*ReplicaAssignment)(nil),                   // 10: sluice.controller.v1.ReplicaAssignment
+	(*CreateTopicsRequest)(nil),                 // 11: sluice.controller.v1.CreateTopicsRequest
+	(*CreateTopicResult)(nil),                   // 12: sluice.controller.v1.CreateTopicResult
+	(*CreateTopicsResponse)(nil),                // 13: sluice.controller.v1.CreateTopicsResponse
+	(*DeleteTopicsRequest)(nil),                 // 14: sluice.controller.v1.DeleteTopicsRequest
+	(*DeleteTopicResult)(nil),                   // 15: sluice.controller.v1.DeleteTopicResult
+	(*DeleteTopicsResponse)(nil),                // 16: sluice.controller.v1.DeleteTopicsResponse
+	(*ListTopicsRequest)(nil),                   // 17: sluice.controller.v1.ListTopicsRequest
+	(*TopicListing)(nil),                        // 18: sluice.controller.v1.TopicListing
+	(*ListTopicsResponse)(nil),                  // 19: sluice.controller.v1.ListTopicsResponse
+	(*DescribeTopicsRequest)(nil),               // 20: sluice.controller.v1.DescribeTopicsRequest
+	(*TopicDescription)(nil),                    // 21: sluice.controller.v1.TopicDescription
+	(*DescribeTopicsResponse)(nil),              // 22: sluice.controller.v1.DescribeTopicsResponse
+	(*PartitionIncrease)(nil),                   // 23: sluice.controller.v1.PartitionIncrease
+	(*CreatePartitionsRequest)(nil),             // 24: sluice.controller.v1.CreatePartitionsRequest
+	(*CreatePartitionsResult)(nil),              // 25: sluice.controller.v1.CreatePartitionsResult
+	(*CreatePartitionsResponse)(nil),            // 26: sluice.controller.v1.CreatePartitionsResponse
+	(*ConfigResource)(nil),                      // 27: sluice.controller.v1.ConfigResource
+	(*ConfigEntry)(nil),                         // 28: sluice.controller.v1.ConfigEntry
+	(*DescribeConfigsRequest)(nil),              // 29: sluice.controller.v1.DescribeConfigsRequest
+	(*ConfigResourceResult)(nil),                // 30: sluice.controller.v1.ConfigResourceResult
+	(*DescribeConfigsResponse)(nil),             // 31: sluice.controller.v1.DescribeConfigsResponse
+	(*AlterConfigOp)(nil),                       // 32: sluice.controller.v1.AlterConfigOp
+	(*AlterConfigsResource)(nil),                // 33: sluice.controller.v1.AlterConfigsResource
+	(*AlterConfigsRequest)(nil),                 // 34: sluice.controller.v1.AlterConfigsRequest
+	(*AlterConfigsResult)(nil),                  // 35: sluice.controller.v1.AlterConfigsResult
+	(*AlterConfigsResponse)(nil),                // 36: sluice.controller.v1.AlterConfigsResponse
+	(*DescribeClusterRequest)(nil),              // 37: sluice.controller.v1.DescribeClusterRequest
+	(*ControllerMember)(nil),                    // 38: sluice.controller.v1.ControllerMember
+	(*QuorumStatus)(nil),                        // 39: sluice.controller.v1.QuorumStatus
+	(*DescribeClusterResponse)(nil),             // 40: sluice.controller.v1.DescribeClusterResponse
+	(*ElectLeadersRequest)(nil),                 // 41: sluice.controller.v1.ElectLeadersRequest
+	(*ElectLeadersResult)(nil),                  // 42: sluice.controller.v1.ElectLeadersResult
+	(*ElectLeadersResponse)(nil),                // 43: sluice.controller.v1.ElectLeadersResponse
+	(*PartitionReassignment)(nil),               // 44: sluice.controller.v1.PartitionReassignment
+	(*AlterPartitionReassignmentsRequest)(nil),  // 45: sluice.controller.v1.AlterPartitionReassignmentsRequest
+	(*ReassignmentResult)(nil),                  // 46: sluice.controller.v1.ReassignmentResult
+	(*AlterPartitionReassignmentsResponse)(nil), // 47: sluice.controller.v1.AlterPartitionReassignmentsResponse
+	(*ListPartitionReassignmentsRequest)(nil),   // 48: sluice.controller.v1.ListPartitionReassignmentsRequest
+	(*OngoingReassignment)(nil),                 // 49: sluice.controller.v1.OngoingReassignment
+	(*ListPartitionReassignmentsResponse)(nil),  // 50: sluice.controller.v1.ListPartitionReassignmentsResponse
+	(*AclBinding)(nil),                          // 51: sluice.controller.v1.AclBinding
+	(*CreateAclsRequest)(nil),                   // 52: sluice.controller.v1.CreateAclsRequest
+	(*CreateAclsResponse)(nil),                  // 53: sluice.controller.v1.CreateAclsResponse
+	(*DescribeAclsRequest)(nil),                 // 54: sluice.controller.v1.DescribeAclsRequest
+	(*DescribeAclsResponse)(nil),                // 55: sluice.controller.v1.DescribeAclsResponse
+	(*DeleteAclsRequest)(nil),                   // 56: sluice.controller.v1.DeleteAclsRequest
+	(*DeleteAclsResponse)(nil),                  // 57: sluice.controller.v1.DeleteAclsResponse
+	(*RegisterBrokerRequest)(nil),               // 58: sluice.controller.v1.RegisterBrokerRequest
+	(*RegisterBrokerResponse)(nil),              // 59: sluice.controller.v1.RegisterBrokerResponse
+	(*BrokerHeartbeatRequest)(nil),              // 60: sluice.controller.v1.BrokerHeartbeatRequest
+	(*BrokerHeartbeatResponse)(nil),             // 61: sluice.controller.v1.BrokerHeartbeatResponse
+	(*ControlledShutdownRequest)(nil),           // 62: sluice.controller.v1.ControlledShutdownRequest
+	(*ControlledShutdownResponse)(nil),          // 63: sluice.controller.v1.ControlledShutdownResponse
+	(*TopicMetadata)(nil),                       // 64: sluice.controller.v1.TopicMetadata
+	(*MetadataSnapshot)(nil),                    // 65: sluice.controller.v1.MetadataSnapshot
+	(*ClusterConfigs)(nil),                      // 66: sluice.controller.v1.ClusterConfigs
+	(*MetadataDelta)(nil),                       // 67: sluice.controller.v1.MetadataDelta
+	(*WatchMetadataRequest)(nil),                // 68: sluice.controller.v1.WatchMetadataRequest
+	(*WatchMetadataResponse)(nil),               // 69: sluice.controller.v1.WatchMetadataResponse
+	(*PartitionChange)(nil),                     // 70: sluice.controller.v1.PartitionChange
+	(*AlterPartitionRequest)(nil),               // 71: sluice.controller.v1.AlterPartitionRequest
+	(*AlterPartitionResult)(nil),                // 72: sluice.controller.v1.AlterPartitionResult
+	(*AlterPartitionResponse)(nil),              // 73: sluice.controller.v1.AlterPartitionResponse
+	(*AllocateProducerIdsRequest)(nil),          // 74: sluice.controller.v1.AllocateProducerIdsRequest
+	(*AllocateProducerIdsResponse)(nil),         // 75: sluice.controller.v1.AllocateProducerIdsResponse
+	nil,                                         // 76: sluice.controller.v1.TopicSpec.ConfigsEntry
+	nil,                                         // 77: sluice.controller.v1.CreateTopicResult.ConfigsEntry
+	nil,                                         // 78: sluice.controller.v1.TopicDescription.ConfigsEntry
+	nil,                                         // 79: sluice.controller.v1.OngoingReassignment.LagBytesEntry
+	nil,                                         // 80: sluice.controller.v1.TopicMetadata.ConfigsEntry
+	nil,                                         // 81: sluice.controller.v1.ClusterConfigs.ConfigsEntry
+	(*v1.Error)(nil),                            // 82: sluice.errordetails.v1.Error
+	(*v11.PartitionState)(nil),                  // 83: sluice.common.v1.PartitionState
+	(*v11.Broker)(nil),                          // 84: sluice.common.v1.Broker
+	(*v11.TopicPartition)(nil),                  // 85: sluice.common.v1.TopicPartition
+	(*v11.Endpoint)(nil),                        // 86: sluice.common.v1.Endpoint
+	(v11.BrokerState)(0),                        // 87: sluice.common.v1.BrokerState
 }
 var file_sluice_controller_v1_messages_proto_depIdxs = []int32{
-	8,  // 0: sluice.controller.v1.TopicSpec.assignments:type_name -> sluice.controller.v1.ReplicaAssignment
-	73, // 1: sluice.controller.v1.TopicSpec.configs:type_name -> sluice.controller.v1.TopicSpec.ConfigsEntry
-	7,  // 2: sluice.controller.v1.CreateTopicsRequest.topics:type_name -> sluice.controller.v1.TopicSpec
-	79, // 3: sluice.controller.v1.CreateTopicResult.error:type_name -> sluice.errordetails.v1.Error
-	74, // 4: sluice.controller.v1.CreateTopicResult.configs:type_name -> sluice.controller.v1.CreateTopicResult.ConfigsEntry
-	10, // 5: sluice.controller.v1.CreateTopicsResponse.results:type_name -> sluice.controller.v1.CreateTopicResult
-	79, // 6: sluice.controller.v1.DeleteTopicResult.error:type_name -> sluice.errordetails.v1.Error
-	13, // 7: sluice.controller.v1.DeleteTopicsResponse.results:type_name -> sluice.controller.v1.DeleteTopicResult
-	16, // 8: sluice.controller.v1.ListTopicsResponse.topics:type_name -> sluice.controller.v1.TopicListing
-	79, // 9: sluice.controller.v1.TopicDescription.error:type_name -> sluice.errordetails.v1.Error
-	80, // 10: sluice.controller.v1.TopicDescription.partitions:type_name -> sluice.common.v1.PartitionState
-	75, // 11: sluice.controller.v1.TopicDescription.configs:type_name -> sluice.controller.v1.TopicDescription.ConfigsEntry
-	19, // 12: sluice.controller.v1.DescribeTopicsResponse.topics:type_name -> sluice.controller.v1.TopicDescription
-	8,  // 13: sluice.controller.v1.PartitionIncrease.assignments:type_name -> sluice.controller.v1.ReplicaAssignment
-	21, // 14: sluice.controller.v1.CreatePartitionsRequest.topics:type_name -> sluice.controller.v1.PartitionIncrease
-	79, // 15: sluice.controller.v1.CreatePartitionsResult.error:type_name -> sluice.errordetails.v1.Error
-	23, // 16: sluice.controller.v1.CreatePartitionsResponse.results:type_name -> sluice.controller.v1.CreatePartitionsResult
+	10, // 0: sluice.controller.v1.TopicSpec.assignments:type_name -> sluice.controller.v1.ReplicaAssignment
+	76, // 1: sluice.controller.v1.TopicSpec.configs:type_name -> sluice.controller.v1.TopicSpec.ConfigsEntry
+	9,  // 2: sluice.controller.v1.CreateTopicsRequest.topics:type_name -> sluice.controller.v1.TopicSpec
+	82, // 3: sluice.controller.v1.CreateTopicResult.error:type_name -> sluice.errordetails.v1.Error
+	77, // 4: sluice.controller.v1.CreateTopicResult.configs:type_name -> sluice.controller.v1.CreateTopicResult.ConfigsEntry
+	12, // 5: sluice.controller.v1.CreateTopicsResponse.results:type_name -> sluice.controller.v1.CreateTopicResult
+	82, // 6: sluice.controller.v1.DeleteTopicResult.error:type_name -> sluice.errordetails.v1.Error
+	15, // 7: sluice.controller.v1.DeleteTopicsResponse.results:type_name -> sluice.controller.v1.DeleteTopicResult
+	18, // 8: sluice.controller.v1.ListTopicsResponse.topics:type_name -> sluice.controller.v1.TopicListing
+	82, // 9: sluice.controller.v1.TopicDescription.error:type_name -> sluice.errordetails.v1.Error
+	83, // 10: sluice.controller.v1.TopicDescription.partitions:type_name -> sluice.common.v1.PartitionState
+	78, // 11: sluice.controller.v1.TopicDescription.configs:type_name -> sluice.controller.v1.TopicDescription.ConfigsEntry
+	21, // 12: sluice.controller.v1.DescribeTopicsResponse.topics:type_name -> sluice.controller.v1.TopicDescription
+	10, // 13: sluice.controller.v1.PartitionIncrease.assignments:type_name -> sluice.controller.v1.ReplicaAssignment
+	23, // 14: sluice.controller.v1.CreatePartitionsRequest.topics:type_name -> sluice.controller.v1.PartitionIncrease
+	82, // 15: sluice.controller.v1.CreatePartitionsResult.error:type_name -> sluice.errordetails.v1.Error
+	25, // 16: sluice.controller.v1.CreatePartitionsResponse.results:type_name -> sluice.controller.v1.CreatePartitionsResult
 	0,  // 17: sluice.controller.v1.ConfigResource.type:type_name -> sluice.controller.v1.ResourceType
 	1,  // 18: sluice.controller.v1.ConfigEntry.source:type_name -> sluice.controller.v1.ConfigSource
-	25, // 19: sluice.controller.v1.DescribeConfigsRequest.resources:type_name -> sluice.controller.v1.ConfigResource
-	25, // 20: sluice.controller.v1.ConfigResourceResult.resource:type_name -> sluice.controller.v1.ConfigResource
-	79, // 21: sluice.controller.v1.ConfigResourceResult.error:type_name -> sluice.errordetails.v1.Error
-	26, // 22: sluice.controller.v1.ConfigResourceResult.entries:type_name -> sluice.controller.v1.ConfigEntry
-	28, // 23: sluice.controller.v1.DescribeConfigsResponse.results:type_name -> sluice.controller.v1.ConfigResourceResult
+	27, // 19: sluice.controller.v1.DescribeConfigsRequest.resources:type_name -> sluice.controller.v1.ConfigResource
+	27, // 20: sluice.controller.v1.ConfigResourceResult.resource:type_name -> sluice.controller.v1.ConfigResource
+	82, // 21: sluice.controller.v1.ConfigResourceResult.error:type_name -> sluice.errordetails.v1.Error
+	28, // 22: sluice.controller.v1.ConfigResourceResult.entries:type_name -> sluice.controller.v1.ConfigEntry
+	30, // 23: sluice.controller.v1.DescribeConfigsResponse.results:type_name -> sluice.controller.v1.ConfigResourceResult
 	2,  // 24: sluice.controller.v1.AlterConfigOp.op:type_name -> sluice.controller.v1.AlterConfigOpType
-	25, // 25: sluice.controller.v1.AlterConfigsResource.resource:type_name -> sluice.controller.v1.ConfigResource
-	30, // 26: sluice.controller.v1.AlterConfigsResource.ops:type_name -> sluice.controller.v1.AlterConfigOp
-	31, // 27: sluice.controller.v1.AlterConfigsRequest.resources:type_name -> sluice.controller.v1.AlterConfigsResource
-	25, // 28: sluice.controller.v1.AlterConfigsResult.resource:type_name -> sluice.controller.v1.ConfigResource
-	79, // 29: sluice.controller.v1.AlterConfigsResult.error:type_name -> sluice.errordetails.v1.Error
-	33, // 30: sluice.controller.v1.AlterConfigsResponse.results:type_name -> sluice.controller.v1.AlterConfigsResult
-	36, // 31: sluice.controller.v1.DescribeClusterResponse.controllers:type_name -> sluice.controller.v1.ControllerMember
-	81, // 32: sluice.controller.v1.DescribeClusterResponse.brokers:type_name -> sluice.common.v1.Broker
-	3,  // 33: sluice.controller.v1.ElectLeadersRequest.election_type:type_name -> sluice.controller.v1.ElectionType
-	82, // 34: sluice.controller.v1.ElectLeadersRequest.partitions:type_name -> sluice.common.v1.TopicPartition
-	82, // 35: sluice.controller.v1.ElectLeadersResult.partition:type_name -> sluice.common.v1.TopicPartition
-	79, // 36: sluice.controller.v1.ElectLeadersResult.error:type_name -> sluice.errordetails.v1.Error
-	80, // 37: sluice.controller.v1.ElectLeadersResult.state:type_name -> sluice.common.v1.PartitionState
-	39, // 38: sluice.controller.v1.ElectLeadersResponse.results:type_name -> sluice.controller.v1.ElectLeadersResult
-	82, // 39: sluice.controller.v1.PartitionReassignment.partition:type_name -> sluice.common.v1.TopicPartition
-	41, // 40: sluice.controller.v1.AlterPartitionReassignmentsRequest.reassignments:type_name -> sluice.controller.v1.PartitionReassignment
-	82, // 41: sluice.controller.v1.ReassignmentResult.partition:type_name -> sluice.common.v1.TopicPartition
-	79, // 42: sluice.controller.v1.ReassignmentResult.error:type_name -> sluice.errordetails.v1.Error
-	43, // 43: sluice.controller.v1.AlterPartitionReassignmentsResponse.results:type_name -> sluice.controller.v1.ReassignmentResult
-	82, // 44: sluice.controller.v1.OngoingReassignment.partition:type_name -> sluice.common.v1.TopicPartition
-	76, // 45: sluice.controller.v1.OngoingReassignment.lag_bytes:type_name -> sluice.controller.v1.OngoingReassignment.LagBytesEntry
-	46, // 46: sluice.controller.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> sluice.controller.v1.OngoingReassignment
-	0,  // 47: sluice.controller.v1.AclBinding.resource_type:type_name -> sluice.controller.v1.ResourceType
-	6,  // 48: sluice.controller.v1.AclBinding.pattern_type:type_name -> sluice.controller.v1.PatternType
-	4,  // 49: sluice.controller.v1.AclBinding.operation:type_name -> sluice.controller.v1.AclOperation
-	5,  // 50: sluice.controller.v1.AclBinding.permission:type_name -> sluice.controller.v1.AclPermission
-	48, // 51: sluice.controller.v1.CreateAclsRequest.bindings:type_name -> sluice.controller.v1.AclBinding
-	79, // 52: sluice.controller.v1.CreateAclsResponse.errors:type_name -> sluice.errordetails.v1.Error
-	48, // 53: sluice.controller.v1.DescribeAclsRequest.filter:type_name -> sluice.controller.v1.AclBinding
-	48, // 54: sluice.controller.v1.DescribeAclsResponse.bindings:type_name -> sluice.controller.v1.AclBinding
-	48, // 55: sluice.controller.v1.DeleteAclsRequest.filters:type_name -> sluice.controller.v1.AclBinding
-	48, // 56: sluice.controller.v1.DeleteAclsResponse.deleted:type_name -> sluice.controller.v1.AclBinding
-	83, // 57: sluice.controller.v1.RegisterBrokerRequest.endpoints:type_name -> sluice.common.v1.Endpoint
-	79, // 58: sluice.controller.v1.BrokerHeartbeatResponse.error:type_name -> sluice.errordetails.v1.Error
-	84, // 59: sluice.controller.v1.BrokerHeartbeatResponse.state:type_name -> sluice.common.v1.BrokerState
-	79, // 60: sluice.controller.v1.ControlledShutdownResponse.error:type_name -> sluice.errordetails.v1.Error
-	80, // 61: sluice.controller.v1.TopicMetadata.partitions:type_name -> sluice.common.v1.PartitionState
-	77, // 62: sluice.controller.v1.TopicMetadata.configs:type_name -> sluice.controller.v1.TopicMetadata.ConfigsEntry
-	81, // 63: sluice.controller.v1.MetadataSnapshot.brokers:type_name -> sluice.common.v1.Broker
-	61, // 64: sluice.controller.v1.MetadataSnapshot.topics:type_name -> sluice.controller.v1.TopicMetadata
-	36, // 65: sluice.controller.v1.MetadataSnapshot.controllers:type_name -> sluice.controller.v1.ControllerMember
-	63, // 66: sluice.controller.v1.MetadataSnapshot.cluster_configs:type_name -> sluice.controller.v1.ClusterConfigs
-	78, // 67: sluice.controller.v1.ClusterConfigs.configs:type_name -> sluice.controller.v1.ClusterConfigs.ConfigsEntry
-	61, // 68: sluice.controller.v1.MetadataDelta.upserted_topics:type_name -> sluice.controller.v1.TopicMetadata
-	81, // 69: sluice.controller.v1.MetadataDelta.upserted_brokers:type_name -> sluice.common.v1.Broker
-	36, // 70: sluice.controller.v1.MetadataDelta.controllers:type_name -> sluice.controller.v1.ControllerMember
-	63, // 71: sluice.controller.v1.MetadataDelta.cluster_configs:type_name -> sluice.controller.v1.ClusterConfigs
-	62, // 72: sluice.controller.v1.WatchMetadataResponse.snapshot:type_name -> sluice.controller.v1.MetadataSnapshot
-	64, // 73: sluice.controller.v1.WatchMetadataResponse.delta:type_name -> sluice.controller.v1.MetadataDelta
-	67, // 74: sluice.controller.v1.AlterPartitionRequest.changes:type_name -> sluice.controller.v1.PartitionChange
-	79, // 75: sluice.controller.v1.AlterPartitionResult.error:type_name -> sluice.errordetails.v1.Error
-	80, // 76: sluice.controller.v1.AlterPartitionResult.state:type_name -> sluice.common.v1.PartitionState
-	69, // 77: sluice.controller.v1.AlterPartitionResponse.results:type_name -> sluice.controller.v1.AlterPartitionResult
-	79, // 78: sluice.controller.v1.AllocateProducerIdsResponse.error:type_name -> sluice.errordetails.v1.Error
-	79, // [79:79] is the sub-list for method output_type
-	79, // [79:79] is the sub-list for method input_type
-	79, // [79:79] is the sub-list for extension type_name
-	79, // [79:79] is the sub-list for extension extendee
-	0,  // [0:79] is the sub-list for field type_name
+	27, // 25: sluice.controller.v1.AlterConfigsResource.resource:type_name -> sluice.controller.v1.ConfigResource
+	32, // 26: sluice.controller.v1.AlterConfigsResource.ops:type_name -> sluice.controller.v1.AlterConfigOp
+	33, // 27: sluice.controller.v1.AlterConfigsRequest.resources:type_name -> sluice.controller.v1.AlterConfigsResource
+	27, // 28: sluice.controller.v1.AlterConfigsResult.resource:type_name -> sluice.controller.v1.ConfigResource
+	82, // 29: sluice.controller.v1.AlterConfigsResult.error:type_name -> sluice.errordetails.v1.Error
+	35, // 30: sluice.controller.v1.AlterConfigsResponse.results:type_name -> sluice.controller.v1.AlterConfigsResult
+	3,  // 31: sluice.controller.v1.ControllerMember.state:type_name -> sluice.controller.v1.ControllerState
+	4,  // 32: sluice.controller.v1.ControllerMember.etcd_role:type_name -> sluice.controller.v1.EtcdRole
+	38, // 33: sluice.controller.v1.DescribeClusterResponse.controllers:type_name -> sluice.controller.v1.ControllerMember
+	84, // 34: sluice.controller.v1.DescribeClusterResponse.brokers:type_name -> sluice.common.v1.Broker
+	39, // 35: sluice.controller.v1.DescribeClusterResponse.quorum:type_name -> sluice.controller.v1.QuorumStatus
+	5,  // 36: sluice.controller.v1.ElectLeadersRequest.election_type:type_name -> sluice.controller.v1.ElectionType
+	85, // 37: sluice.controller.v1.ElectLeadersRequest.partitions:type_name -> sluice.common.v1.TopicPartition
+	85, // 38: sluice.controller.v1.ElectLeadersResult.partition:type_name -> sluice.common.v1.TopicPartition
+	82, // 39: sluice.controller.v1.ElectLeadersResult.error:type_name -> sluice.errordetails.v1.Error
+	83, // 40: sluice.controller.v1.ElectLeadersResult.state:type_name -> sluice.common.v1.PartitionState
+	42, // 41: sluice.controller.v1.ElectLeadersResponse.results:type_name -> sluice.controller.v1.ElectLeadersResult
+	85, // 42: sluice.controller.v1.PartitionReassignment.partition:type_name -> sluice.common.v1.TopicPartition
+	44, // 43: sluice.controller.v1.AlterPartitionReassignmentsRequest.reassignments:type_name -> sluice.controller.v1.PartitionReassignment
+	85, // 44: sluice.controller.v1.ReassignmentResult.partition:type_name -> sluice.common.v1.TopicPartition
+	82, // 45: sluice.controller.v1.ReassignmentResult.error:type_name -> sluice.errordetails.v1.Error
+	46, // 46: sluice.controller.v1.AlterPartitionReassignmentsResponse.results:type_name -> sluice.controller.v1.ReassignmentResult
+	85, // 47: sluice.controller.v1.OngoingReassignment.partition:type_name -> sluice.common.v1.TopicPartition
+	79, // 48: sluice.controller.v1.OngoingReassignment.lag_bytes:type_name -> sluice.controller.v1.OngoingReassignment.LagBytesEntry
+	49, // 49: sluice.controller.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> sluice.controller.v1.OngoingReassignment
+	0,  // 50: sluice.controller.v1.AclBinding.resource_type:type_name -> sluice.controller.v1.ResourceType
+	8,  // 51: sluice.controller.v1.AclBinding.pattern_type:type_name -> sluice.controller.v1.PatternType
+	6,  // 52: sluice.controller.v1.AclBinding.operation:type_name -> sluice.controller.v1.AclOperation
+	7,  // 53: sluice.controller.v1.AclBinding.permission:type_name -> sluice.controller.v1.AclPermission
+	51, // 54: sluice.controller.v1.CreateAclsRequest.bindings:type_name -> sluice.controller.v1.AclBinding
+	82, // 55: sluice.controller.v1.CreateAclsResponse.errors:type_name -> sluice.errordetails.v1.Error
+	51, // 56: sluice.controller.v1.DescribeAclsRequest.filter:type_name -> sluice.controller.v1.AclBinding
+	51, // 57: sluice.controller.v1.DescribeAclsResponse.bindings:type_name -> sluice.controller.v1.AclBinding
+	51, // 58: sluice.controller.v1.DeleteAclsRequest.filters:type_name -> sluice.controller.v1.AclBinding
+	51, // 59: sluice.controller.v1.DeleteAclsResponse.deleted:type_name -> sluice.controller.v1.AclBinding
+	86, // 60: sluice.controller.v1.RegisterBrokerRequest.endpoints:type_name -> sluice.common.v1.Endpoint
+	82, // 61: sluice.controller.v1.BrokerHeartbeatResponse.error:type_name -> sluice.errordetails.v1.Error
+	87, // 62: sluice.controller.v1.BrokerHeartbeatResponse.state:type_name -> sluice.common.v1.BrokerState
+	82, // 63: sluice.controller.v1.ControlledShutdownResponse.error:type_name -> sluice.errordetails.v1.Error
+	83, // 64: sluice.controller.v1.TopicMetadata.partitions:type_name -> sluice.common.v1.PartitionState
+	80, // 65: sluice.controller.v1.TopicMetadata.configs:type_name -> sluice.controller.v1.TopicMetadata.ConfigsEntry
+	84, // 66: sluice.controller.v1.MetadataSnapshot.brokers:type_name -> sluice.common.v1.Broker
+	64, // 67: sluice.controller.v1.MetadataSnapshot.topics:type_name -> sluice.controller.v1.TopicMetadata
+	38, // 68: sluice.controller.v1.MetadataSnapshot.controllers:type_name -> sluice.controller.v1.ControllerMember
+	66, // 69: sluice.controller.v1.MetadataSnapshot.cluster_configs:type_name -> sluice.controller.v1.ClusterConfigs
+	81, // 70: sluice.controller.v1.ClusterConfigs.configs:type_name -> sluice.controller.v1.ClusterConfigs.ConfigsEntry
+	64, // 71: sluice.controller.v1.MetadataDelta.upserted_topics:type_name -> sluice.controller.v1.TopicMetadata
+	84, // 72: sluice.controller.v1.MetadataDelta.upserted_brokers:type_name -> sluice.common.v1.Broker
+	38, // 73: sluice.controller.v1.MetadataDelta.controllers:type_name -> sluice.controller.v1.ControllerMember
+	66, // 74: sluice.controller.v1.MetadataDelta.cluster_configs:type_name -> sluice.controller.v1.ClusterConfigs
+	65, // 75: sluice.controller.v1.WatchMetadataResponse.snapshot:type_name -> sluice.controller.v1.MetadataSnapshot
+	67, // 76: sluice.controller.v1.WatchMetadataResponse.delta:type_name -> sluice.controller.v1.MetadataDelta
+	70, // 77: sluice.controller.v1.AlterPartitionRequest.changes:type_name -> sluice.controller.v1.PartitionChange
+	82, // 78: sluice.controller.v1.AlterPartitionResult.error:type_name -> sluice.errordetails.v1.Error
+	83, // 79: sluice.controller.v1.AlterPartitionResult.state:type_name -> sluice.common.v1.PartitionState
+	72, // 80: sluice.controller.v1.AlterPartitionResponse.results:type_name -> sluice.controller.v1.AlterPartitionResult
+	82, // 81: sluice.controller.v1.AllocateProducerIdsResponse.error:type_name -> sluice.errordetails.v1.Error
+	82, // [82:82] is the sub-list for method output_type
+	82, // [82:82] is the sub-list for method input_type
+	82, // [82:82] is the sub-list for extension type_name
+	82, // [82:82] is the sub-list for extension extendee
+	0,  // [0:82] is the sub-list for field type_name
 }
 
 func init() { file_sluice_controller_v1_messages_proto_init() }
@@ -5074,8 +5331,8 @@ func file_sluice_controller_v1_messages_proto_init() {
 	}
 	file_sluice_controller_v1_messages_proto_msgTypes[0].OneofWrappers = []any{}
 	file_sluice_controller_v1_messages_proto_msgTypes[19].OneofWrappers = []any{}
-	file_sluice_controller_v1_messages_proto_msgTypes[57].OneofWrappers = []any{}
-	file_sluice_controller_v1_messages_proto_msgTypes[59].OneofWrappers = []any{
+	file_sluice_controller_v1_messages_proto_msgTypes[58].OneofWrappers = []any{}
+	file_sluice_controller_v1_messages_proto_msgTypes[60].OneofWrappers = []any{
 		(*WatchMetadataResponse_Snapshot)(nil),
 		(*WatchMetadataResponse_Delta)(nil),
 	}
@@ -5084,8 +5341,8 @@ func file_sluice_controller_v1_messages_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_controller_v1_messages_proto_rawDesc), len(file_sluice_controller_v1_messages_proto_rawDesc)),
-			NumEnums:      7,
-			NumMessages:   72,
+			NumEnums:      9,
+			NumMessages:   73,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

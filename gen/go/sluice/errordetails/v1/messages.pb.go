@@ -196,6 +196,11 @@ const (
 	// The node could not be reached (connection refused, reset or closed).
 	// Clients see it for transport failures; retry, possibly on another node.
 	ErrorCode_ERROR_CODE_NODE_UNREACHABLE ErrorCode = 1003
+	// The controllers' etcd quorum has no majority, so no metadata can change
+	// and no controller can be active. The message names the controllers the
+	// answering one reaches and those it does not. Retriable: it clears once
+	// enough controllers are back.
+	ErrorCode_ERROR_CODE_CONTROLLER_QUORUM_UNAVAILABLE ErrorCode = 1004
 )
 
 // Enum value maps for ErrorCode.
@@ -276,6 +281,7 @@ var (
 		1001: "ERROR_CODE_UNIMPLEMENTED",
 		1002: "ERROR_CODE_NODE_NOT_READY",
 		1003: "ERROR_CODE_NODE_UNREACHABLE",
+		1004: "ERROR_CODE_CONTROLLER_QUORUM_UNAVAILABLE",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":                      0,
@@ -353,6 +359,7 @@ var (
 		"ERROR_CODE_UNIMPLEMENTED":                    1001,
 		"ERROR_CODE_NODE_NOT_READY":                   1002,
 		"ERROR_CODE_NODE_UNREACHABLE":                 1003,
+		"ERROR_CODE_CONTROLLER_QUORUM_UNAVAILABLE":    1004,
 	}
 )
 
@@ -953,7 +960,7 @@ const file_sluice_errordetails_v1_messages_proto_rawDesc = "" +
 	"\x10field_violations\x18\x01 \x03(\v2&.sluice.errordetails.v1.FieldViolationR\x0ffieldViolations\"H\n" +
 	"\x0eFieldViolation\x12\x14\n" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12 \n" +
-	"\vdescription\x18\x02 \x01(\tR\vdescription*\x8c$\n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription*\xd0$\n" +
 	"\tErrorCode\x12$\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x1a\b\x82\xb5\x18\x04\x12\x02OK\x126\n" +
 	"\x1eERROR_CODE_OFFSET_OUT_OF_RANGE\x10\x01\x1a\x12\x82\xb5\x18\x0e\x12\fOUT_OF_RANGE\x128\n" +
@@ -1031,7 +1038,8 @@ const file_sluice_errordetails_v1_messages_proto_rawDesc = "" +
 	"\x12\bINTERNAL\x122\n" +
 	"\x18ERROR_CODE_UNIMPLEMENTED\x10\xe9\a\x1a\x13\x82\xb5\x18\x0f\x12\rUNIMPLEMENTED\x123\n" +
 	"\x19ERROR_CODE_NODE_NOT_READY\x10\xea\a\x1a\x13\x82\xb5\x18\x0f\b\x01\x12\vUNAVAILABLE\x125\n" +
-	"\x1bERROR_CODE_NODE_UNREACHABLE\x10\xeb\a\x1a\x13\x82\xb5\x18\x0f\b\x01\x12\vUNAVAILABLE:c\n" +
+	"\x1bERROR_CODE_NODE_UNREACHABLE\x10\xeb\a\x1a\x13\x82\xb5\x18\x0f\b\x01\x12\vUNAVAILABLE\x12B\n" +
+	"(ERROR_CODE_CONTROLLER_QUORUM_UNAVAILABLE\x10\xec\a\x1a\x13\x82\xb5\x18\x0f\b\x01\x12\vUNAVAILABLE:c\n" +
 	"\acatalog\x12!.google.protobuf.EnumValueOptions\x18І\x03 \x01(\v2$.sluice.errordetails.v1.CatalogEntryR\acatalogB\xef\x01\n" +
 	"\x1acom.sluice.errordetails.v1B\rMessagesProtoP\x01ZHgithub.com/sluice-io/sluice/gen/go/sluice/errordetails/v1;errordetailsv1\xa2\x02\x03SEX\xaa\x02\x16Sluice.Errordetails.V1\xca\x02\x16Sluice\\Errordetails\\V1\xe2\x02\"Sluice\\Errordetails\\V1\\GPBMetadata\xea\x02\x18Sluice::Errordetails::V1b\x06proto3"
 
