@@ -28,9 +28,16 @@ type Config struct {
 	// Bootstrap lists host:port addresses of any Sluice nodes; the client
 	// learns the rest of the cluster from them.
 	Bootstrap []string
-	// RequestTimeout bounds each call that has no deadline of its own.
-	// Default 30 s.
+	// RequestTimeout bounds each call that has no deadline of its own,
+	// retries included (default.api.timeout.ms). Default 30 s.
 	RequestTimeout time.Duration
+	// BootstrapTimeout bounds one attempt at one bootstrap address: a node
+	// that does not answer within it (paused, cut off, a port nobody
+	// serves) is passed over for the next address. Default 2 s.
+	BootstrapTimeout time.Duration
+	// DialOptions are added to every connection (tests dial in-process
+	// servers with them).
+	DialOptions []grpc.DialOption
 	// Telemetry enables client spans and trace propagation; nil disables
 	// them.
 	Telemetry *telemetry.Providers
@@ -56,7 +63,10 @@ func New(cfg Config) (*Client, error) {
 	if cfg.RequestTimeout == 0 {
 		cfg.RequestTimeout = 30 * time.Second
 	}
-	return &Client{cfg: cfg, pool: grpcx.NewPool(grpcx.ClientOptions{Telemetry: cfg.Telemetry})}, nil
+	if cfg.BootstrapTimeout == 0 {
+		cfg.BootstrapTimeout = 2 * time.Second
+	}
+	return &Client{cfg: cfg, pool: grpcx.NewPool(grpcx.ClientOptions{Telemetry: cfg.Telemetry, Extra: cfg.DialOptions})}, nil
 }
 
 // Close closes every connection.
@@ -92,7 +102,9 @@ func (c *Client) bootstrapOrder() []string {
 
 // anyNode calls fn on bootstrap nodes in turn until one answers with
 // something other than a "try another node" error: unreachable, not ready,
-// or not serving the service at all.
+// not serving the service at all, or silent for BootstrapTimeout (a paused
+// node accepts connections and never answers). It makes one pass over the
+// addresses; callers retry retriable failures with backoff.
 func (c *Client) anyNode(ctx context.Context, fn func(ctx context.Context, conn *grpc.ClientConn) error) error {
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
@@ -103,7 +115,14 @@ func (c *Client) anyNode(ctx context.Context, fn func(ctx context.Context, conn 
 			errList = append(errList, err)
 			continue
 		}
-		err = fn(ctx, conn)
+		actx, acancel := context.WithTimeout(ctx, c.cfg.BootstrapTimeout)
+		err = fn(actx, conn)
+		timedOut := actx.Err() != nil && ctx.Err() == nil
+		acancel()
+		if timedOut && err != nil {
+			errList = append(errList, errs.New(errs.NodeUnreachable, "%s did not answer within %v", addr, c.cfg.BootstrapTimeout))
+			continue
+		}
 		switch errs.CodeOf(err) {
 		case errs.NodeUnreachable, errs.NodeNotReady, errs.Unimplemented:
 			errList = append(errList, fmt.Errorf("%s: %w", addr, err))
@@ -115,6 +134,9 @@ func (c *Client) anyNode(ctx context.Context, fn func(ctx context.Context, conn 
 			c.mu.Unlock()
 		}
 		return err
+	}
+	if ctx.Err() != nil {
+		errList = append(errList, ctx.Err())
 	}
 	return fmt.Errorf("no bootstrap node answered: %w", errors.Join(errList...))
 }

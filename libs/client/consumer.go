@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -41,6 +42,12 @@ type ConsumerConfig struct {
 	// DecompressLimit caps one batch's decompressed size. Default
 	// record.DefaultDecompressLimit.
 	DecompressLimit int
+	// APITimeout is default.api.timeout.ms: AssignTopic waits at most this
+	// long for metadata while no node can answer, and a partition whose
+	// leader keeps failing with retriable errors (unreachable, not ready,
+	// being elected) has Poll return the last error once it has failed
+	// for this long. Retrying goes on meanwhile and after. Default 60 s.
+	APITimeout time.Duration
 }
 
 // ConsumedRecord is a record read from a partition.
@@ -89,6 +96,7 @@ type Consumer struct {
 	notify    chan struct{}
 
 	out    chan fetched
+	ended  chan streamEnd // partitions leaving fetch streams, for run
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -112,11 +120,15 @@ func (c *Client) NewConsumer(cfg ConsumerConfig) *Consumer {
 	if cfg.PartitionMaxBytes == 0 {
 		cfg.PartitionMaxBytes = 1 << 20
 	}
+	if cfg.APITimeout == 0 {
+		cfg.APITimeout = time.Minute
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	k := &Consumer{
 		c: c, cfg: cfg, md: newMetaCache(c), positions: map[TopicPartition]*position{},
 		// Up to 64 fetched chunks wait for Poll; streams pause beyond that.
 		notify: make(chan struct{}, 1), out: make(chan fetched, 64), cancel: cancel, done: make(chan struct{}),
+		ended: make(chan streamEnd),
 	}
 	go func() {
 		defer close(k.done)
@@ -145,7 +157,7 @@ func (k *Consumer) Assign(tps ...TopicPartition) {
 
 // AssignTopic assigns every partition of a topic.
 func (k *Consumer) AssignTopic(ctx context.Context, topic string) error {
-	n, err := k.md.partitions(ctx, topic, time.Now())
+	n, err := k.md.partitionsWait(ctx, topic, k.cfg.APITimeout)
 	if err != nil {
 		return err
 	}
@@ -195,6 +207,9 @@ func (k *Consumer) Poll(ctx context.Context) ([]*ConsumedRecord, error) {
 		select {
 		case f := <-k.out:
 			if f.err != nil {
+				if !k.current(f.gen) {
+					continue // about positions a Seek or Assign has replaced
+				}
 				return nil, f.err
 			}
 			if recs := k.accept(f); len(recs) > 0 {
@@ -205,6 +220,12 @@ func (k *Consumer) Poll(ctx context.Context) ([]*ConsumedRecord, error) {
 			return nil, ctx.Err()
 		}
 	}
+}
+
+func (k *Consumer) current(gen int) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return gen == k.gen
 }
 
 // accept drops records from streams of an older assignment (before a
@@ -271,46 +292,174 @@ func (k *Consumer) Close() {
 	<-k.done
 }
 
-// run keeps one fetch stream per leader node for the assigned partitions,
-// restarting them when the assignment, a position (Seek) or a leader
-// changes.
+// run keeps fetch streams to the leaders of the assigned partitions. A
+// stream that fails affects only its own partitions: they are placed again
+// after a backoff, on fresh metadata, while the others keep streaming. A
+// new assignment or position (Seek) restarts every stream.
 func (k *Consumer) run(ctx context.Context) {
 	var (
+		sctx                             = ctx
 		cancelStreams context.CancelFunc = func() {}
 		wg            sync.WaitGroup
-		restart       = make(chan struct{}, 1)
+		gen           = -1
+		placed        map[TopicPartition]bool
+		retry         map[TopicPartition]*retryState
 	)
 	defer func() {
 		cancelStreams()
 		wg.Wait()
 	}()
 	for {
-		cancelStreams()
-		wg.Wait()
-		sctx, cancel := context.WithCancel(ctx)
-		cancelStreams = cancel
-		gen, byLeader, retry := k.plan(sctx)
-		for addr, parts := range byLeader {
-			wg.Go(func() {
-				if err := k.stream(sctx, gen, addr, parts); err != nil && sctx.Err() == nil {
-					select {
-					case restart <- struct{}{}:
-					default:
-					}
-				}
-			})
+		k.mu.Lock()
+		cur := k.gen
+		k.mu.Unlock()
+		if cur != gen {
+			cancelStreams()
+			wg.Wait()
+			var cancel context.CancelFunc
+			sctx, cancel = context.WithCancel(ctx)
+			cancelStreams = cancel
+			gen, placed, retry = cur, map[TopicPartition]bool{}, map[TopicPartition]*retryState{}
 		}
-		var wait <-chan time.Time
-		if retry {
-			wait = time.After(200 * time.Millisecond)
+		for addr, parts := range k.plan(sctx, gen, placed, retry) {
+			for _, p := range parts {
+				placed[p.tp] = true
+			}
+			sc, g := sctx, gen
+			wg.Go(func() { k.report(sc, k.stream(sc, g, addr, parts)) })
+		}
+		var wake <-chan time.Time
+		var timer *time.Timer
+		if d, ok := nextRetry(retry, time.Now()); ok {
+			timer = time.NewTimer(max(d, time.Millisecond))
+			wake = timer.C
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-k.notify:
-		case <-restart:
-			time.Sleep(50 * time.Millisecond) // let metadata settle after a failover
-		case <-wait:
+		case e := <-k.ended:
+			k.streamEnded(sctx, gen, e, placed, retry)
+		case <-wake:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+	}
+}
+
+// retryState is a partition that could not be placed on a stream, or whose
+// stream failed: it is placed again at retryAt.
+type retryState struct {
+	since    time.Time // first failure since the partition was last read
+	retryAt  time.Time
+	backoff  backoff
+	lastErr  error
+	reported bool // the failure outlasted APITimeout and Poll returned it
+	parked   bool // a non-retriable error went to Poll; wait for Seek or Assign
+}
+
+// nextRetry returns how long until the next partition is due.
+func nextRetry(retry map[TopicPartition]*retryState, now time.Time) (time.Duration, bool) {
+	var next time.Duration
+	found := false
+	for _, r := range retry {
+		if r.parked {
+			continue
+		}
+		if d := r.retryAt.Sub(now); !found || d < next {
+			next, found = d, true
+		}
+	}
+	return next, found
+}
+
+// settled marks an error that retrying cannot fix even though its code is
+// retriable: metadata itself says the topic or partition does not exist.
+type settled struct{ error }
+
+func (s settled) Unwrap() error { return s.error }
+
+// failed records a partition's failure. A non-retriable error goes to Poll
+// at once and the partition waits for Seek or Assign; a retriable one is
+// retried with backoff on fresh metadata, and goes to Poll (once) when it
+// has lasted APITimeout (default.api.timeout.ms), so nothing waits
+// silently forever.
+func (k *Consumer) failed(ctx context.Context, gen int, tp TopicPartition, err error, retry map[TopicPartition]*retryState) {
+	now := time.Now()
+	r, ok := retry[tp]
+	if !ok {
+		r = &retryState{since: now}
+		retry[tp] = r
+	}
+	r.lastErr = err
+	if errors.As(err, new(settled)) || !errs.IsRetriable(err) {
+		r.parked = true
+		k.deliver(ctx, fetched{gen: gen, err: err})
+		return
+	}
+	k.md.refreshSoon(tp.Topic)
+	r.retryAt = now.Add(r.backoff.next())
+	if !r.reported && now.Sub(r.since) >= k.cfg.APITimeout {
+		r.reported = true
+		k.deliver(ctx, fetched{gen: gen, err: timedOut(fmt.Sprintf("%s-%d: not readable for %v", tp.Topic, tp.Partition, k.cfg.APITimeout), err)})
+	}
+}
+
+// report hands the run loop partitions that left a stream.
+func (k *Consumer) report(ctx context.Context, e streamEnd) {
+	if len(e.parts) == 0 {
+		return
+	}
+	select {
+	case k.ended <- e:
+	case <-ctx.Done():
+	}
+}
+
+// streamEnd reports partitions that left a fetch stream: one that the
+// leader answered with an error (it goes on serving the others), or all
+// that were left when the stream ended.
+type streamEnd struct {
+	parts   []TopicPartition
+	started time.Time
+	// err ended the whole stream (nil when the server ended it).
+	err error
+	// failed are the partitions the leader answered with an error.
+	failed map[TopicPartition]error
+	// served are the partitions that were read without error.
+	served map[TopicPartition]bool
+}
+
+// streamEnded places a stream's partitions again: at once when they ended
+// for a reason already dealt with (a reset, a truncation), after a backoff
+// when they failed.
+func (k *Consumer) streamEnded(ctx context.Context, gen int, e streamEnd, placed map[TopicPartition]bool, retry map[TopicPartition]*retryState) {
+	// A stream that ran for a while read from a working leader, even if it
+	// had nothing to send.
+	lived := time.Since(e.started) >= time.Second
+	if e.err != nil && !errs.IsRetriable(e.err) {
+		// One error for the whole stream, not one per partition.
+		k.deliver(ctx, fetched{gen: gen, err: e.err})
+		for _, tp := range e.parts {
+			delete(placed, tp)
+			retry[tp] = &retryState{since: time.Now(), lastErr: e.err, parked: true}
+		}
+		return
+	}
+	for _, tp := range e.parts {
+		delete(placed, tp)
+		if lived || e.served[tp] {
+			delete(retry, tp)
+		}
+		err, ok := e.failed[tp]
+		if !ok && e.err != nil {
+			err, ok = e.err, true
+		}
+		if ok && err != nil {
+			k.failed(ctx, gen, tp, err, retry)
+		} else if r, ok := retry[tp]; ok {
+			r.retryAt = time.Time{}
 		}
 	}
 }
@@ -323,58 +472,86 @@ type streamPart struct {
 	epoch     *int32
 }
 
-// plan resolves positions and groups partitions by leader. retry is set
-// when some partition could not be placed (no leader yet).
-func (k *Consumer) plan(ctx context.Context) (int, map[string][]streamPart, bool) {
+// plan places the assigned partitions that are on no stream and due for a
+// try, grouped by leader address. Those it cannot place are recorded in
+// retry.
+func (k *Consumer) plan(ctx context.Context, gen int, placed map[TopicPartition]bool, retry map[TopicPartition]*retryState) map[string][]streamPart {
 	k.mu.Lock()
-	gen := k.gen
-	tps := make([]TopicPartition, 0, len(k.positions))
+	var tps []TopicPartition
 	for tp := range k.positions {
-		tps = append(tps, tp)
+		if !placed[tp] {
+			tps = append(tps, tp)
+		}
 	}
 	k.mu.Unlock()
+	now := time.Now()
 	out := map[string][]streamPart{}
-	retry := false
 	for _, tp := range tps {
-		if _, err := k.md.partitions(ctx, tp.Topic, time.Now()); err != nil {
-			retry = true
+		if r, ok := retry[tp]; ok && (r.parked || now.Before(r.retryAt)) {
 			continue
 		}
-		l, ok := k.md.leader(tp.Topic, tp.Partition)
-		if !ok {
-			k.md.refreshSoon(tp.Topic)
-			retry = true
+		addr, sp, err := k.place(ctx, tp)
+		if err != nil {
+			if ctx.Err() == nil {
+				k.failed(ctx, gen, tp, err, retry)
+			}
 			continue
+		}
+		if addr != "" {
+			out[addr] = append(out[addr], sp)
+		}
+	}
+	return out
+}
+
+// place finds a partition's leader and resolves its position. An empty
+// address means the partition is no longer assigned.
+func (k *Consumer) place(ctx context.Context, tp TopicPartition) (string, streamPart, error) {
+	n, err := k.md.partitions(ctx, tp.Topic, time.Now())
+	if err != nil {
+		if errs.Is(err, errs.UnknownTopicOrPartition) {
+			err = settled{err}
+		}
+		return "", streamPart{}, err
+	}
+	if tp.Partition >= n || tp.Partition < 0 {
+		// The cached count may predate CreatePartitions: ask again first.
+		if err := k.md.refresh(ctx, tp.Topic); err != nil {
+			return "", streamPart{}, err
+		}
+		if n, _ = k.md.known(tp.Topic); tp.Partition >= n || tp.Partition < 0 {
+			return "", streamPart{}, settled{errs.New(errs.UnknownTopicOrPartition, "topic %q has %d partitions; partition %d does not exist", tp.Topic, n, tp.Partition)}
+		}
+	}
+	l, ok := k.md.leader(tp.Topic, tp.Partition)
+	if !ok {
+		return "", streamPart{}, errs.New(errs.LeaderNotAvailable, "%s-%d has no leader at the moment", tp.Topic, tp.Partition)
+	}
+	k.mu.Lock()
+	p, ok := k.positions[tp]
+	var off int64
+	var last int32
+	if ok {
+		off, last = p.offset, p.lastEpoch
+	}
+	k.mu.Unlock()
+	if !ok {
+		return "", streamPart{}, nil
+	}
+	if off < 0 {
+		resolved, err := k.resetOffset(ctx, tp, l.addr)
+		if err != nil {
+			return "", streamPart{}, err
 		}
 		k.mu.Lock()
-		p, ok := k.positions[tp]
-		var off int64
-		var last int32
-		if ok {
-			off, last = p.offset, p.lastEpoch
+		if p.offset < 0 {
+			p.offset = resolved
 		}
+		off = p.offset
 		k.mu.Unlock()
-		if !ok {
-			continue
-		}
-		if off < 0 {
-			resolved, err := k.resetOffset(ctx, tp, l.addr)
-			if err != nil {
-				k.deliver(ctx, fetched{gen: gen, err: err})
-				retry = true
-				continue
-			}
-			k.mu.Lock()
-			if p.offset < 0 {
-				p.offset = resolved
-			}
-			off = p.offset
-			k.mu.Unlock()
-		}
-		epoch := l.epoch
-		out[l.addr] = append(out[l.addr], streamPart{tp: tp, offset: off, lastEpoch: last, epoch: &epoch})
 	}
-	return gen, out, retry
+	epoch := l.epoch
+	return l.addr, streamPart{tp: tp, offset: off, lastEpoch: last, epoch: &epoch}, nil
 }
 
 // resetOffset finds the starting offset for the reset policy.
@@ -403,12 +580,19 @@ func (k *Consumer) resetOffset(ctx context.Context, tp TopicPartition, addr stri
 	return res.GetOffset(), nil
 }
 
-// stream reads partitions from one leader until the stream fails or a
-// partition needs attention (a new leader, truncation, a reset).
-func (k *Consumer) stream(ctx context.Context, gen int, addr string, parts []streamPart) error {
+// stream reads partitions from one leader until the stream fails or every
+// partition on it needs attention (a new leader, truncation, a reset); the
+// leader drops a partition from the stream when it answers it with an
+// error and keeps serving the others.
+func (k *Consumer) stream(ctx context.Context, gen int, addr string, parts []streamPart) streamEnd {
+	end := streamEnd{started: time.Now(), failed: map[TopicPartition]error{}, served: map[TopicPartition]bool{}}
+	for _, p := range parts {
+		end.parts = append(end.parts, p.tp)
+	}
 	conn, err := k.c.Conn(addr)
 	if err != nil {
-		return err
+		end.err = err
+		return end
 	}
 	req := &storagev1.FetchRequest{Follow: true, Format: storagev1.RecordFormat_RECORD_FORMAT_BATCHES, MaxWaitMs: 500}
 	byTP := map[TopicPartition]streamPart{}
@@ -424,12 +608,25 @@ func (k *Consumer) stream(ctx context.Context, gen int, addr string, parts []str
 	}
 	stream, err := storagev1.NewStorageServiceClient(conn).Fetch(ctx, req, grpc.ForceCodecV2(chunkCodec))
 	if err != nil {
-		return err
+		end.err = err
+		return end
 	}
-	return k.receive(ctx, gen, stream, byTP)
+	if err := k.receive(ctx, gen, stream, byTP, &end); !errors.Is(err, io.EOF) {
+		end.err = err
+	}
+	left := end.parts[:0]
+	for _, tp := range end.parts {
+		if _, gone := end.failed[tp]; !gone {
+			left = append(left, tp)
+		}
+	}
+	end.parts = left
+	return end
 }
 
-func (k *Consumer) receive(ctx context.Context, gen int, stream grpc.ServerStreamingClient[storagev1.FetchResponse], parts map[TopicPartition]streamPart) error {
+// receive delivers a stream's records until it ends (io.EOF once the leader
+// has dropped every partition). Per-partition outcomes go to end.
+func (k *Consumer) receive(ctx context.Context, gen int, stream grpc.ServerStreamingClient[storagev1.FetchResponse], parts map[TopicPartition]streamPart, end *streamEnd) error {
 	var it record.Iterator
 	it.DecompressLimit = k.cfg.DecompressLimit
 	for {
@@ -439,7 +636,10 @@ func (k *Consumer) receive(ctx context.Context, gen int, stream grpc.ServerStrea
 		}
 		tp := TopicPartition{resp.GetTopic(), resp.GetPartition()}
 		if e := errs.FromProto(resp.GetError()); e != nil {
-			return k.partitionError(ctx, gen, tp, e)
+			if k.drop(ctx, end, tp, k.partitionError(tp, e)) {
+				return io.EOF
+			}
+			continue
 		}
 		if d := resp.GetDivergingEpoch(); d != nil {
 			k.mu.Lock()
@@ -452,8 +652,14 @@ func (k *Consumer) receive(ctx context.Context, gen int, stream grpc.ServerStrea
 			if truncated {
 				k.deliver(ctx, fetched{gen: gen, err: &TruncationError{Topic: tp.Topic, Partition: tp.Partition, Offset: d.GetEndOffset()}})
 			}
-			return errors.New("log diverged; restarting the fetch")
+			// The leader dropped the partition; it is placed again at
+			// once from the divergence point.
+			if k.drop(ctx, end, tp, nil) {
+				return io.EOF
+			}
+			continue
 		}
+		end.served[tp] = true
 		start := parts[tp].offset
 		var recs []*ConsumedRecord
 		var block []ConsumedRecord // records are allocated in blocks, not one by one
@@ -496,23 +702,35 @@ func (k *Consumer) receive(ctx context.Context, gen int, stream grpc.ServerStrea
 	}
 }
 
-// partitionError handles a partition's fetch error: refresh leadership, or
-// reset the position when it fell out of the log.
-func (k *Consumer) partitionError(ctx context.Context, gen int, tp TopicPartition, e *errs.Error) error {
+// drop reports a partition the leader dropped from the stream (err nil:
+// place it again at once), and whether none is left, so the stream can end
+// (the leader keeps an empty stream open).
+func (k *Consumer) drop(ctx context.Context, end *streamEnd, tp TopicPartition, err error) bool {
+	if _, gone := end.failed[tp]; gone {
+		return false
+	}
+	end.failed[tp] = err
+	k.report(ctx, streamEnd{parts: []TopicPartition{tp}, started: end.started,
+		failed: map[TopicPartition]error{tp: err}, served: map[TopicPartition]bool{tp: end.served[tp]}})
+	return len(end.failed) == len(end.parts)
+}
+
+// partitionError handles a partition's fetch error and returns what to
+// record as its failure (nil: place it again at once). A position that
+// fell out of the log is reset by the reset policy, or, without one, is
+// the caller's to fix (OFFSET_OUT_OF_RANGE with the valid range); a leader
+// hint is applied at once.
+func (k *Consumer) partitionError(tp TopicPartition, e *errs.Error) error {
 	switch {
-	case e.Code == errs.OffsetOutOfRange:
-		if k.cfg.Reset == ResetNone {
-			k.deliver(ctx, fetched{gen: gen, err: e})
-		}
+	case e.Code == errs.OffsetOutOfRange && k.cfg.Reset != ResetNone:
 		k.mu.Lock()
 		if p, ok := k.positions[tp]; ok {
 			p.offset, p.lastEpoch = -1, -1
 		}
 		k.mu.Unlock()
+		return nil
 	case e.Leader != nil && e.Leader.GetLeaderAddress() != "":
 		k.md.hint(tp.Topic, tp.Partition, e.Leader)
-	default:
-		k.md.refreshSoon(tp.Topic)
 	}
 	return e
 }

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -18,7 +19,17 @@ type metaCache struct {
 
 	mu      sync.Mutex
 	topics  map[string]*topicMeta
-	loading map[string]chan struct{}
+	loading map[string]*load
+	// absent holds topics that metadata said do not exist, with that
+	// answer: a producer fails their batches instead of retrying them.
+	absent map[string]*errs.Error
+}
+
+// load is one metadata fetch in progress; err is its result once done is
+// closed.
+type load struct {
+	done chan struct{}
+	err  error
 }
 
 type topicMeta struct {
@@ -43,7 +54,7 @@ type leaderInfo struct {
 const metadataMaxAge = 5 * time.Minute
 
 func newMetaCache(c *Client) *metaCache {
-	return &metaCache{c: c, topics: map[string]*topicMeta{}, loading: map[string]chan struct{}{}}
+	return &metaCache{c: c, topics: map[string]*topicMeta{}, loading: map[string]*load{}, absent: map[string]*errs.Error{}}
 }
 
 // partitions returns a topic's partition count, fetching its metadata if
@@ -63,39 +74,96 @@ func (m *metaCache) partitions(ctx context.Context, topic string, now time.Time)
 	return int32(len(m.topics[topic].partitions)), nil
 }
 
+// partitionsWait is partitions with retries: retriable failures (no node
+// reachable, a node still starting) are retried with backoff until timeout
+// or ctx ends; the last one is in the error then. A topic metadata says
+// does not exist fails at once.
+func (m *metaCache) partitionsWait(ctx context.Context, topic string, timeout time.Duration) (int32, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var b backoff
+	for {
+		n, err := m.partitions(ctx, topic, time.Now())
+		if err == nil || !retryMetadata(err) {
+			return n, err
+		}
+		if !b.wait(ctx) {
+			return 0, timedOut(fmt.Sprintf("metadata of topic %q not available within %v", topic, timeout), err)
+		}
+	}
+}
+
+// retryMetadata says whether a failed metadata fetch is worth retrying: a
+// retriable error other than the topic's absence, which a metadata answer
+// states with authority.
+func retryMetadata(err error) bool {
+	return errs.IsRetriable(err) && !errs.Is(err, errs.UnknownTopicOrPartition)
+}
+
+// timedOut is the error of an operation that kept failing until its time
+// ran out: REQUEST_TIMED_OUT with the last error as cause (as Kafka's
+// clients report it).
+func timedOut(what string, last error) *errs.Error {
+	return errs.New(errs.RequestTimedOut, "%s; last error: %w", what, last)
+}
+
+// backoff doubles a wait from 50 ms up to 1 s (retry.backoff.ms,
+// retry.backoff.max.ms).
+type backoff struct{ d time.Duration }
+
+func (b *backoff) next() time.Duration {
+	b.d = min(max(2*b.d, 50*time.Millisecond), time.Second)
+	return b.d
+}
+
+// wait sleeps for the next backoff; false if ctx ended first.
+func (b *backoff) wait(ctx context.Context) bool {
+	t := time.NewTimer(b.next())
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // refresh fetches a topic's metadata; concurrent callers share one fetch.
 func (m *metaCache) refresh(ctx context.Context, topic string) error {
 	m.mu.Lock()
-	if ch, ok := m.loading[topic]; ok {
+	if l, ok := m.loading[topic]; ok {
 		m.mu.Unlock()
 		select {
-		case <-ch:
+		case <-l.done:
+			return l.err
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		m.mu.Lock()
-		_, ok := m.topics[topic]
-		m.mu.Unlock()
-		if !ok {
-			return errs.New(errs.UnknownTopicOrPartition, "topic %q does not exist", topic)
-		}
-		return nil
 	}
-	ch := make(chan struct{})
-	m.loading[topic] = ch
+	l := &load{done: make(chan struct{})}
+	m.loading[topic] = l
 	m.mu.Unlock()
-	defer func() {
-		m.mu.Lock()
-		delete(m.loading, topic)
-		m.mu.Unlock()
-		close(ch)
-	}()
+	l.err = m.fetch(ctx, topic)
+	m.mu.Lock()
+	delete(m.loading, topic)
+	m.mu.Unlock()
+	close(l.done)
+	return l.err
+}
+
+func (m *metaCache) fetch(ctx context.Context, topic string) error {
 	md, err := m.c.Metadata(ctx, topic)
 	if err != nil {
 		return err
 	}
 	ti := md.GetTopics()[0]
 	if e := errs.FromProto(ti.GetError()); e != nil {
+		if e.Code == errs.UnknownTopicOrPartition {
+			m.mu.Lock()
+			delete(m.topics, topic)
+			m.absent[topic] = e
+			m.mu.Unlock()
+		}
 		return e
 	}
 	addrs := map[int32]string{}
@@ -111,8 +179,18 @@ func (m *metaCache) refresh(ctx context.Context, topic string) error {
 	}
 	m.mu.Lock()
 	m.topics[topic] = t
+	delete(m.absent, topic)
 	m.mu.Unlock()
 	return nil
+}
+
+// absentErr returns metadata's answer that a topic does not exist, if that
+// was its last answer.
+func (m *metaCache) absentErr(topic string) (*errs.Error, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.absent[topic]
+	return e, ok
 }
 
 // known returns the partition count of a topic whose metadata is cached,

@@ -53,7 +53,10 @@ type ProducerConfig struct {
 	// 100 ms and 1 s.
 	RetryBackoff, RetryBackoffMax time.Duration
 	// DeliveryTimeout bounds the time from Produce to the record's result,
-	// retries included (delivery.timeout.ms). Default 2 minutes.
+	// retries included (delivery.timeout.ms). Default 2 minutes. Produce
+	// itself waits at most this long for a new topic's metadata while no
+	// node can answer (max.block.ms). When it passes, the record fails with
+	// REQUEST_TIMED_OUT naming the last error its batch met.
 	DeliveryTimeout time.Duration
 	// RequestTimeout bounds one produce request (request.timeout.ms).
 	// Default 30 s.
@@ -178,6 +181,9 @@ type prodBatch struct {
 	created  time.Time
 	attempts int
 	span     trace.Span // the request span of the current attempt
+	// lastErr is the last retriable error of this batch, reported as the
+	// cause if the delivery timeout passes.
+	lastErr error
 	// builder holds data; it goes back to the pool once the batch is done.
 	builder *record.Builder
 }
@@ -233,7 +239,7 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 	n, ok := p.md.known(r.Topic)
 	if !ok {
 		var err error
-		if n, err = p.md.partitions(ctx, r.Topic, time.Now()); err != nil {
+		if n, err = p.md.partitionsWait(ctx, r.Topic, p.cfg.DeliveryTimeout); err != nil {
 			return err
 		}
 	}
@@ -572,11 +578,21 @@ func (p *Producer) sendReady(ctx context.Context) time.Duration {
 		b := pp.ready[0]
 		if now.Sub(b.created) > p.cfg.DeliveryTimeout {
 			pp.ready = pp.ready[1:]
-			p.finishLocked(b, -1, errs.New(errs.RequestTimedOut, "%s-%d: not delivered within %v", b.tp.topic, b.tp.partition, p.cfg.DeliveryTimeout))
+			p.finishLocked(b, -1, p.deliveryTimedOut(b))
 			continue
 		}
 		leader, ok := p.md.leader(b.tp.topic, b.tp.partition)
+		if e, absent := p.md.absentErr(b.tp.topic); !ok && absent {
+			// Metadata confirmed the topic is gone (deleted): retrying
+			// cannot help (Kafka fails such batches too).
+			pp.ready = pp.ready[1:]
+			p.finishLocked(b, -1, fmt.Errorf("%s-%d: %w", b.tp.topic, b.tp.partition, e))
+			continue
+		}
 		if !ok {
+			if b.lastErr == nil {
+				b.lastErr = errs.New(errs.LeaderNotAvailable, "metadata names no leader for %s-%d", b.tp.topic, b.tp.partition)
+			}
 			p.md.refreshSoon(b.tp.topic)
 			next = min(next, 50*time.Millisecond)
 			continue
@@ -700,6 +716,9 @@ func (p *Producer) complete(group []*prodBatch, resp *storagev1.ProduceResponse,
 		} else if e.Retriable() {
 			p.md.refreshSoon(b.tp.topic)
 		}
+		if e.Retriable() {
+			b.lastErr = e
+		}
 		if e.Retriable() && !p.closed && time.Since(b.created) < p.cfg.DeliveryTimeout {
 			// Retry first, in order: the batch goes back to the front.
 			pp.ready = append([]*prodBatch{b}, pp.ready...)
@@ -707,9 +726,25 @@ func (p *Producer) complete(group []*prodBatch, resp *storagev1.ProduceResponse,
 			pp.retryAt = time.Now().Add(pp.backoff)
 			continue
 		}
-		p.finishLocked(b, -1, fmt.Errorf("%s-%d: %w", b.tp.topic, b.tp.partition, err))
+		if e.Retriable() && !p.closed {
+			err = p.deliveryTimedOut(b)
+		} else {
+			err = fmt.Errorf("%s-%d: %w", b.tp.topic, b.tp.partition, err)
+		}
+		p.finishLocked(b, -1, err)
 	}
 	p.kick()
+}
+
+// deliveryTimedOut is the error of a batch whose delivery timeout passed:
+// REQUEST_TIMED_OUT with the last error it met, so the cause (a full disk,
+// too few in-sync replicas) is not hidden behind the timeout.
+func (p *Producer) deliveryTimedOut(b *prodBatch) error {
+	what := fmt.Sprintf("%s-%d: not delivered within %v", b.tp.topic, b.tp.partition, p.cfg.DeliveryTimeout)
+	if b.lastErr == nil {
+		return errs.New(errs.RequestTimedOut, "%s", what)
+	}
+	return timedOut(what, b.lastErr)
 }
 
 // prodConn pipelines requests to one node on a ProduceStream, opened on

@@ -1,8 +1,9 @@
 // Package service runs a process's components in a fixed order: each starts
 // only after the ones before it are ready, and they stop in reverse order, so
 // a role never outlives what it depends on. Health follows the lifecycle:
-// a component's services report SERVING once it has started, the process as
-// a whole ("") once every component has, and everything reports NOT_SERVING
+// a component's services report SERVING once it has started (a component
+// with Readiness: while it says it can serve), the process as a whole ("")
+// while every component does, and everything reports NOT_SERVING
 // before the first one stops, so load balancers and clients move away before
 // calls start failing.
 //
@@ -18,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"sync"
 	"time"
 )
 
@@ -45,6 +47,19 @@ type Failer interface {
 // and NOT_SERVING before anything stops.
 type HealthReporter interface {
 	HealthServices() []string
+}
+
+// Readiness is implemented by components that can serve only in some
+// states after they started: a storage node until the controller unfences
+// it. Their services report SERVING only while Serving says so, and the
+// process ("") only while every such component does, so a script or an
+// orchestrator waiting on health never races a node that would answer
+// NODE_NOT_READY or NOT_LEADER_OR_FOLLOWER. Later components start without
+// waiting for it.
+type Readiness interface {
+	// Serving reports whether the component can serve now, and a channel
+	// closed at the next change.
+	Serving() (bool, <-chan struct{})
 }
 
 // Health sets gRPC health statuses; grpcx.Server implements it.
@@ -87,11 +102,19 @@ type Manager struct {
 	StopTimeout  time.Duration
 	// Ready, if set, is called once every service has started.
 	Ready func()
+
+	mu        sync.Mutex
+	started   bool            // every service has started
+	notReady  map[string]bool // components with Readiness that cannot serve now
+	stopping  bool
+	watchers  sync.WaitGroup
+	stopWatch chan struct{}
 }
 
 // NewManager returns a manager. health may be nil.
 func NewManager(logger *slog.Logger, health Health) *Manager {
-	return &Manager{logger: logger, health: health, StartTimeout: 2 * time.Minute, StopTimeout: 30 * time.Second}
+	return &Manager{logger: logger, health: health, StartTimeout: 2 * time.Minute, StopTimeout: 30 * time.Second,
+		notReady: map[string]bool{}, stopWatch: make(chan struct{})}
 }
 
 // Add appends a service; services start in the order they are added.
@@ -103,17 +126,20 @@ func (m *Manager) Add(s Service) { m.services = append(m.services, s) }
 func (m *Manager) Run(ctx context.Context) error {
 	started, err := m.start(ctx)
 	if err != nil {
+		m.stopWatchers()
 		m.setHealth(false, started)
 		return errors.Join(err, m.stop(started))
 	}
-	if m.health != nil {
-		m.health.SetServing(true, "")
-	}
+	m.mu.Lock()
+	m.started = true
+	m.updateProcessLocked()
+	m.mu.Unlock()
 	m.logger.Info("all components started", slog.Int("components", len(started)))
 	if m.Ready != nil {
 		m.Ready()
 	}
 	runErr := m.wait(ctx, started)
+	m.stopWatchers()
 	m.setHealth(false, started)
 	return errors.Join(runErr, m.stop(started))
 }
@@ -139,11 +165,77 @@ func (m *Manager) start(ctx context.Context) ([]Service, error) {
 		// A component's services serve as soon as it is ready: later
 		// components may call them (a storage node registering with the
 		// controller in the same process).
-		if h, ok := s.(HealthReporter); ok && m.health != nil {
+		if r, ok := s.(Readiness); ok {
+			m.watch(s, r)
+		} else if h, ok := s.(HealthReporter); ok && m.health != nil {
 			m.health.SetServing(true, h.HealthServices()...)
 		}
 	}
 	return started, nil
+}
+
+// watch follows a component's Readiness until the process stops.
+func (m *Manager) watch(s Service, r Readiness) {
+	m.mu.Lock()
+	m.notReady[s.Name()] = true
+	m.mu.Unlock()
+	m.watchers.Go(func() {
+		was := false
+		for first := true; ; first = false {
+			ok, changed := r.Serving()
+			if first || ok != was {
+				m.setReady(s, ok)
+				was = ok
+			}
+			select {
+			case <-changed:
+			case <-m.stopWatch:
+				return
+			}
+		}
+	})
+}
+
+// setReady records whether a component with Readiness can serve and sets
+// its services' and the process's health.
+func (m *Manager) setReady(s Service, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopping {
+		return
+	}
+	if ok {
+		delete(m.notReady, s.Name())
+		m.logger.Info("component serving", slog.String("component", s.Name()))
+	} else {
+		m.notReady[s.Name()] = true
+		m.logger.Info("component not serving", slog.String("component", s.Name()))
+	}
+	if h, isReporter := s.(HealthReporter); isReporter && m.health != nil {
+		m.health.SetServing(ok, h.HealthServices()...)
+	}
+	m.updateProcessLocked()
+}
+
+// updateProcessLocked sets the process's health (""): SERVING once every
+// component has started and while every one with Readiness can serve.
+func (m *Manager) updateProcessLocked() {
+	if m.health == nil || m.stopping {
+		return
+	}
+	m.health.SetServing(m.started && len(m.notReady) == 0, "")
+}
+
+// stopWatchers stops following Readiness; health only turns NOT_SERVING
+// from here on.
+func (m *Manager) stopWatchers() {
+	m.mu.Lock()
+	if !m.stopping {
+		m.stopping = true
+		close(m.stopWatch)
+	}
+	m.mu.Unlock()
+	m.watchers.Wait()
 }
 
 // wait blocks until ctx ends or any Failer fails.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -101,4 +102,62 @@ func TestComponentFailureStopsProcess(t *testing.T) {
 	err := m.Run(context.Background())
 	require.ErrorContains(t, err, "a failed: etcd lost its disk")
 	require.Equal(t, []string{"start a", "start b", "stop b", "stop a"}, r.get())
+}
+
+// gated is a component that can serve only while its state says so, like
+// a storage node before the controller unfences it.
+type gated struct {
+	*comp
+	mu      sync.Mutex
+	ok      bool
+	changed chan struct{}
+}
+
+func (g *gated) Serving() (bool, <-chan struct{}) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ok, g.changed
+}
+
+func (g *gated) set(ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.ok = ok
+	close(g.changed)
+	g.changed = make(chan struct{})
+}
+
+// A started component that cannot serve yet keeps its services and the
+// process NOT_SERVING, without holding up the components after it.
+func TestReadinessGatesHealth(t *testing.T) {
+	r := &recorder{}
+	m := service.NewManager(log.Discard(), r)
+	g := &gated{comp: newComp(r, "storage", nil), changed: make(chan struct{})}
+	m.Add(g)
+	m.Add(newComp(r, "later", nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	m.Ready = func() { close(ready) }
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	<-ready
+	has := func(e string) func() bool {
+		return func() bool {
+			for _, x := range r.get() {
+				if x == e {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	require.Eventually(t, has("not-serving "), 5*time.Second, 5*time.Millisecond)
+	require.False(t, has("serving storage.Service")(), "SERVING before the component can serve: %v", r.get())
+	require.False(t, has("serving ")(), "process SERVING before every component can serve: %v", r.get())
+	require.True(t, has("start later")(), "a later component waited for readiness")
+	g.set(true)
+	require.Eventually(t, has("serving "), 5*time.Second, 5*time.Millisecond)
+	require.True(t, has("serving storage.Service")())
+	cancel()
+	require.NoError(t, <-done)
 }

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	replicationv1 "github.com/sluice-io/sluice/gen/go/sluice/replication/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
 	"github.com/sluice-io/sluice/libs/config"
@@ -139,6 +140,22 @@ func (r *StorageNode) Name() string { return "storage-node" }
 // HealthServices implements service.HealthReporter.
 func (r *StorageNode) HealthServices() []string {
 	return []string{storagev1.StorageService_ServiceDesc.ServiceName, replicationv1.ReplicationService_ServiceDesc.ServiceName}
+}
+
+// Serving implements service.Readiness: the node serves once its logs are
+// open (Start) and while the controller has it unfenced. A restarted node
+// registers fenced and answers NOT_LEADER_OR_FOLLOWER until its old
+// leaderships have moved, so its health says NOT_SERVING meanwhile.
+func (r *StorageNode) Serving() (bool, <-chan struct{}) {
+	if r.deps.Member == nil {
+		return true, nil
+	}
+	changed := r.deps.Member.Changed()
+	switch r.deps.Member.State() {
+	case commonv1.BrokerState_BROKER_STATE_ALIVE, commonv1.BrokerState_BROKER_STATE_SHUTTING_DOWN:
+		return true, changed
+	}
+	return false, changed
 }
 
 // Start opens the replicas metadata assigns to this node.

@@ -39,7 +39,13 @@ in the style of kcat, with %k key, %v value, %p partition, %o offset,
 			}
 			defer c.Close()
 			reset := client.ResetLatest
-			if fromBeginning {
+			switch {
+			case partition >= 0 && offset >= 0:
+				// An explicit offset outside the log is an error to show
+				// (OFFSET_OUT_OF_RANGE with the valid range), not a reason
+				// to jump elsewhere and wait.
+				reset = client.ResetNone
+			case fromBeginning:
 				reset = client.ResetEarliest
 			}
 			k := c.NewConsumer(client.ConsumerConfig{Reset: reset})

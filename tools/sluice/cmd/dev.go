@@ -122,7 +122,12 @@ func runDev(ctx context.Context, out io.Writer, in io.Reader, o *devOptions) err
 		c.StopAll()
 	}()
 	printProcesses(out, c)
-	fmt.Fprintf(out, "cluster ready: try `sluice cluster describe` (bootstrap %s); Ctrl-C stops it\n", c.Processes()[0].Addr)
+	// Every controller, so clients keep working while any one is down.
+	var ctrl []string
+	for _, p := range c.Controllers() {
+		ctrl = append(ctrl, p.Addr)
+	}
+	fmt.Fprintf(out, "cluster ready: Ctrl-C stops it; for other shells:\n  export SLUICE_BOOTSTRAP=%s\n  sluice cluster describe\n", strings.Join(ctrl, ","))
 
 	lines := make(chan string)
 	go func() {

@@ -227,7 +227,7 @@ const (
 	// A standby: reachable, answering reads, ready to take over.
 	ControllerState_CONTROLLER_STATE_STANDBY ControllerState = 2
 	// Its etcd member did not answer a status probe (dead, paused or cut
-	// off), or it has no live presence in etcd.
+	// off).
 	ControllerState_CONTROLLER_STATE_UNREACHABLE ControllerState = 3
 )
 

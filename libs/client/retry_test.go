@@ -1,0 +1,161 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+
+	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
+	metadatav1 "github.com/sluice-io/sluice/gen/go/sluice/metadata/v1"
+	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
+	"github.com/sluice-io/sluice/libs/errs"
+)
+
+// fakeNode is an in-process node serving metadata for one topic ("t", one
+// partition, led by itself) and a produce stream whose answers the test
+// chooses.
+type fakeNode struct {
+	metadatav1.UnimplementedMetadataServiceServer
+	storagev1.UnimplementedStorageServiceServer
+
+	// notReady metadata answers come first, as from a starting node.
+	notReady atomic.Int32
+	// produceErr answers every produced partition when set.
+	produceErr *errs.Error
+	metaCalls  atomic.Int32
+}
+
+func (f *fakeNode) GetMetadata(_ context.Context, req *metadatav1.GetMetadataRequest) (*metadatav1.GetMetadataResponse, error) {
+	f.metaCalls.Add(1)
+	if f.notReady.Add(-1) >= 0 {
+		return nil, errs.New(errs.NodeNotReady, "sluice.metadata.v1.MetadataService on this node is starting")
+	}
+	resp := &metadatav1.GetMetadataResponse{Brokers: []*commonv1.Broker{{Id: 1, Endpoints: []*commonv1.Endpoint{{Name: "grpc", Host: "node1", Port: 1}}}}}
+	for _, name := range req.GetTopics() {
+		ti := &metadatav1.TopicInfo{Name: name}
+		if name == "t" {
+			ti.Partitions = []*commonv1.PartitionState{{Topic: name, Partition: 0, LeaderId: 1, Replicas: []int32{1}, Isr: []int32{1}}}
+		} else {
+			ti.Error = errs.New(errs.UnknownTopicOrPartition, "topic %q does not exist", name).Proto()
+		}
+		resp.Topics = append(resp.Topics, ti)
+	}
+	return resp, nil
+}
+
+func (f *fakeNode) ProduceStream(stream grpc.BidiStreamingServer[storagev1.ProduceStreamRequest, storagev1.ProduceStreamResponse]) error {
+	var base int64
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		out := &storagev1.ProduceResponse{}
+		for _, p := range req.GetRequest().GetPartitions() {
+			res := &storagev1.ProducePartitionResult{Topic: p.GetTopic(), Partition: p.GetPartition(), BaseOffset: base}
+			if f.produceErr != nil {
+				res.Error, res.BaseOffset = f.produceErr.Proto(), -1
+			}
+			base++
+			out.Results = append(out.Results, res)
+		}
+		if err := stream.Send(&storagev1.ProduceStreamResponse{RequestId: req.GetRequestId(), Response: out}); err != nil {
+			return err
+		}
+	}
+}
+
+// startFake serves f in process; every address the client dials reaches
+// it.
+func startFake(t *testing.T, f *fakeNode, cfg Config) *Client {
+	t.Helper()
+	lis := bufconn.Listen(1 << 20)
+	srv := grpc.NewServer()
+	metadatav1.RegisterMetadataServiceServer(srv, f)
+	storagev1.RegisterStorageServiceServer(srv, f)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = srv.Serve(lis) })
+	cfg.Bootstrap = []string{"node1:1"}
+	cfg.DialOptions = []grpc.DialOption{
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	}
+	c, err := New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = c.Close()
+		srv.Stop()
+		wg.Wait()
+	})
+	return c
+}
+
+// A record that runs out of delivery time reports the error that kept it
+// from being delivered, not only the timeout (as Kafka's producer does).
+func TestProducerTimeoutNamesLastError(t *testing.T) {
+	f := &fakeNode{produceErr: errs.New(errs.StorageError, "t-0: no space left on device")}
+	c := startFake(t, f, Config{})
+	p := c.NewProducer(ProducerConfig{DeliveryTimeout: 500 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond})
+	defer func() { _ = p.Close(context.Background()) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := p.ProduceSync(ctx, &Record{Topic: "t", Partition: 0, Value: []byte("v")})
+	require.Error(t, err)
+	require.True(t, errs.Is(res[0].Err, errs.RequestTimedOut), "got %v", res[0].Err)
+	require.ErrorContains(t, res[0].Err, "last error: KAFKA_STORAGE_ERROR: t-0: no space left on device")
+}
+
+// A producer whose first metadata calls meet a node that is still starting
+// (NODE_NOT_READY, retriable) retries them instead of failing Produce.
+func TestProducerRetriesNodeNotReady(t *testing.T) {
+	f := &fakeNode{}
+	f.notReady.Store(3)
+	c := startFake(t, f, Config{})
+	p := c.NewProducer(ProducerConfig{DeliveryTimeout: 10 * time.Second})
+	defer func() { _ = p.Close(context.Background()) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := p.ProduceSync(ctx, &Record{Topic: "t", Partition: 0, Value: []byte("v")})
+	require.NoError(t, err)
+	require.Equal(t, int64(0), res[0].Offset)
+	require.GreaterOrEqual(t, f.metaCalls.Load(), int32(4))
+}
+
+// A topic metadata says does not exist fails Produce at once, retried or
+// not.
+func TestProducerUnknownTopicFailsAtOnce(t *testing.T) {
+	f := &fakeNode{}
+	c := startFake(t, f, Config{})
+	p := c.NewProducer(ProducerConfig{DeliveryTimeout: time.Minute})
+	defer func() { _ = p.Close(context.Background()) }()
+	err := p.Produce(context.Background(), &Record{Topic: "nope", Partition: 0}, nil)
+	require.True(t, errs.Is(err, errs.UnknownTopicOrPartition), "got %v", err)
+	require.Equal(t, int32(1), f.metaCalls.Load())
+}
+
+// A consumer assigned a partition the topic does not have says so from
+// Poll instead of waiting for it forever.
+func TestConsumerUnknownPartitionSurfaces(t *testing.T) {
+	c := startFake(t, &fakeNode{}, Config{})
+	k := c.NewConsumer(ConsumerConfig{})
+	defer k.Close()
+	k.Assign(TopicPartition{"t", 7})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := k.Poll(ctx)
+	require.True(t, errs.Is(err, errs.UnknownTopicOrPartition), "got %v", err)
+	require.ErrorContains(t, err, `topic "t" has 1 partitions; partition 7 does not exist`)
+}
