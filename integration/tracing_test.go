@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -64,6 +67,31 @@ func (c *collector) find(pred func(recvSpan) bool) []recvSpan {
 		if pred(s) {
 			out = append(out, s)
 		}
+	}
+	return out
+}
+
+// startCollector serves an OTLP trace collector on loopback and returns it
+// with its endpoint URL.
+func startCollector(t *testing.T) (*collector, string) {
+	t.Helper()
+	col := &collector{}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer()
+	collectorv1.RegisterTraceServiceServer(srv, col)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return col, "http://" + lis.Addr().String()
+}
+
+// services returns the service names of the collected spans.
+func (c *collector) services() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int{}
+	for _, s := range c.spans {
+		out[s.service]++
 	}
 	return out
 }
@@ -132,4 +160,70 @@ func TestProduceTraceSpansClientLeaderAndFollowers(t *testing.T) {
 	require.NotEmpty(t, consume)
 	require.Contains(t, consume[0].links, traceID, "the consumer's span links to the producer's trace")
 	t.Logf("trace %s: %d spans across client, leader and followers", traceID, len(col.find(func(s recvSpan) bool { return s.traceID == traceID })))
+}
+
+// On SIGTERM a process with several roles flushes every role's spans, also
+// those of its last requests: spans leave here only with the shutdown flush.
+func TestSpansOfEveryRoleSurviveSIGTERM(t *testing.T) {
+	col, endpoint := startCollector(t)
+	c := cluster.Start(t, cluster.Options{Controllers: 1, Combined: true,
+		Env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + endpoint, "OTEL_BSP_SCHEDULE_DELAY=600000"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl := cluster.Client(t, c)
+	_, err := cl.CreateTopic(ctx, "last", 1, 1, nil)
+	require.NoError(t, err)
+	p := cl.NewProducer(client.ProducerConfig{Acks: client.AcksAll})
+	_, err = p.ProduceSync(ctx, &client.Record{Topic: "last", Partition: 0, Value: []byte("x")})
+	require.NoError(t, err)
+	require.NoError(t, p.Close(ctx))
+	require.Empty(t, col.services(), "nothing is exported before the shutdown flush")
+
+	require.NoError(t, c.Processes()[0].Stop(30*time.Second))
+	got := col.services()
+	for _, svc := range []string{"sluice-controller", "sluice-storage-node", "sluiced"} {
+		require.Positive(t, got[svc], "spans of %s reach the collector; got %v", svc, got)
+	}
+	require.NotContains(t, got, "sluice-sluiced")
+	require.NotEmpty(t, col.find(func(s recvSpan) bool { return s.service == "sluice-storage-node" && s.name == "produce" }),
+		"the last produce's span")
+}
+
+// The CLI traces when OTEL_EXPORTER_OTLP_ENDPOINT is set: each command has
+// a root span, and the servers' spans of its calls are in its trace.
+func TestCLICommandIsOneTraceWithTheServers(t *testing.T) {
+	col, endpoint := startCollector(t)
+	c := cluster.Start(t, cluster.Options{Controllers: 1, Combined: true,
+		Env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + endpoint, "OTEL_BSP_SCHEDULE_DELAY=100"}})
+	run := func(stdin string, args ...string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, cluster.CLI(t), append([]string{"--bootstrap", strings.Join(c.Bootstrap(), ",")}, args...)...)
+		cmd.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT="+endpoint)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	run("", "topic", "create", "cli-traced", "--partitions", "1", "--replication-factor", "1")
+	run("a\nb\nc\n", "produce", "cli-traced")
+
+	// The CLI flushed its spans before exiting.
+	root := func(name string) recvSpan {
+		s := col.find(func(s recvSpan) bool { return s.service == "sluice-cli" && s.name == name })
+		require.Len(t, s, 1, "one root span %q; services seen: %v", name, col.services())
+		return s[0]
+	}
+	create, produce := root("sluice topic create"), root("sluice produce")
+	require.NotEqual(t, create.traceID, produce.traceID, "a trace per command")
+	inTrace := func(traceID, service, name string) func() bool {
+		return func() bool {
+			return len(col.find(func(s recvSpan) bool { return s.traceID == traceID && s.service == service && s.name == name })) > 0
+		}
+	}
+	require.Eventually(t, inTrace(create.traceID, "sluice-controller", "sluice.controller.v1.ControllerService/CreateTopics"),
+		20*time.Second, 50*time.Millisecond, "the controller's span of the create is in the CLI's trace: %+v",
+		col.find(func(s recvSpan) bool { return s.traceID == create.traceID }))
+	require.Eventually(t, inTrace(produce.traceID, "sluice-storage-node", "produce"),
+		20*time.Second, 50*time.Millisecond, "the leader's produce span is in the CLI's trace: %+v",
+		col.find(func(s recvSpan) bool { return s.traceID == produce.traceID }))
 }

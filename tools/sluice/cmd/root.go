@@ -21,36 +21,41 @@ import (
 	"github.com/sluice-io/sluice/libs/errs"
 )
 
-// globals are the flags every command shares.
+// globals are the flags every command shares, and the command's tracing.
 type globals struct {
 	bootstrap string
 	output    string
+	tracing   tracing
 }
 
 // Execute runs the CLI and returns the process exit code.
 func Execute() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	root := newRoot()
-	if err := root.ExecuteContext(ctx); err != nil {
+	root, g := newRoot()
+	err := root.ExecuteContext(ctx)
+	g.tracing.end(err)
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "sluice: %s\n", describeErr(err))
 		return 1
 	}
 	return 0
 }
 
-func newRoot() *cobra.Command {
+func newRoot() (*cobra.Command, *globals) {
 	g := &globals{}
 	root := &cobra.Command{
 		Use:           "sluice",
 		Short:         "Command-line client for Sluice, a distributed event-streaming platform",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRunE: func(*cobra.Command, []string) error {
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			if g.output != "text" && g.output != "json" {
 				return fmt.Errorf("--output must be text or json, got %q", g.output)
 			}
-			return nil
+			ctx, err := g.tracing.start(cmd)
+			cmd.SetContext(ctx)
+			return err
 		},
 	}
 	def := os.Getenv("SLUICE_BOOTSTRAP")
@@ -61,7 +66,7 @@ func newRoot() *cobra.Command {
 		"Comma-separated host:port of any Sluice nodes (env SLUICE_BOOTSTRAP).")
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "text", "Output format: text or json.")
 	root.AddCommand(newClusterCmd(g), newTopicCmd(g), newPartitionCmd(g), newProduceCmd(g), newConsumeCmd(g), newDevCmd(g), newPerfCmd(g))
-	return root
+	return root, g
 }
 
 // client builds an SDK client from the global flags.
@@ -72,7 +77,7 @@ func (g *globals) client() (*client.Client, error) {
 			addrs = append(addrs, a)
 		}
 	}
-	return client.New(client.Config{Bootstrap: addrs})
+	return client.New(client.Config{Bootstrap: addrs, Telemetry: g.tracing.tel})
 }
 
 // print writes msg as JSON (--output json) or through text.
