@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
+	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
 	"github.com/sluice-io/sluice/integration/cluster"
 	"github.com/sluice-io/sluice/libs/client"
@@ -84,11 +86,49 @@ func TestDiskFull(t *testing.T) {
 	})
 }
 
+// A follower whose disk reaches the reserve refuses the leader's batches,
+// asks again once a second instead of as fast as the leader resends, and
+// leaves the ISR; DeleteRecords on the leader reaches it and frees its
+// space, and it catches up and rejoins the ISR without a restart.
+func TestDiskFullFollower(t *testing.T) {
+	d := startSmallDiskCluster(t, 2, "storage-2", 16<<20, "--storage.replica-lag-time-max=2s")
+	leaderID, followerID := d.leader.NodeID, d.node.NodeID
+	testutil.Eventually(t, 30*time.Second, 100*time.Millisecond, func() error {
+		return want(len(d.isr(t)) == 2, "the follower never joined the ISR")
+	})
+	// acks=1 fills the leader's log; the follower copies until its disk
+	// reaches the reserve.
+	acked := ackedRange{values: map[int64]string{}}
+	refused := "cannot append replicated batches; resyncing"
+	for i := 0; !d.logged(t, refused); i++ {
+		require.Less(t, i, 400, "the follower never refused")
+		require.NoError(t, d.produceAcks(t, 4, &acked, storagev1.Acks_ACKS_LEADER))
+	}
+	require.Contains(t, d.logLine(t, refused), "storage.disk-reserve-bytes")
+	before := len(d.logLines(t, refused))
+	testutil.Eventually(t, 30*time.Second, 100*time.Millisecond, func() error {
+		return want(slices.Equal(d.isr(t), []int32{leaderID}), "the follower stayed in the ISR")
+	})
+	// About one refusal a second, not a loop as fast as the stream goes.
+	time.Sleep(3 * time.Second) // a fixed window to count refusals in
+	require.Less(t, len(d.logLines(t, refused))-before, 15, "the follower retries without a pause")
+
+	low := d.deleteRecords(t)
+	require.Equal(t, acked.end(), low)
+	testutil.Eventually(t, 30*time.Second, 100*time.Millisecond, func() error {
+		return want(len(d.isr(t)) == 2, "the follower did not rejoin the ISR")
+	})
+	require.ElementsMatch(t, []int32{leaderID, followerID}, d.isr(t))
+	d.produceUntilAccepted(t, &acked) // acks=all, both replicas
+	d.requireReadBack(t, acked, low)
+}
+
 // smallDisk is a one-controller, one-storage-node cluster whose storage
 // node keeps its data on a 64 MiB tmpfs.
 type smallDisk struct {
 	c       *devcluster.Cluster
-	node    *devcluster.Process
+	node    *devcluster.Process // the one on the small disk
+	leader  *devcluster.Process
 	sc      storagev1.StorageServiceClient
 	cl      *client.Client
 	lastErr error
@@ -106,11 +146,19 @@ func (a *ackedRange) end() int64 { return a.next }
 
 func startOnSmallDisk(t *testing.T, reserve int64) *smallDisk {
 	t.Helper()
+	return startSmallDiskCluster(t, 1, "storage-1", reserve)
+}
+
+// startSmallDiskCluster starts one controller and nodes storage nodes, the
+// one named small on a 64 MiB tmpfs, and creates topic "full" with one
+// partition on every storage node, storage-1 first (the leader).
+func startSmallDiskCluster(t *testing.T, nodes int, small string, reserve int64, extraArgs ...string) *smallDisk {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("mounting a 64 MiB tmpfs needs root (CAP_SYS_ADMIN); skipped")
 	}
 	dir := t.TempDir()
-	data := filepath.Join(dir, "storage-1") // the storage node's data directory
+	data := filepath.Join(dir, small) // the storage node's data directory
 	require.NoError(t, os.MkdirAll(data, 0o755))
 	if err := syscall.Mount("tmpfs", data, "tmpfs", 0, "size=64m"); err != nil {
 		t.Skipf("cannot mount a 64 MiB tmpfs at %s (%v): mounting is not permitted here; skipped", data, err)
@@ -119,12 +167,13 @@ func startOnSmallDisk(t *testing.T, reserve int64) *smallDisk {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, err := devcluster.Start(ctx, devcluster.Spec{
-		Sluiced: cluster.Sluiced(t), Dir: dir, Controllers: 1, StorageNodes: 1,
-		ExtraArgs:    append(append([]string{}, cluster.DefaultArgs...), fmt.Sprintf("--storage.disk-reserve-bytes=%d", reserve)),
+		Sluiced: cluster.Sluiced(t), Dir: dir, Controllers: 1, StorageNodes: nodes,
+		ExtraArgs: append(append(append([]string{}, cluster.DefaultArgs...), fmt.Sprintf("--storage.disk-reserve-bytes=%d", reserve)),
+			extraArgs...),
 		ReadyTimeout: 90 * time.Second,
 	})
 	require.NoError(t, err)
-	d := &smallDisk{c: c, node: c.Process("storage-1")}
+	d := &smallDisk{c: c, node: c.Process(small), leader: c.Process("storage-1")}
 	t.Cleanup(func() {
 		c.StopAll()
 		if t.Failed() {
@@ -136,9 +185,18 @@ func startOnSmallDisk(t *testing.T, reserve int64) *smallDisk {
 		}
 	})
 	d.cl = cluster.Client(t, c)
-	_, err = d.cl.CreateTopic(ctx, "full", 1, 1, map[string]string{"segment.bytes": "1048576"})
+	var replicas []int32
+	for _, p := range c.StorageNodes() {
+		replicas = append(replicas, p.NodeID)
+	}
+	resp, err := d.cl.CreateTopics(ctx, &controllerv1.CreateTopicsRequest{Topics: []*controllerv1.TopicSpec{{Name: "full",
+		Assignments: []*controllerv1.ReplicaAssignment{{Replicas: replicas}},
+		Configs:     map[string]string{"segment.bytes": "1048576", "min.insync.replicas": "1"}}}})
 	require.NoError(t, err)
-	conn, err := d.cl.Conn(d.node.Addr)
+	if e := errs.FromProto(resp.GetResults()[0].GetError()); e != nil {
+		t.Fatalf("creating the topic: %v", e)
+	}
+	conn, err := d.cl.Conn(d.leader.Addr)
 	require.NoError(t, err)
 	d.sc = storagev1.NewStorageServiceClient(conn)
 	// The leader may need a moment to learn it leads the new topic.
@@ -149,6 +207,12 @@ func startOnSmallDisk(t *testing.T, reserve int64) *smallDisk {
 // produce sends n records of 64 KiB with acks=all and records what was
 // acknowledged.
 func (d *smallDisk) produce(t *testing.T, n int, acked *ackedRange) error {
+	t.Helper()
+	return d.produceAcks(t, n, acked, storagev1.Acks_ACKS_ALL)
+}
+
+// produceAcks is produce with an acknowledgement level.
+func (d *smallDisk) produceAcks(t *testing.T, n int, acked *ackedRange, acks storagev1.Acks) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -161,7 +225,7 @@ func (d *smallDisk) produce(t *testing.T, n int, acked *ackedRange) error {
 		body := append([]byte(v), bytes.Repeat([]byte{'x'}, 64<<10)...)
 		recs = append(recs, &commonv1.Record{Value: body})
 	}
-	resp, err := d.sc.Produce(ctx, &storagev1.ProduceRequest{Acks: storagev1.Acks_ACKS_ALL, Partitions: []*storagev1.ProducePartition{{
+	resp, err := d.sc.Produce(ctx, &storagev1.ProduceRequest{Acks: acks, Partitions: []*storagev1.ProducePartition{{
 		Topic: "full", Data: &storagev1.ProducePartition_Records{Records: &commonv1.Records{Records: recs}}}}})
 	if err == nil {
 		if e := errs.FromProto(resp.GetResults()[0].GetError()); e != nil {
@@ -259,19 +323,41 @@ func (d *smallDisk) requireReadBack(t *testing.T, acked ackedRange, from int64) 
 // logged reports whether the storage node's log has a line with msg.
 func (d *smallDisk) logged(t *testing.T, msg string) bool { return d.logLine(t, msg) != "" }
 
+// logLine returns the first line of the storage node's log with msg.
 func (d *smallDisk) logLine(t *testing.T, msg string) string {
+	t.Helper()
+	lines := d.logLines(t, msg)
+	if len(lines) == 0 {
+		return ""
+	}
+	return lines[0]
+}
+
+// logLines returns the lines of the storage node's log with msg.
+func (d *smallDisk) logLines(t *testing.T, msg string) []string {
 	t.Helper()
 	f, err := os.Open(d.node.LogPath)
 	require.NoError(t, err)
 	defer f.Close()
+	var out []string
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		if strings.Contains(sc.Text(), `msg="`+msg+`"`) {
-			return sc.Text()
+			out = append(out, sc.Text())
 		}
 	}
-	return ""
+	return out
+}
+
+// isr returns the partition's in-sync replicas as the controller has them.
+func (d *smallDisk) isr(t *testing.T) []int32 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := d.cl.DescribeTopics(ctx, "full")
+	require.NoError(t, err)
+	return resp.GetTopics()[0].GetPartitions()[0].GetIsr()
 }
 
 // want turns a condition into an error for testutil.Eventually.

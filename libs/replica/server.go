@@ -226,6 +226,18 @@ func (s *Server) serveOne(stream grpc.ServerStream, replica int32, tp TP, mu *sy
 	f.recorded = st.fetches
 	mu.Unlock()
 	if err != nil {
+		if errs.Is(err, errs.OffsetOutOfRange) {
+			// Say where the log starts now: a follower behind it (its log
+			// was emptied, or DeleteRecords moved the start past it)
+			// starts over there, as Kafka's fetch response carries
+			// log_start_offset with OFFSET_OUT_OF_RANGE. Without it the
+			// follower restarts at 0 and is refused again, forever.
+			mu.Lock()
+			f.stopped = true
+			mu.Unlock()
+			return nil, stream.SendMsg(&replicationv1.FollowerFetchResponse{Topic: tp.Topic, Partition: tp.Partition, Error: errs.ItemError(err),
+				BaseOffset: -1, LeaderEpoch: v.LeaderEpoch, HighWatermark: v.HighWatermark, LogStartOffset: v.LogStart})
+		}
 		return nil, s.stop(stream, tp, mu, parts, err)
 	}
 	resp.LeaderEpoch, resp.HighWatermark, resp.LogStartOffset, resp.BaseOffset = v.LeaderEpoch, v.HighWatermark, v.LogStart, -1

@@ -432,6 +432,10 @@ func position(t target) *replicationv1.FollowerPosition {
 	}
 }
 
+// storageRetryDelay is how long a follower whose log refused an append
+// (KAFKA_STORAGE_ERROR) waits before asking the leader again.
+const storageRetryDelay = time.Second
+
 // receive applies what the leader sends and reports new positions.
 func (f *fetcher) receive(ctx context.Context, stream grpc.BidiStreamingClient[replicationv1.FollowerFetchRequest, replicationv1.FollowerFetchResponse],
 	send func([]*replicationv1.FollowerPosition) error) error {
@@ -492,6 +496,17 @@ func (f *fetcher) receive(ctx context.Context, stream grpc.BidiStreamingClient[r
 		if err := t.apply(ctx, resp.GetBatches(), resp.GetHighWatermark(), resp.GetLogStartOffset()); err != nil {
 			f.r.logger.Warn("cannot append replicated batches; resyncing", log.TopicPartition(tp.Topic, tp.Partition), log.Err(err))
 			hasData = true // report the real position so the leader resends from it
+			if errs.Is(err, errs.StorageError) {
+				// A full disk or an offline log: the leader would resend at
+				// once and fail again, as fast as the stream goes. Report
+				// the position after a pause; the log comes back by itself.
+				hasData = false
+				time.AfterFunc(storageRetryDelay, func() {
+					if cur, ok := f.all()[tp]; ok && cur == t && ctx.Err() == nil {
+						_ = send([]*replicationv1.FollowerPosition{position(t)}) // a broken stream is handled by the receive loop
+					}
+				})
+			}
 		}
 		if span != nil {
 			span.End()
