@@ -105,6 +105,9 @@ type position struct {
 	offset    int64 // next offset to return; -1 until resolved
 	lastEpoch int32 // leader epoch of the last record returned, -1 if none
 	paused    bool
+	// undecodable is set when a *DecodeError was returned at offset: the
+	// partition is not fetched again until Seek moves it.
+	undecodable bool
 }
 
 // fetched is one chunk of records (or an error) from a stream of one
@@ -173,7 +176,7 @@ func (k *Consumer) AssignTopic(ctx context.Context, topic string) error {
 func (k *Consumer) Seek(tp TopicPartition, offset int64) {
 	k.mu.Lock()
 	if p, ok := k.positions[tp]; ok {
-		p.offset, p.lastEpoch = offset, -1
+		p.offset, p.lastEpoch, p.undecodable = offset, -1, false
 		k.gen++
 	}
 	k.mu.Unlock()
@@ -534,8 +537,9 @@ func (k *Consumer) place(ctx context.Context, tp TopicPartition) (string, stream
 	if ok {
 		off, last = p.offset, p.lastEpoch
 	}
+	undecodable := ok && p.undecodable
 	k.mu.Unlock()
-	if !ok {
+	if !ok || undecodable {
 		return "", streamPart{}, nil
 	}
 	if off < 0 {
@@ -629,12 +633,16 @@ func (k *Consumer) stream(ctx context.Context, gen int, addr string, parts []str
 func (k *Consumer) receive(ctx context.Context, gen int, stream grpc.ServerStreamingClient[storagev1.FetchResponse], parts map[TopicPartition]streamPart, end *streamEnd) error {
 	var it record.Iterator
 	it.DecompressLimit = k.cfg.DecompressLimit
+	broken := map[TopicPartition]bool{} // partitions parked on an undecodable batch
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
 			return err
 		}
 		tp := TopicPartition{resp.GetTopic(), resp.GetPartition()}
+		if broken[tp] {
+			continue // the rest of its stream lies beyond a batch it cannot read
+		}
 		if e := errs.FromProto(resp.GetError()); e != nil {
 			if k.drop(ctx, end, tp, k.partitionError(tp, e)) {
 				return io.EOF
@@ -691,8 +699,29 @@ func (k *Consumer) receive(ctx context.Context, gen int, stream grpc.ServerStrea
 			}
 			recs = append(recs, cr)
 		}
-		if err := it.Err(); err != nil {
-			return fmt.Errorf("%s-%d: decoding fetched batches: %w", tp.Topic, tp.Partition, err)
+		if it.Err() != nil {
+			// Deliver what precedes the bad batch, then a *DecodeError,
+			// and park the partition there until Seek.
+			recs, bad := undecodableAt(recs, &it)
+			if len(recs) > 0 && !k.deliver(ctx, fetched{gen: gen, records: recs}) {
+				return ctx.Err()
+			}
+			k.mu.Lock()
+			if p, ok := k.positions[tp]; ok {
+				p.undecodable = true
+				if bad < 0 {
+					bad = p.offset
+				}
+			}
+			k.mu.Unlock()
+			if !k.deliver(ctx, fetched{gen: gen, err: &DecodeError{Topic: tp.Topic, Partition: tp.Partition, Offset: bad, Err: it.Err()}}) {
+				return ctx.Err()
+			}
+			broken[tp] = true
+			if k.drop(ctx, end, tp, nil) { // parked by its position, not retried
+				return io.EOF
+			}
+			continue
 		}
 		if len(recs) > 0 {
 			if !k.deliver(ctx, fetched{gen: gen, records: recs}) {
