@@ -126,6 +126,9 @@ func New(cfg Config, deps Deps) *StorageNode {
 	r.producedBytes, _ = meter.Int64Counter("sluice.produce.bytes", metric.WithUnit("By"), metric.WithDescription("Bytes of record batches appended as leader."))
 	r.producedRecords, _ = meter.Int64Counter("sluice.produce.records", metric.WithDescription("Records appended as leader."))
 	r.fetchedBytes, _ = meter.Int64Counter("sluice.fetch.bytes", metric.WithUnit("By"), metric.WithDescription("Bytes of record batches sent to consumers."))
+	if err := registerLogMetrics(meter, deps.Replicas); err != nil {
+		r.logger.Warn("cannot register log metrics", log.Err(err))
+	}
 	storagev1.RegisterStorageServiceServer(deps.Server.GRPC, r)
 	rs := replica.NewServer(deps.Replicas)
 	rs.Send = sendFollowerChunk
