@@ -53,11 +53,14 @@ type ProducerConfig struct {
 	// 100 ms and 1 s.
 	RetryBackoff, RetryBackoffMax time.Duration
 	// DeliveryTimeout bounds the time from Produce to the record's result,
-	// retries included (delivery.timeout.ms). Default 2 minutes. Produce
-	// itself waits at most this long for a new topic's metadata while no
-	// node can answer (max.block.ms). When it passes, the record fails with
-	// REQUEST_TIMED_OUT naming the last error its batch met.
+	// retries included (delivery.timeout.ms). Default 2 minutes. When it
+	// passes, the record fails with REQUEST_TIMED_OUT naming the last error
+	// its batch met.
 	DeliveryTimeout time.Duration
+	// MaxBlock bounds how long Produce waits for a topic's metadata while
+	// no node can answer (max.block.ms); it then fails with
+	// REQUEST_TIMED_OUT naming the last error. Default 60 s.
+	MaxBlock time.Duration
 	// RequestTimeout bounds one produce request (request.timeout.ms).
 	// Default 30 s.
 	RequestTimeout time.Duration
@@ -97,6 +100,9 @@ func (c *ProducerConfig) defaults() {
 	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = 30 * time.Second
+	}
+	if c.MaxBlock == 0 {
+		c.MaxBlock = time.Minute
 	}
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = 1
@@ -239,7 +245,7 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 	n, ok := p.md.known(r.Topic)
 	if !ok {
 		var err error
-		if n, err = p.md.partitionsWait(ctx, r.Topic, p.cfg.DeliveryTimeout); err != nil {
+		if n, err = p.md.partitionsWait(ctx, r.Topic, p.cfg.MaxBlock); err != nil {
 			return err
 		}
 	}

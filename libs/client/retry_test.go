@@ -159,3 +159,17 @@ func TestConsumerUnknownPartitionSurfaces(t *testing.T) {
 	require.True(t, errs.Is(err, errs.UnknownTopicOrPartition), "got %v", err)
 	require.ErrorContains(t, err, `topic "t" has 1 partitions; partition 7 does not exist`)
 }
+
+// Produce waits for metadata at most MaxBlock (max.block.ms), then says
+// why it could not get it.
+func TestProduceMaxBlockNamesLastError(t *testing.T) {
+	f := &fakeNode{}
+	f.notReady.Store(1 << 30)
+	c := startFake(t, f, Config{})
+	p := c.NewProducer(ProducerConfig{MaxBlock: 300 * time.Millisecond})
+	defer func() { _ = p.Close(context.Background()) }()
+	err := p.Produce(context.Background(), &Record{Topic: "t", Partition: 0}, nil)
+	require.True(t, errs.Is(err, errs.RequestTimedOut), "got %v", err)
+	require.ErrorContains(t, err, "NODE_NOT_READY")
+	require.Greater(t, f.metaCalls.Load(), int32(1), "retried before giving up")
+}
