@@ -80,7 +80,9 @@ func (m *Manager) RegisterMetrics(mp metric.MeterProvider) error {
 		o.ObserveInt64(belowMin, b)
 		o.ObserveInt64(offline, off)
 		if g := m.cfg.Storage.Space; g != nil {
-			o.ObserveInt64(free, g.FreeBytes())
+			if n, err := g.FreeBytes(); err == nil { // no figure before the data directory exists
+				o.ObserveInt64(free, n)
+			}
 			o.ObserveInt64(reserve, g.Reserve())
 		}
 		return nil

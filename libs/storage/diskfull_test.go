@@ -172,7 +172,6 @@ func TestAppendsRefusedBelowReserve(t *testing.T) {
 	b := simpleBatch(t, 2, 1)
 	_, err := l.AppendAsLeader(bytes.Clone(b), 0, record.FromClient)
 	require.NoError(t, err)
-	require.EqualValues(t, 10<<20-len(b), guard.FreeBytes(), "appends count against the last measurement")
 
 	disk.free.Store(8<<20 + 10)
 	_, err = l.AppendAsLeader(bytes.Clone(b), 0, record.FromClient)
@@ -189,6 +188,25 @@ func TestAppendsRefusedBelowReserve(t *testing.T) {
 	_, err = l.AppendAsLeader(bytes.Clone(b), 0, record.FromClient)
 	require.NoError(t, err)
 	require.EqualValues(t, 4, l.LogEndOffset())
+}
+
+func TestSpaceGuardCountsAppendsBetweenMeasurements(t *testing.T) {
+	disk := &fakeDisk{}
+	disk.free.Store(10 << 20)
+	guard := NewSpaceGuard(SpaceGuardOptions{Dir: "/data", ReserveBytes: 8 << 20, FreeBytes: disk.FreeBytes, RefreshInterval: time.Hour})
+	require.NoError(t, guard.Admit(1<<20))
+	disk.free.Store(1 << 30) // not read again within the interval...
+	free, err := guard.FreeBytes()
+	require.NoError(t, err)
+	require.EqualValues(t, 9<<20, free, "appends count against the last measurement")
+	// ...unless the estimate falls below the reserve: then it is read again
+	// before refusing.
+	require.NoError(t, guard.Admit(2<<20))
+	free, err = guard.FreeBytes()
+	require.NoError(t, err)
+	require.EqualValues(t, 1<<30-2<<20, free)
+	require.Nil(t, NewSpaceGuard(SpaceGuardOptions{Dir: "/data"}), "no reserve, no guard")
+	require.NoError(t, (*SpaceGuard)(nil).Admit(1<<40))
 }
 
 // makeFollowerBatch builds a batch as a leader would have stamped it.

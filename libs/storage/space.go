@@ -74,17 +74,18 @@ func (g *SpaceGuard) Reserve() int64 {
 }
 
 // FreeBytes returns the free space as last measured (again, if that was
-// more than the refresh interval ago), less what was appended since.
-func (g *SpaceGuard) FreeBytes() int64 {
+// more than the refresh interval ago), less what was appended since, or the
+// error of the last measurement.
+func (g *SpaceGuard) FreeBytes() (int64, error) {
 	if g == nil {
-		return 0
+		return 0, nil
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if now := time.Now(); now.Sub(g.at) >= g.refresh {
 		g.measureLocked(now)
 	}
-	return g.measured - g.since
+	return g.measured - g.since, g.err
 }
 
 // measureLocked reads the free space. g.mu must be held.
