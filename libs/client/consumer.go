@@ -425,7 +425,11 @@ func (k *Consumer) report(ctx context.Context, e streamEnd) {
 // that were left when the stream ended.
 type streamEnd struct {
 	parts   []TopicPartition
+	addr    string
 	started time.Time
+	// final is set on the report of the stream's end (not of one dropped
+	// partition).
+	final bool
 	// err ended the whole stream (nil when the server ended it).
 	err error
 	// failed are the partitions the leader answered with an error.
@@ -456,8 +460,13 @@ func (k *Consumer) streamEnded(ctx context.Context, gen int, e streamEnd, placed
 			delete(retry, tp)
 		}
 		err, ok := e.failed[tp]
-		if !ok && e.err != nil {
+		switch {
+		case !ok && e.err != nil:
 			err, ok = e.err, true
+		case !ok && e.final:
+			// The leader closed the stream without a word: try again
+			// after a backoff, not in a tight loop.
+			err, ok = errs.New(errs.NodeNotReady, "%s-%d: the leader at %s ended the fetch stream", tp.Topic, tp.Partition, e.addr), true
 		}
 		if ok && err != nil {
 			k.failed(ctx, gen, tp, err, retry)
@@ -589,7 +598,7 @@ func (k *Consumer) resetOffset(ctx context.Context, tp TopicPartition, addr stri
 // leader drops a partition from the stream when it answers it with an
 // error and keeps serving the others.
 func (k *Consumer) stream(ctx context.Context, gen int, addr string, parts []streamPart) streamEnd {
-	end := streamEnd{started: time.Now(), failed: map[TopicPartition]error{}, served: map[TopicPartition]bool{}}
+	end := streamEnd{addr: addr, started: time.Now(), final: true, failed: map[TopicPartition]error{}, served: map[TopicPartition]bool{}}
 	for _, p := range parts {
 		end.parts = append(end.parts, p.tp)
 	}

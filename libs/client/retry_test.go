@@ -33,6 +33,13 @@ type fakeNode struct {
 	// produceErr answers every produced partition when set.
 	produceErr *errs.Error
 	metaCalls  atomic.Int32
+	fetchCalls atomic.Int32
+}
+
+// Fetch ends every stream at once without a word.
+func (f *fakeNode) Fetch(*storagev1.FetchRequest, grpc.ServerStreamingServer[storagev1.FetchResponse]) error {
+	f.fetchCalls.Add(1)
+	return nil
 }
 
 func (f *fakeNode) GetMetadata(_ context.Context, req *metadatav1.GetMetadataRequest) (*metadatav1.GetMetadataResponse, error) {
@@ -172,4 +179,23 @@ func TestProduceMaxBlockNamesLastError(t *testing.T) {
 	require.True(t, errs.Is(err, errs.RequestTimedOut), "got %v", err)
 	require.ErrorContains(t, err, "NODE_NOT_READY")
 	require.Greater(t, f.metaCalls.Load(), int32(1), "retried before giving up")
+}
+
+// A leader that ends fetch streams without a word is retried with backoff,
+// and Poll says so once APITimeout has passed, instead of the consumer
+// reopening streams in a tight loop forever.
+func TestConsumerBacksOffStreamsEndedByLeader(t *testing.T) {
+	f := &fakeNode{}
+	c := startFake(t, f, Config{})
+	k := c.NewConsumer(ConsumerConfig{APITimeout: 500 * time.Millisecond})
+	defer k.Close()
+	tp := TopicPartition{"t", 0}
+	k.Assign(tp)
+	k.Seek(tp, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := k.Poll(ctx)
+	require.True(t, errs.Is(err, errs.RequestTimedOut), "got %v", err)
+	require.ErrorContains(t, err, "ended the fetch stream")
+	require.Less(t, f.fetchCalls.Load(), int32(50), "streams reopened without backoff")
 }
