@@ -31,49 +31,63 @@ func recordError(h *BatchHeader, i int32, what string, args ...any) error {
 		append([]any{h.BaseOffset, i, h.RecordCount}, args...)...)
 }
 
-// readVarint decodes the zigzag varint at b[i:] and returns it with the
-// index that follows it; next is -1 if b holds no valid varint there. One
-// byte varints, the common case for attributes-sized fields and small
-// deltas, take the inlined fast path.
-func readVarint(b []byte, i int) (v int64, next int) {
-	if i < len(b) {
-		if u := b[i]; u < 0x80 {
-			return int64(u>>1) ^ -int64(u&1), i + 1
-		}
+// varint decodes the zigzag varint at b[i:] and returns it with its
+// length in bytes, 0 if b holds no valid varint there. Varints of one and
+// two bytes (values within ±8 KiB: attributes-sized fields, lengths of small
+// records, offset deltas below 8192) take the inlined path.
+func varint(b []byte, i int) (v int64, n int) {
+	if v, n = varintFast(b, i); n == 0 {
+		v, n = varintSlow(b, i)
 	}
-	return readVarintSlow(b, i)
+	return v, n
 }
 
-func readVarintSlow(b []byte, i int) (int64, int) {
-	if i+1 < len(b) && b[i+1] < 0x80 { // two bytes: lengths up to 8 KiB
-		u := int64(b[i]&0x7f) | int64(b[i+1])<<7
-		return (u >> 1) ^ -(u & 1), i + 2
+func varintFast(b []byte, i int) (v int64, n int) {
+	if uint(i) < uint(len(b)) {
+		c0 := b[i]
+		if c0 < 0x80 {
+			return int64(c0>>1) ^ -int64(c0&1), 1
+		}
+		if i+1 < len(b) && b[i+1] < 0x80 {
+			u := int64(c0&0x7f) | int64(b[i+1])<<7
+			return (u >> 1) ^ -(u & 1), 2
+		}
 	}
-	if i >= len(b) {
-		return 0, -1
+	return 0, 0
+}
+
+func varintSlow(b []byte, i int) (int64, int) {
+	if i >= len(b) || i < 0 {
+		return 0, 0
 	}
 	v, n := binary.Varint(b[i:])
 	if n <= 0 {
-		return 0, -1
+		return 0, 0
 	}
-	return v, i + n
+	return v, n
 }
 
 // checkRecordsInPlace validates the uncompressed records p of the client
 // batch h: exactly h.RecordCount records that fill p, each of them whole and
-// consistent, with offset deltas 0, 1, ..., RecordCount-1.
+// consistent, with offset deltas 0, 1, ..., RecordCount-1. It is the hot
+// path of produce validation: one pass over the record headers, keys and
+// values skipped by length, varints decoded inline.
 func checkRecordsInPlace(p []byte, h *BatchHeader) error {
 	pos := 0
 	for i := int32(0); i < h.RecordCount; i++ {
-		length, next := readVarint(p, pos)
-		if next < 0 {
+		length, n := varintFast(p, pos)
+		if n == 0 {
+			length, n = varintSlow(p, pos)
+		}
+		if n == 0 {
 			return recordError(h, i, "no record length where %d bytes are left", len(p)-pos)
 		}
-		if length < 0 || length > int64(len(p)-next) {
-			return recordError(h, i, "length %d, but %d bytes are left", length, len(p)-next)
+		pos += n
+		if length <= 0 || length > int64(len(p)-pos) {
+			return recordError(h, i, "length %d, but %d bytes are left", length, len(p)-pos)
 		}
-		end := next + int(length)
-		if err := checkRecordBody(p[next:end], h, i); err != nil {
+		end := pos + int(length)
+		if err := checkRecord(p[:end], pos, h, i); err != nil {
 			return err
 		}
 		pos = end
@@ -84,61 +98,90 @@ func checkRecordsInPlace(p []byte, h *BatchHeader) error {
 	return nil
 }
 
-// checkRecordBody checks one record after its length varint, in the layout
-// of Kafka's DefaultRecord: attributes, timestamp delta, offset delta, key,
-// value, headers; every length within the record, nothing left over.
-func checkRecordBody(r []byte, h *BatchHeader, i int32) error {
-	if len(r) == 0 {
-		return recordError(h, i, "empty record")
+// checkRecord checks the record whose body (after its length varint) is
+// r[start:], in the layout of Kafka's DefaultRecord: attributes, timestamp
+// delta, offset delta (which must be i), key, value, headers; every length
+// within the record and nothing left over.
+func checkRecord(r []byte, start int, h *BatchHeader, i int32) error {
+	end := len(r)
+	j := start + 1 // attributes: any value is valid
+	_, n := varintFast(r, j)
+	if n == 0 {
+		_, n = varintSlow(r, j)
 	}
-	_, pos := readVarint(r, 1) // timestamp delta: any value is valid
-	if pos < 0 {
+	if n == 0 {
 		return recordError(h, i, "bad timestamp delta")
 	}
-	delta, pos := readVarint(r, pos)
-	if pos < 0 {
+	j += n
+	delta, n := varintFast(r, j)
+	if n == 0 {
+		delta, n = varintSlow(r, j)
+	}
+	if n == 0 {
 		return recordError(h, i, "bad offset delta")
 	}
 	if delta != int64(i) {
 		return recordError(h, i, "offset delta %d, want %d (a client batch numbers its records from 0)", delta, i)
 	}
-	for _, field := range [2]string{"key", "value"} {
-		var n int64
-		if n, pos = readVarint(r, pos); pos < 0 {
-			return recordError(h, i, "bad %s length", field)
+	j += n
+	// Key, then value: a varint length (-1 for null), then the bytes.
+	for field := 0; field < 2; field++ {
+		k, n := varintFast(r, j)
+		if n == 0 {
+			k, n = varintSlow(r, j)
 		}
-		if n < -1 || n > int64(len(r)-pos) {
-			return recordError(h, i, "%s length %d, but %d bytes of the record are left", field, n, len(r)-pos)
+		j += n
+		if n == 0 || k < -1 || k > int64(end-j) {
+			return recordError(h, i, "%s length %d, but %d bytes of the record are left", [2]string{"key", "value"}[field], k, end-j)
 		}
-		if n > 0 {
-			pos += int(n)
+		if k > 0 {
+			j += int(k)
 		}
 	}
-	count, pos := readVarint(r, pos)
-	if pos < 0 {
+	count, n := varintFast(r, j)
+	if n == 0 {
+		count, n = varintSlow(r, j)
+	}
+	if n == 0 {
 		return recordError(h, i, "bad header count")
 	}
-	// Each header takes at least two bytes (two length varints).
-	if count < 0 || count > int64(len(r)-pos)/2 {
-		return recordError(h, i, "header count %d, but %d bytes of the record are left", count, len(r)-pos)
-	}
-	for j := int64(0); j < count; j++ {
-		var n int64
-		if n, pos = readVarint(r, pos); pos < 0 || n < 0 || n > int64(len(r)-pos) {
-			return recordError(h, i, "header %d: bad key length", j)
-		}
-		pos += int(n)
-		if n, pos = readVarint(r, pos); pos < 0 || n < -1 || n > int64(len(r)-pos) {
-			return recordError(h, i, "header %d: bad value length", j)
-		}
-		if n > 0 {
-			pos += int(n)
+	j += n
+	if count != 0 {
+		var err error
+		if j, err = checkHeaders(r, j, count, h, i); err != nil {
+			return err
 		}
 	}
-	if pos != len(r) {
-		return recordError(h, i, "%d bytes after its last field", len(r)-pos)
+	if j != end {
+		return recordError(h, i, "%d bytes after its last field", end-j)
 	}
 	return nil
+}
+
+// checkHeaders checks count headers at r[j:] and returns the index after
+// them.
+func checkHeaders(r []byte, j int, count int64, h *BatchHeader, i int32) (int, error) {
+	// Each header takes at least two bytes (two length varints).
+	if count < 0 || count > int64(len(r)-j)/2 {
+		return j, recordError(h, i, "header count %d, but %d bytes of the record are left", count, len(r)-j)
+	}
+	for k := int64(0); k < count; k++ {
+		n, m := varint(r, j)
+		j += m
+		if m == 0 || n < 0 || n > int64(len(r)-j) {
+			return j, recordError(h, i, "header %d: bad key length", k)
+		}
+		j += int(n)
+		n, m = varint(r, j)
+		j += m
+		if m == 0 || n < -1 || n > int64(len(r)-j) {
+			return j, recordError(h, i, "header %d: bad value length", k)
+		}
+		if n > 0 {
+			j += int(n)
+		}
+	}
+	return j, nil
 }
 
 // streamWindow is the read window of compressed-record validation: records
@@ -256,6 +299,14 @@ func checkRecordsStream(r io.Reader, h *BatchHeader, c Codec, limit int) error {
 		recordStreams.Put(s)
 	}()
 	for s.i = 0; s.i < h.RecordCount; s.i++ {
+		// A record that fits the window is checked in place there, as an
+		// uncompressed one is; a larger one field by field as it streams.
+		if ok, err := s.inWindow(c, limit); ok || err != nil {
+			if err != nil {
+				return err
+			}
+			continue
+		}
 		s.left = math.MaxInt64
 		length, err := s.varint()
 		if err != nil {
@@ -278,6 +329,43 @@ func checkRecordsStream(r io.Reader, h *BatchHeader, c Codec, limit int) error {
 		return s.fieldErr(c, limit, err, "end of the records")
 	}
 	return nil
+}
+
+// inWindow checks the next record in place if it fits the read window and
+// reports whether it did; err is the record's error, if any.
+func (s *recordStream) inWindow(c Codec, limit int) (bool, error) {
+	head, err := s.br.Peek(binary.MaxVarintLen64)
+	length, n := varintFast(head, 0)
+	if n == 0 {
+		length, n = varintSlow(head, 0)
+	}
+	if n == 0 {
+		if len(head) == binary.MaxVarintLen64 {
+			return false, recordError(&s.h, s.i, "bad record length")
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return false, s.err(c, limit, err, "record length")
+		}
+		return false, nil // too few bytes left for a varint: the slow path says why
+	}
+	if length <= 0 {
+		return false, recordError(&s.h, s.i, "length %d", length)
+	}
+	if int64(n)+length > int64(s.br.Size()) {
+		return false, nil
+	}
+	rec, err := s.br.Peek(n + int(length))
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return false, s.err(c, limit, err, "record")
+	}
+	if err := checkRecord(rec, n, &s.h, s.i); err != nil {
+		return false, err
+	}
+	_, _ = s.br.Discard(len(rec)) // peeked, so present
+	return true, nil
 }
 
 func (s *recordStream) fieldErr(c Codec, limit int, err error, what string) error {
