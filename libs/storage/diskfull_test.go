@@ -3,6 +3,7 @@ package storage
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/sluice-io/sluice/libs/errs"
 	"github.com/sluice-io/sluice/libs/record"
 	"github.com/sluice-io/sluice/libs/storage/vfs"
+	"github.com/sluice-io/sluice/libs/testutil"
 )
 
 // logRecorder is a slog handler that keeps records.
@@ -214,4 +216,56 @@ func makeFollowerBatch(t *testing.T, base int64) []byte {
 	b := simpleBatch(t, 1, 1)
 	record.AssignOffsets(b, base, 0)
 	return b
+}
+
+// Readers and appenders keep going while the log goes offline and is
+// reopened underneath them: under -race this checks Reopen's locking, and
+// every read sees whole batches.
+func TestReopenUnderConcurrentReadsAndAppends(t *testing.T) {
+	fs := vfs.NewFaultFS(vfs.OS, 14)
+	l := openLog(t, t.TempDir(), testConfig(t, nil), Options{FS: fs})
+	defer l.Close()
+	appendAcked(t, l, 20, "a")
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				res, err := l.Read(l.LogStartOffset(), l.LogEndOffset(), 4096)
+				if err != nil {
+					continue // offline for a moment
+				}
+				buf := res.AppendTo(nil)
+				res.Release()
+				if _, err := record.Validate(buf, record.ValidateOptions{Origin: record.FromReplica, MaxBatchBytes: 1 << 20}); err != nil {
+					t.Errorf("read a torn batch: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			_, _ = l.AppendAsLeader(simpleBatch(t, 1, 1), 0, record.FromClient) // fails while offline
+		}
+	}()
+	for range 5 {
+		remove := fs.Inject(vfs.Fault{Op: vfs.OpWrite, PathSuffix: ".log", Err: vfs.ENOSPC, Partial: true})
+		testutil.Eventually(t, 5*time.Second, time.Millisecond, func() error {
+			if l.Err() == nil {
+				return errors.New("the appender has not hit the fault")
+			}
+			return nil
+		})
+		remove()
+		require.NoError(t, l.Reopen())
+	}
+	cancel()
+	wg.Wait()
+	requireLogSound(t, l)
+	require.NoError(t, l.Flush())
 }

@@ -198,8 +198,8 @@ func storageErr(what string, err error) *errs.Error {
 // fail takes the log offline: every later call fails with StorageError.
 // Retrying after a failed fsync is unsafe: Linux may have dropped the dirty
 // pages and cleared the error, so a retry that succeeds proves nothing (the
-// 2018 "fsyncgate" lesson from PostgreSQL). The replica is rebuilt from the
-// leader instead.
+// 2018 "fsyncgate" lesson from PostgreSQL). Only Reopen brings the log back,
+// through new handles and crash recovery.
 func (l *Log) fail(what string, err error) *errs.Error {
 	e := storageErr(what, err)
 	if l.failed.CompareAndSwap(nil, e) && !l.reopening {
