@@ -292,3 +292,15 @@ func BenchmarkGroupCommit(b *testing.B) {
 		b.Fatal(err)
 	}
 }
+
+// BenchmarkSpaceGuardAdmit is the reserve check every append pays: a mutex
+// and a clock read, with statfs once per refresh interval.
+func BenchmarkSpaceGuardAdmit(b *testing.B) {
+	g := NewSpaceGuard(SpaceGuardOptions{Dir: b.TempDir(), ReserveBytes: 1 << 20})
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := g.Admit(16 << 10); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
