@@ -14,6 +14,9 @@
 // KIP-279), never to its own high watermark.
 //
 // The storage-node role owns the Manager and serves produce and fetch from
-// it; ServeReplication answers the follower fetch streams of other nodes;
-// the replication role runs the fetchers of this node's followers.
+// it, and ReplicationService through Server (follower fetches from other
+// nodes, ReplicaAppend from replication workers, DescribeReplicas): the API
+// of the logs belongs to the role that owns them. The replication role runs
+// the fetchers of this node's followers (services/replication). Every rule
+// of leader and follower state is here, whichever process runs it.
 package replica

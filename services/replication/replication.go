@@ -12,6 +12,12 @@
 // the storage nodes that do not run it themselves: it fetches from leaders on
 // a follower's behalf and pushes to the follower with ReplicaAppend, at the
 // cost of a second network hop per byte.
+//
+// This role owns the fetching side only. The rules it feeds (what counts as
+// a fetch, when a follower is caught up, the ISR, the high watermark,
+// truncation) live in one place, libs/replica, and the API it calls,
+// ReplicationService, is served by the storage node, which owns the logs
+// (libs/replica's Server, registered by services/storagenode).
 package replication
 
 import (
