@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	"github.com/sluice-io/sluice/integration/cluster"
 	"github.com/sluice-io/sluice/libs/client"
 	"github.com/sluice-io/sluice/libs/devcluster"
@@ -232,4 +234,29 @@ func TestProduceToDeletedTopicFailsWithUnknownTopic(t *testing.T) {
 		require.True(t, errs.Is(res[0].Err, errs.UnknownTopicOrPartition), "got %v", res[0].Err)
 		return
 	}
+}
+
+// A storage node's health follows its standing with the controller: a node
+// whose session expired while it was paused is fenced when it resumes, says
+// NOT_SERVING until the controller unfences it, then SERVING again.
+func TestStorageNodeHealthFollowsFencing(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 1, ExtraArgs: fastSessions})
+	node := c.StorageNodes()[0]
+	require.NoError(t, node.Pause())
+	// Paused past its session: the controller fences it.
+	cl := cluster.Client(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	require.Eventually(t, func() bool {
+		_, st := brokerEpoch(t, ctx, cl, node.NodeID)
+		return st == commonv1.BrokerState_BROKER_STATE_FENCED
+	}, 3*sessionTimeout, 50*time.Millisecond)
+	require.NoError(t, node.Resume())
+	require.Eventually(t, func() bool {
+		log, err := os.ReadFile(node.LogPath)
+		require.NoError(t, err)
+		off := bytes.Index(log, []byte(`msg="component not serving"`))
+		return off >= 0 && bytes.Contains(log[off:], []byte(`msg="component serving"`))
+	}, 30*time.Second, 100*time.Millisecond, "health went NOT_SERVING while fenced and SERVING once unfenced")
+	require.NoError(t, node.WaitHealthy(ctx, 30*time.Second))
 }
