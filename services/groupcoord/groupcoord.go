@@ -7,12 +7,8 @@ import (
 	"log/slog"
 
 	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
-	"github.com/sluice-io/sluice/libs/config"
-	"github.com/sluice-io/sluice/libs/grpcx"
 	"github.com/sluice-io/sluice/libs/log"
-	"github.com/sluice-io/sluice/libs/membership"
-	"github.com/sluice-io/sluice/libs/metadata"
-	"github.com/sluice-io/sluice/libs/telemetry"
+	"github.com/sluice-io/sluice/libs/service"
 )
 
 // Config configures the group-coordinator role.
@@ -24,31 +20,17 @@ func (c *Config) RegisterFlags(*flag.FlagSet) {}
 // Validate checks the configuration.
 func (c *Config) Validate() error { return nil }
 
-// Deps are the role's collaborators.
-type Deps struct {
-	Logger    *slog.Logger
-	Telemetry *telemetry.Providers
-	Server    *grpcx.Server
-	Node      config.Node
-	// Metadata is the node's view of the cluster.
-	Metadata *metadata.Cache
-	// Member is the node's registration with the controller.
-	Member *membership.Member
-	// Pool holds connections to other nodes.
-	Pool *grpcx.Pool
-}
-
 // GroupCoordinator is the group-coordinator role. Its RPCs answer UNIMPLEMENTED until they are built.
 type GroupCoordinator struct {
 	groupv1.UnimplementedGroupCoordinatorServiceServer
 
 	cfg    Config
-	deps   Deps
+	deps   service.Deps
 	logger *slog.Logger
 }
 
 // New builds the role and registers its gRPC service on deps.Server.
-func New(cfg Config, deps Deps) *GroupCoordinator {
+func New(cfg Config, deps service.Deps) *GroupCoordinator {
 	r := &GroupCoordinator{cfg: cfg, deps: deps, logger: deps.Logger.With(log.Role("group-coordinator"))}
 	groupv1.RegisterGroupCoordinatorServiceServer(deps.Server.GRPC, r)
 	return r

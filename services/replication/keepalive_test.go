@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/metadata"
 	"github.com/sluice-io/sluice/libs/replica"
+	"github.com/sluice-io/sluice/libs/service"
 )
 
 // silentLeader is a leader with nothing to send: it records what the
@@ -80,7 +81,7 @@ func TestIdleFollowerKeepsFetching(t *testing.T) {
 	defer func() { _ = pool.Close() }()
 
 	r := New(Config{ChunkBytes: 1 << 20, FetchWaitMax: 20 * time.Millisecond, Shards: 1},
-		Deps{Logger: log.Discard(), Metadata: cache, Pool: pool})
+		service.Deps{Logger: log.Discard(), Metadata: cache, Pool: pool})
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &fetcher{r: r, key: fetchKey{leader: 1, follower: 2}, cancel: cancel, update: make(chan struct{}, 1)}
 	f.setTargets([]target{idleTarget{}})

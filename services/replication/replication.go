@@ -36,15 +36,12 @@ import (
 	"google.golang.org/grpc"
 
 	replicationv1 "github.com/sluice-io/sluice/gen/go/sluice/replication/v1"
-	"github.com/sluice-io/sluice/libs/config"
 	"github.com/sluice-io/sluice/libs/errs"
 	"github.com/sluice-io/sluice/libs/grpcx"
 	"github.com/sluice-io/sluice/libs/log"
-	"github.com/sluice-io/sluice/libs/membership"
-	"github.com/sluice-io/sluice/libs/metadata"
 	"github.com/sluice-io/sluice/libs/replica"
 	"github.com/sluice-io/sluice/libs/role"
-	"github.com/sluice-io/sluice/libs/telemetry"
+	"github.com/sluice-io/sluice/libs/service"
 )
 
 // Config configures the replication role.
@@ -87,25 +84,10 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Deps are the role's collaborators.
-type Deps struct {
-	Logger    *slog.Logger
-	Telemetry *telemetry.Providers
-	Server    *grpcx.Server
-	Node      config.Node
-	Metadata  *metadata.Cache
-	Member    *membership.Member
-	Pool      *grpcx.Pool
-	// Replicas are this node's replicas when the storage-node role runs in
-	// the same process; nil makes this a replication worker for the storage
-	// nodes that do not replicate for themselves.
-	Replicas *replica.Manager
-}
-
 // Replication is the replication role.
 type Replication struct {
 	cfg    Config
-	deps   Deps
+	deps   service.Deps
 	logger *slog.Logger
 	tracer trace.Tracer
 	cancel context.CancelFunc
@@ -113,7 +95,7 @@ type Replication struct {
 }
 
 // New builds the role.
-func New(cfg Config, deps Deps) *Replication {
+func New(cfg Config, deps service.Deps) *Replication {
 	if cfg.FetchWaitMax <= 0 {
 		cfg.FetchWaitMax = 500 * time.Millisecond
 	}

@@ -22,13 +22,10 @@ import (
 	replicationv1 "github.com/sluice-io/sluice/gen/go/sluice/replication/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
 	"github.com/sluice-io/sluice/libs/config"
-	"github.com/sluice-io/sluice/libs/grpcx"
 	"github.com/sluice-io/sluice/libs/log"
-	"github.com/sluice-io/sluice/libs/membership"
-	"github.com/sluice-io/sluice/libs/metadata"
 	"github.com/sluice-io/sluice/libs/replica"
+	"github.com/sluice-io/sluice/libs/service"
 	"github.com/sluice-io/sluice/libs/storage"
-	"github.com/sluice-io/sluice/libs/telemetry"
 )
 
 // Config configures the storage-node role.
@@ -80,28 +77,12 @@ func (c *Config) ReplicaConfig(node config.Node) replica.Config {
 		Storage: storage.Options{Space: storage.NewSpaceGuard(storage.SpaceGuardOptions{Dir: dir, ReserveBytes: c.DiskReserveBytes})}}
 }
 
-// Deps are the role's collaborators.
-type Deps struct {
-	Logger    *slog.Logger
-	Telemetry *telemetry.Providers
-	Server    *grpcx.Server
-	Node      config.Node
-	// Metadata is the node's view of the cluster.
-	Metadata *metadata.Cache
-	// Member is the node's registration with the controller.
-	Member *membership.Member
-	// Pool holds connections to other nodes.
-	Pool *grpcx.Pool
-	// Replicas are this node's replicas; the role starts and stops them.
-	Replicas *replica.Manager
-}
-
 // StorageNode is the storage-node role.
 type StorageNode struct {
 	storagev1.UnimplementedStorageServiceServer
 
 	cfg      Config
-	deps     Deps
+	deps     service.Deps
 	logger   *slog.Logger
 	replicas *replica.Manager
 	tracer   trace.Tracer
@@ -110,7 +91,7 @@ type StorageNode struct {
 }
 
 // New builds the role and registers its gRPC services on deps.Server.
-func New(cfg Config, deps Deps) *StorageNode {
+func New(cfg Config, deps service.Deps) *StorageNode {
 	r := &StorageNode{cfg: cfg, deps: deps, logger: deps.Logger.With(log.Role("storage-node")), replicas: deps.Replicas,
 		tracer: noop.NewTracerProvider().Tracer("")}
 	mp := metric.MeterProvider(metricnoop.NewMeterProvider())

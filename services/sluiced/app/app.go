@@ -130,21 +130,19 @@ func (n *node) controllerAddrs() []string {
 
 func (n *node) newRole(r role.Role) service.Service {
 	cfg := n.cfg
+	deps := service.Deps{Logger: n.logger, Telemetry: n.tel, Server: n.srv, Node: cfg.Node,
+		Metadata: n.cache, Member: n.member, Pool: n.pool, Replicas: n.replicas}
 	switch r {
 	case role.Controller:
-		return controller.New(cfg.Controller, controller.Deps{Logger: n.logger, Telemetry: n.tel, Server: n.srv, Node: cfg.Node, Metadata: n.cache, Pool: n.pool})
+		return controller.New(cfg.Controller, controller.Deps{Logger: deps.Logger, Telemetry: deps.Telemetry, Server: deps.Server, Node: deps.Node, Metadata: deps.Metadata, Pool: deps.Pool})
 	case role.StorageNode:
-		return storagenode.New(cfg.StorageNode, storagenode.Deps{Logger: n.logger, Telemetry: n.tel, Server: n.srv, Node: cfg.Node,
-			Metadata: n.cache, Member: n.member, Pool: n.pool, Replicas: n.replicas})
+		return storagenode.New(cfg.StorageNode, deps)
 	case role.Replication:
-		return replication.New(cfg.Replication, replication.Deps{Logger: n.logger, Telemetry: n.tel, Server: n.srv, Node: cfg.Node,
-			Metadata: n.cache, Member: n.member, Pool: n.pool, Replicas: n.replicas})
+		return replication.New(cfg.Replication, deps)
 	case role.GroupCoordinator:
-		return groupcoord.New(cfg.GroupCoordinator, groupcoord.Deps{Logger: n.logger, Telemetry: n.tel, Server: n.srv, Node: cfg.Node,
-			Metadata: n.cache, Member: n.member, Pool: n.pool})
+		return groupcoord.New(cfg.GroupCoordinator, deps)
 	case role.TransactionCoordinator:
-		return txncoord.New(cfg.TransactionCoordinator, txncoord.Deps{Logger: n.logger, Telemetry: n.tel, Server: n.srv, Node: cfg.Node,
-			Metadata: n.cache, Member: n.member, Pool: n.pool})
+		return txncoord.New(cfg.TransactionCoordinator, deps)
 	}
 	panic(fmt.Sprintf("no constructor for role %q", r)) // role.Parse only yields known roles
 }

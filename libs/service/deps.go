@@ -1,0 +1,36 @@
+package service
+
+import (
+	"log/slog"
+
+	"github.com/sluice-io/sluice/libs/config"
+	"github.com/sluice-io/sluice/libs/grpcx"
+	"github.com/sluice-io/sluice/libs/membership"
+	"github.com/sluice-io/sluice/libs/metadata"
+	"github.com/sluice-io/sluice/libs/replica"
+	"github.com/sluice-io/sluice/libs/telemetry"
+)
+
+// Deps is what a process hands each of its roles: one struct for every role
+// (each role's New takes it), built once by the process, so a role uses what
+// it needs and a new role needs no new plumbing. Roles share these; none
+// owns or closes them.
+type Deps struct {
+	Logger    *slog.Logger
+	Telemetry *telemetry.Providers
+	// Server is the process's one gRPC server; roles register on it.
+	Server *grpcx.Server
+	Node   config.Node
+	// Metadata is the process's view of cluster metadata.
+	Metadata *metadata.Cache
+	// Member registers the process with the controller; nil in a process
+	// that runs only the controller role.
+	Member *membership.Member
+	// Pool holds the process's client connections to other nodes.
+	Pool *grpcx.Pool
+	// Replicas are the process's partition replicas, shared by the
+	// storage-node and replication roles; nil when the process runs no
+	// storage-node role (a replication worker then fetches for remote
+	// followers).
+	Replicas *replica.Manager
+}
