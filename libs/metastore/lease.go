@@ -125,6 +125,9 @@ func (s *Store) leaderAnswers(ctx context.Context) bool {
 	}
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
+	if !accepts(pctx, m.ClientURLs[0]) {
+		return false
+	}
 	_, err := s.Client.Status(pctx, m.ClientURLs[0])
 	return err == nil
 }

@@ -3,6 +3,8 @@ package metastore
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
 	"sort"
 	"sync"
 	"time"
@@ -106,6 +108,9 @@ func (s *Store) Quorum(ctx context.Context) QuorumStatus {
 		wg.Go(func() {
 			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 			defer cancel()
+			if !accepts(pctx, m.ClientURLs[0]) {
+				return
+			}
 			st, err := s.Client.Status(pctx, m.ClientURLs[0])
 			if err != nil {
 				return
@@ -127,4 +132,21 @@ func (s *Store) Quorum(ctx context.Context) QuorumStatus {
 	}
 	sort.Slice(out.Members, func(i, j int) bool { return out.Members[i].Name < out.Members[j].Name })
 	return out
+}
+
+// accepts reports whether a member's client URL accepts a TCP connection. A
+// dead member refuses at once, while clientv3 would wait for it until the
+// probe's deadline (its calls wait for a ready connection).
+func accepts(ctx context.Context, clientURL string) bool {
+	u, err := url.Parse(clientURL)
+	if err != nil {
+		return false
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", u.Host)
+	if err != nil {
+		return false
+	}
+	_ = conn.Close() // only the connect mattered
+	return true
 }

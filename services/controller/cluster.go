@@ -51,8 +51,8 @@ func (c *Controller) DescribeCluster(ctx context.Context, _ *controllerv1.Descri
 		}
 	}
 	if !active {
-		// The election key of a dead controller outlives it until its lease
-		// expires (or, without a majority, until there is one again).
+		// Without a majority no controller is active, although the election
+		// key of a dead one stays (no raft leader can expire its lease).
 		out.ControllerId = -1
 	}
 	if !external {

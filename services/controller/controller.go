@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -209,8 +210,9 @@ func (c *Controller) campaignLoop(ctx context.Context) {
 			c.store.KeepLease(leaseCtx, grant.ID, sent, time.Duration(grant.TTL)*time.Second, lose)
 		})
 		session, err := concurrency.NewSession(c.store.Client, concurrency.WithLease(grant.ID), concurrency.WithContext(leaseCtx))
+		wasActive := false
 		if err == nil {
-			c.serveTerm(ctx, leaseCtx, session)
+			wasActive = c.serveTerm(ctx, leaseCtx, lose, session)
 		}
 		lose(nil)
 		keeper.Wait()
@@ -218,12 +220,21 @@ func (c *Controller) campaignLoop(ctx context.Context) {
 		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, _ = c.store.Client.Revoke(rctx, grant.ID) // best effort; the lease expires by itself otherwise
 		cancel()
+		if !wasActive {
+			// A standby only gets here when its lease or election key is
+			// gone. When every lease went at once (a resumed etcd member
+			// that still believed it led revoked them all, etcd issue
+			// 15247), this lets the controller that was active campaign
+			// first, so the active controller does not change.
+			sleepCtx(ctx, c.cfg.ElectionTTL/3)
+		}
 	}
 }
 
 // serveTerm registers presence, campaigns, and holds leadership until the
-// lease is lost (leaseCtx ends) or ctx is cancelled.
-func (c *Controller) serveTerm(ctx, leaseCtx context.Context, session *concurrency.Session) {
+// lease is lost (leaseCtx ends, or its election key is deleted) or ctx is
+// cancelled. It returns whether this controller was active.
+func (c *Controller) serveTerm(ctx, leaseCtx context.Context, lose context.CancelCauseFunc, session *concurrency.Session) bool {
 	member := &controllerv1.ControllerMember{
 		NodeId:     c.nodeID,
 		Address:    c.deps.Node.AdvertiseAddr(),
@@ -237,24 +248,24 @@ func (c *Controller) serveTerm(ctx, leaseCtx context.Context, session *concurren
 		if leaseCtx.Err() == nil {
 			c.logger.Warn("cannot register controller presence", log.Err(err))
 		}
-		return
+		return false
 	}
 	election := concurrency.NewElection(session, c.store.Key(metastore.KeyControllerLeader))
 	if err := election.Campaign(leaseCtx, strconv.Itoa(int(c.nodeID))); err != nil {
-		return // ctx cancelled or lease lost
+		return false // ctx cancelled or lease lost
 	}
 	epoch, err := c.bumpEpoch(leaseCtx, election)
 	if err != nil {
 		c.logger.Warn("won the election but could not bump the controller epoch; resigning", log.Err(err))
 		c.resign(election)
-		return
+		return false
 	}
 	// Decide only from a view that includes every write made before this
 	// term began, including the last writes of the previous controller (our
 	// election key may be much older than they are).
 	if err := c.catchUp(leaseCtx); err != nil {
 		c.resign(election)
-		return
+		return false
 	}
 	termCtx, endTerm := context.WithCancel(leaseCtx)
 	t := &term{election: election, epoch: epoch, ctx: termCtx, lastHeartbeat: map[int32]time.Time{}}
@@ -269,6 +280,7 @@ func (c *Controller) serveTerm(ctx, leaseCtx context.Context, session *concurren
 	var loops sync.WaitGroup
 	loops.Go(func() { c.reconcileLoop(t) })
 	loops.Go(func() { c.keepRaftLeaderElsewhere(t) })
+	loops.Go(func() { c.watchElectionKey(t, lose) })
 
 	<-leaseCtx.Done()
 	if ctx.Err() != nil {
@@ -282,6 +294,31 @@ func (c *Controller) serveTerm(ctx, leaseCtx context.Context, session *concurren
 	c.mu.Unlock()
 	endTerm()
 	loops.Wait()
+	return true
+}
+
+// watchElectionKey ends the term as soon as the followed state shows this
+// term's election key deleted (its lease was revoked), instead of at the
+// next lease renewal, so this controller campaigns again at once.
+func (c *Controller) watchElectionKey(t *term, lose context.CancelCauseFunc) {
+	key := strings.TrimPrefix(t.election.Key(), c.store.Prefix())
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		c.mu.RLock()
+		_, ok := c.st.election[key]
+		seen := c.st.rev >= t.election.Rev()
+		c.mu.RUnlock()
+		if seen && !ok {
+			lose(fmt.Errorf("%w: election key %s deleted", metastore.ErrLeaseLost, key))
+			return
+		}
+	}
 }
 
 // keepRaftLeaderElsewhere moves etcd's raft leadership off this process

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	"github.com/sluice-io/sluice/libs/errs"
 	"github.com/sluice-io/sluice/libs/metastore"
@@ -96,7 +98,7 @@ func (c *Controller) seen(name string) *controllerv1.ControllerMember {
 	m := c.quorum.byName[name]
 	c.quorum.mu.Unlock()
 	if m != nil {
-		return m
+		return proto.Clone(m).(*controllerv1.ControllerMember) // callers fill in state
 	}
 	out := &controllerv1.ControllerMember{NodeId: -1, EtcdMember: name}
 	if sub := nodeIDSuffix.FindStringSubmatch(name); sub != nil {
@@ -193,12 +195,17 @@ func (c *Controller) describeControllers(q metastore.QuorumStatus, present []*co
 		default:
 			m.EtcdRole = controllerv1.EtcdRole_ETCD_ROLE_FOLLOWER
 		}
-		if em.Reachable {
-			m.State = controllerv1.ControllerState_CONTROLLER_STATE_STANDBY
-		}
-		m.Active = em.Reachable && m.GetNodeId() == activeID && activeID >= 0
-		if m.Active {
+		// The holder of the election key is active while the quorum has a
+		// majority (its key expires with its lease if it is dead). A probe
+		// may be up to 2 s old, so a just-resumed active member can show as
+		// unreachable meanwhile.
+		m.Active = q.HasMajority() && activeID >= 0 && m.GetNodeId() == activeID
+		switch {
+		case !em.Reachable:
+		case m.Active:
 			m.State = controllerv1.ControllerState_CONTROLLER_STATE_ACTIVE
+		default:
+			m.State = controllerv1.ControllerState_CONTROLLER_STATE_STANDBY
 		}
 		listed[m.GetNodeId()] = true
 		out = append(out, m)
