@@ -8,6 +8,8 @@ import (
 
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
+	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/record"
 )
 
 func produceSeeds(t testing.TB) [][]byte {
@@ -36,7 +38,54 @@ func produceSeeds(t testing.TB) [][]byte {
 	// (the parts merge).
 	a, b := out[2], out[1]
 	out = append(out, append(append([]byte(nil), a...), a...), append(append([]byte(nil), b...), a...))
+	// Batches with a valid header and CRC whose records do not decode.
+	for _, bad := range badBatchSeeds(t) {
+		m, err := proto.Marshal(&storagev1.ProduceStreamRequest{RequestId: 3, Request: &storagev1.ProduceRequest{
+			Partitions: []*storagev1.ProducePartition{{Topic: "t", Data: &storagev1.ProducePartition_Batches{Batches: bad}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m)
+	}
 	return out
+}
+
+// badBatchSeeds are batches a leader must refuse although their header and
+// CRC are valid: random bytes as records (uncompressed and zstd), and a
+// record count above the records present.
+func badBatchSeeds(t testing.TB) [][]byte {
+	random := make([]byte, 200)
+	for i := range random {
+		random[i] = byte(i*131 + 7)
+	}
+	var out [][]byte
+	for _, c := range []record.Codec{record.CodecNone, record.CodecZstd} {
+		payload, err := record.Compress(nil, random, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, withHeader(c, 5, payload))
+	}
+	bl := record.NewBuilder(record.CodecNone)
+	for range 2 {
+		if err := bl.AppendKV(1, []byte("key"), []byte("a value of some length")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	two, err := bl.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(out, withHeader(record.CodecNone, 3, two[record.BatchHeaderSize:]))
+}
+
+func withHeader(c record.Codec, count int32, payload []byte) []byte {
+	b := append(make([]byte, record.BatchHeaderSize), payload...)
+	record.PutBatchHeader(b, &record.BatchHeader{BatchLength: int32(len(b) - record.LogOverhead), PartitionLeaderEpoch: -1,
+		Magic: record.Magic, Attributes: record.Attributes(c), LastOffsetDelta: count - 1, ProducerID: -1, ProducerEpoch: -1,
+		BaseSequence: -1, RecordCount: count})
+	record.UpdateCRC(b)
+	return b
 }
 
 // The hand decoder must agree with the protobuf decoder on every input:
@@ -55,7 +104,28 @@ func FuzzDecodeProduceStreamRequest(f *testing.F) {
 		if werr == nil && !proto.Equal(&want, &got) {
 			t.Fatalf("decoded differently:\nprotobuf %v\nhand     %v", &want, &got)
 		}
+		// What the leader does next with the batches: validate them,
+		// records included. Any input gets a typed error or passes.
+		for _, p := range got.GetRequest().GetPartitions() {
+			if _, err := record.Validate(p.GetBatches(), record.ValidateOptions{Origin: record.FromClient}); err != nil {
+				switch errs.CodeOf(err) {
+				case errs.CorruptMessage, errs.MessageTooLarge, errs.InvalidRecord, errs.UnsupportedCompressionType:
+				default:
+					t.Fatalf("untyped validation error %v", err)
+				}
+			}
+		}
 	})
+}
+
+// Every bad-batch seed is refused as CORRUPT_MESSAGE after decoding.
+func TestBadBatchSeedsAreRefused(t *testing.T) {
+	for i, b := range badBatchSeeds(t) {
+		_, err := record.Validate(b, record.ValidateOptions{Origin: record.FromClient})
+		if errs.CodeOf(err) != errs.CorruptMessage {
+			t.Fatalf("seed %d: %v, want CORRUPT_MESSAGE", i, err)
+		}
+	}
 }
 
 // The batches point into the received bytes: no copy.
