@@ -14,6 +14,7 @@ import (
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
+	"github.com/sluice-io/sluice/libs/grpcx"
 	"github.com/sluice-io/sluice/libs/record"
 )
 
@@ -38,6 +39,21 @@ func (c fetchCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return decodeFetchResponse(data.Materialize(), m)
 }
 
+// Field numbers of FetchResponse, from its descriptor.
+var (
+	fetchTopic               = grpcx.FieldNumber(&storagev1.FetchResponse{}, "topic")
+	fetchPartition           = grpcx.FieldNumber(&storagev1.FetchResponse{}, "partition")
+	fetchError               = grpcx.FieldNumber(&storagev1.FetchResponse{}, "error")
+	fetchHighWatermark       = grpcx.FieldNumber(&storagev1.FetchResponse{}, "high_watermark")
+	fetchLastStableOffset    = grpcx.FieldNumber(&storagev1.FetchResponse{}, "last_stable_offset")
+	fetchLogStartOffset      = grpcx.FieldNumber(&storagev1.FetchResponse{}, "log_start_offset")
+	fetchAbortedTransactions = grpcx.FieldNumber(&storagev1.FetchResponse{}, "aborted_transactions")
+	fetchDivergingEpoch      = grpcx.FieldNumber(&storagev1.FetchResponse{}, "diverging_epoch")
+	fetchNextOffset          = grpcx.FieldNumber(&storagev1.FetchResponse{}, "next_offset")
+	fetchRecords             = grpcx.FieldNumber(&storagev1.FetchResponse{}, "records")
+	fetchBatches             = grpcx.FieldNumber(&storagev1.FetchResponse{}, "batches")
+)
+
 // decodeFetchResponse parses b into m; m.Batches aliases b.
 func decodeFetchResponse(b []byte, m *storagev1.FetchResponse) error {
 	m.Reset()
@@ -55,15 +71,15 @@ func decodeFetchResponse(b []byte, m *storagev1.FetchResponse) error {
 			}
 			b = b[n:]
 			switch num {
-			case 2:
+			case fetchPartition:
 				m.Partition = int32(v)
-			case 4:
+			case fetchHighWatermark:
 				m.HighWatermark = int64(v)
-			case 5:
+			case fetchLastStableOffset:
 				m.LastStableOffset = int64(v)
-			case 6:
+			case fetchLogStartOffset:
 				m.LogStartOffset = int64(v)
-			case 9:
+			case fetchNextOffset:
 				m.NextOffset = int64(v)
 			}
 		case typ == protowire.BytesType:
@@ -74,25 +90,25 @@ func decodeFetchResponse(b []byte, m *storagev1.FetchResponse) error {
 			b = b[n:]
 			var err error
 			switch num {
-			case 1:
+			case fetchTopic:
 				if !utf8.Valid(v) {
 					return errors.New("decoding fetch chunk: the topic is not valid UTF-8")
 				}
 				m.Topic = string(v)
-			case 3:
+			case fetchError:
 				m.Error = &edpb.Error{}
 				err = proto.Unmarshal(v, m.Error)
-			case 7:
+			case fetchAbortedTransactions:
 				a := &storagev1.AbortedTransaction{}
 				err = proto.Unmarshal(v, a)
 				m.AbortedTransactions = append(m.AbortedTransactions, a)
-			case 8:
+			case fetchDivergingEpoch:
 				m.DivergingEpoch = &storagev1.EpochEndOffset{}
 				err = proto.Unmarshal(v, m.DivergingEpoch)
-			case 10:
+			case fetchRecords:
 				m.Records = &commonv1.Records{}
 				err = proto.Unmarshal(v, m.Records)
-			case 15:
+			case fetchBatches:
 				m.Batches = v
 			}
 			if err != nil {

@@ -8,12 +8,12 @@ import (
 	"github.com/sluice-io/sluice/libs/grpcx"
 )
 
-// Field numbers of the produce messages (proto/sluice/storage/v1).
-const (
-	fieldStreamRequestID  = 1 // ProduceStreamRequest.request_id
-	fieldStreamRequest    = 2 // ProduceStreamRequest.request
-	fieldRequestPartition = 3 // ProduceRequest.partitions
-	fieldPartitionBatches = 4 // ProducePartition.batches
+// Field numbers of the produce messages, from their descriptors.
+var (
+	fieldStreamRequestID  = grpcx.FieldNumber(&storagev1.ProduceStreamRequest{}, "request_id")
+	fieldStreamRequest    = grpcx.FieldNumber(&storagev1.ProduceStreamRequest{}, "request")
+	fieldRequestPartition = grpcx.FieldNumber(&storagev1.ProduceRequest{}, "partitions")
+	fieldPartitionBatches = grpcx.FieldNumber(&storagev1.ProducePartition{}, "batches")
 )
 
 // encodeProduceStream encodes a ProduceStreamRequest as proto.Marshal

@@ -8,7 +8,7 @@ import (
 )
 
 // batchesField is FollowerFetchResponse.batches.
-const batchesField = 15
+var batchesField = grpcx.FieldNumber(&replicationv1.FollowerFetchResponse{}, "batches")
 
 // chunkIn receives one FollowerFetchResponse without copying its batches:
 // they point into the received buffer until the chunk is applied. On a

@@ -1,10 +1,12 @@
 package storagenode
 
 import (
+	"fmt"
 	"reflect"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	replicationv1 "github.com/sluice-io/sluice/gen/go/sluice/replication/v1"
@@ -17,9 +19,15 @@ import (
 )
 
 // batchesField is the field number of the batch bytes in FetchResponse and
-// FollowerFetchResponse: the last field, so the bytes can follow the
-// encoded head straight from the page cache.
-const batchesField = 15
+// FollowerFetchResponse (one Frame encoder serves both, so they must agree):
+// the bytes follow the encoded head straight from the page cache.
+var batchesField = func() protowire.Number {
+	n := grpcx.FieldNumber(&storagev1.FetchResponse{}, "batches")
+	if f := grpcx.FieldNumber(&replicationv1.FollowerFetchResponse{}, "batches"); f != n {
+		panic(fmt.Sprintf("storagenode: batches is field %d of FetchResponse but %d of FollowerFetchResponse", n, f))
+	}
+	return n
+}()
 
 const (
 	defaultPartitionMaxBytes = 1 << 20

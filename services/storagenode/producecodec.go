@@ -28,13 +28,13 @@ func (p *produceIn) DecodeBuffer(buf mem.Buffer) error {
 	return decodeProduceStreamRequest(buf.ReadOnlyData(), &p.msg)
 }
 
-// Field numbers of the messages decoded by hand; everything else goes
-// through the protobuf decoder.
-const (
-	fieldStreamRequest     = 2 // ProduceStreamRequest.request
-	fieldRequestPartitions = 3 // ProduceRequest.partitions
-	fieldPartitionBatches  = 4 // ProducePartition.batches
-	fieldPartitionRecords  = 5 // ProducePartition.records
+// Field numbers of the messages decoded by hand, from their descriptors;
+// everything else goes through the protobuf decoder.
+var (
+	fieldStreamRequest     = grpcx.FieldNumber(&storagev1.ProduceStreamRequest{}, "request")
+	fieldRequestPartitions = grpcx.FieldNumber(&storagev1.ProduceRequest{}, "partitions")
+	fieldPartitionBatches  = grpcx.FieldNumber(&storagev1.ProducePartition{}, "batches")
+	fieldPartitionRecords  = grpcx.FieldNumber(&storagev1.ProducePartition{}, "records")
 )
 
 var mergeOpts = proto.UnmarshalOptions{Merge: true}
