@@ -26,34 +26,19 @@ import (
 
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
-	"github.com/sluice-io/sluice/libs/config"
 	"github.com/sluice-io/sluice/libs/errs"
-	"github.com/sluice-io/sluice/libs/grpcx"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/metadata"
 	"github.com/sluice-io/sluice/libs/metastore"
-	"github.com/sluice-io/sluice/libs/telemetry"
+	"github.com/sluice-io/sluice/libs/service"
 )
-
-// Deps are the controller's collaborators.
-type Deps struct {
-	Logger    *slog.Logger
-	Telemetry *telemetry.Providers
-	Server    *grpcx.Server
-	Node      config.Node
-	// Metadata is the process's metadata cache; the controller keeps it in
-	// step with etcd (and MetadataService answers from it).
-	Metadata *metadata.Cache
-	// Pool reaches other nodes (to report reassignment progress).
-	Pool *grpcx.Pool
-}
 
 // Controller is the controller role.
 type Controller struct {
 	controllerv1.UnimplementedControllerServiceServer
 
 	cfg    Config
-	deps   Deps
+	deps   service.Deps
 	nodeID int32
 	logger *slog.Logger
 
@@ -83,7 +68,7 @@ type term struct {
 
 // New builds the controller role and registers its gRPC services on
 // deps.Server. Nothing runs until Start.
-func New(cfg Config, deps Deps) *Controller {
+func New(cfg Config, deps service.Deps) *Controller {
 	c := &Controller{
 		cfg:    cfg,
 		deps:   deps,

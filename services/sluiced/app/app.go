@@ -134,7 +134,7 @@ func (n *node) newRole(r role.Role) service.Service {
 		Metadata: n.cache, Member: n.member, Pool: n.pool, Replicas: n.replicas}
 	switch r {
 	case role.Controller:
-		return controller.New(cfg.Controller, controller.Deps{Logger: deps.Logger, Telemetry: deps.Telemetry, Server: deps.Server, Node: deps.Node, Metadata: deps.Metadata, Pool: deps.Pool})
+		return controller.New(cfg.Controller, deps)
 	case role.StorageNode:
 		return storagenode.New(cfg.StorageNode, deps)
 	case role.Replication:
