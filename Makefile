@@ -11,7 +11,7 @@ export BUF_CACHE_DIR ?= $(ROOT)/.cache/buf
 
 # Packages of every workspace module except integration (which starts real
 # processes and runs on its own).
-UNIT_PKGS := $(MOD)/gen/go/... $(MOD)/libs/... $(MOD)/services/... $(MOD)/tools/...
+UNIT_PKGS := $(MOD)/gen/go/... $(MOD)/libs/client/... $(MOD)/libs/... $(MOD)/services/... $(MOD)/tools/...
 BUILDTOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/grpcurl $(BIN)/benchstat
 # buf breaking compares the API with this input: the previous commit by
 # default (CI runs on main, where comparing with main itself proves nothing).
@@ -57,12 +57,12 @@ $(BIN)/grpcurl: tools/buildtools/go.mod tools/buildtools/go.sum
 gen: tools
 	rm -rf gen/go/sluice
 	PATH="$(BIN):$$PATH" $(BIN)/buf generate
-	$(GO) run $(MOD)/tools/errgen -o libs/errs/codes_gen.go
+	$(GO) run $(MOD)/tools/errgen -o libs/client/errs/codes_gen.go
 
 ## check-gen: fail if gen/go differs from what `make gen` produces
 check-gen: gen
-	@if [ -n "$$(git status --porcelain -- gen/go libs/errs/codes_gen.go)" ]; then \
-		git status --porcelain -- gen/go libs/errs/codes_gen.go; git diff --stat -- gen/go libs/errs/codes_gen.go; \
+	@if [ -n "$$(git status --porcelain -- gen/go libs/client/errs/codes_gen.go)" ]; then \
+		git status --porcelain -- gen/go libs/client/errs/codes_gen.go; git diff --stat -- gen/go libs/client/errs/codes_gen.go; \
 		echo "gen/go is stale: run 'make gen' and commit the result"; exit 1; fi
 	@echo "gen/go is up to date"
 

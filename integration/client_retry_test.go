@@ -17,8 +17,8 @@ import (
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	"github.com/sluice-io/sluice/integration/cluster"
 	"github.com/sluice-io/sluice/libs/client"
+	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/devcluster"
-	"github.com/sluice-io/sluice/libs/errs"
 )
 
 // Clients retry what is retriable, within their timeouts, and say at once

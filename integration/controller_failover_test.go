@@ -19,9 +19,9 @@ import (
 	metastorev1 "github.com/sluice-io/sluice/gen/go/sluice/metastore/v1"
 	"github.com/sluice-io/sluice/integration/cluster"
 	"github.com/sluice-io/sluice/libs/client"
+	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/client/wire"
 	"github.com/sluice-io/sluice/libs/devcluster"
-	"github.com/sluice-io/sluice/libs/errs"
-	"github.com/sluice-io/sluice/libs/grpcx"
 )
 
 // activeController returns the process of the active controller.
@@ -275,7 +275,7 @@ func TestMetadataOperationsLinearizableUnderFailover(t *testing.T) {
 	cl := cluster.Client(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	pool := grpcx.NewPool(grpcx.ClientOptions{})
+	pool := wire.NewPool(wire.ClientOptions{})
 	defer pool.Close()
 	var addrs []string
 	for _, p := range c.Controllers() {

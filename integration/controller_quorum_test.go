@@ -12,14 +12,14 @@ import (
 
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	"github.com/sluice-io/sluice/integration/cluster"
+	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/client/wire"
 	"github.com/sluice-io/sluice/libs/devcluster"
-	"github.com/sluice-io/sluice/libs/errs"
-	"github.com/sluice-io/sluice/libs/grpcx"
 )
 
 // describeAt asks one controller for its view of the cluster, bounded so a
 // paused or dead process does not hold the caller.
-func describeAt(ctx context.Context, pool *grpcx.Pool, p *devcluster.Process, timeout time.Duration) (*controllerv1.DescribeClusterResponse, error) {
+func describeAt(ctx context.Context, pool *wire.Pool, p *devcluster.Process, timeout time.Duration) (*controllerv1.DescribeClusterResponse, error) {
 	conn, err := pool.Get(p.Addr)
 	if err != nil {
 		return nil, err
@@ -48,7 +48,7 @@ func TestActiveControllerSurvivesEtcdLeaderPause(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{Controllers: 3})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	pool := grpcx.NewPool(grpcx.ClientOptions{})
+	pool := wire.NewPool(wire.ClientOptions{})
 	defer pool.Close()
 
 	// The active controller moves raft leadership off its own member, so
@@ -139,7 +139,7 @@ func controllerStates(resp *controllerv1.DescribeClusterResponse) map[int32]cont
 
 // activeAndStandbys waits for an active controller and returns it with the
 // other controllers.
-func activeAndStandbys(t *testing.T, ctx context.Context, c *devcluster.Cluster, pool *grpcx.Pool) (*devcluster.Process, []*devcluster.Process) {
+func activeAndStandbys(t *testing.T, ctx context.Context, c *devcluster.Cluster, pool *wire.Pool) (*devcluster.Process, []*devcluster.Process) {
 	t.Helper()
 	var active *devcluster.Process
 	require.Eventually(t, func() bool {
@@ -165,7 +165,7 @@ func TestClusterDescribeListsUnreachableController(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{Controllers: 3})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	pool := grpcx.NewPool(grpcx.ClientOptions{})
+	pool := wire.NewPool(wire.ClientOptions{})
 	defer pool.Close()
 	active, standbys := activeAndStandbys(t, ctx, c, pool)
 	dead := standbys[0]
@@ -212,7 +212,7 @@ func TestControllerQuorumLossIsReported(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{Controllers: 3})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	pool := grpcx.NewPool(grpcx.ClientOptions{})
+	pool := wire.NewPool(wire.ClientOptions{})
 	defer pool.Close()
 	active, standbys := activeAndStandbys(t, ctx, c, pool)
 	survivor := standbys[0]

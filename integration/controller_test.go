@@ -17,8 +17,8 @@ import (
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	"github.com/sluice-io/sluice/integration/cluster"
 	"github.com/sluice-io/sluice/libs/client"
+	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/devcluster"
-	"github.com/sluice-io/sluice/libs/errs"
 )
 
 // fastSessions makes node failures visible quickly so the failover tests

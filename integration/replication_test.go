@@ -19,8 +19,8 @@ import (
 	replicationv1 "github.com/sluice-io/sluice/gen/go/sluice/replication/v1"
 	"github.com/sluice-io/sluice/integration/cluster"
 	"github.com/sluice-io/sluice/libs/client"
+	"github.com/sluice-io/sluice/libs/client/record"
 	"github.com/sluice-io/sluice/libs/devcluster"
-	"github.com/sluice-io/sluice/libs/record"
 	"github.com/sluice-io/sluice/libs/role"
 )
 

@@ -122,7 +122,7 @@ func TestProduceTraceSpansClientLeaderAndFollowers(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
 	tel, err := telemetry.Setup(ctx, telemetry.Config{SampleRatio: 1}, "test-client")
 	require.NoError(t, err)
-	cl, err := client.New(client.Config{Bootstrap: c.Bootstrap(), Telemetry: tel})
+	cl, err := client.New(client.Config{Bootstrap: c.Bootstrap(), Telemetry: tel.Client("client")})
 	require.NoError(t, err)
 	defer cl.Close()
 	_, err = cl.CreateTopic(ctx, "traced", 1, 3, map[string]string{"min.insync.replicas": "2"})

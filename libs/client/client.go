@@ -18,10 +18,13 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/sluice-io/sluice/libs/errs"
-	"github.com/sluice-io/sluice/libs/grpcx"
-	"github.com/sluice-io/sluice/libs/telemetry"
+	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/client/wire"
 )
+
+// Telemetry is what the SDK takes of OpenTelemetry (API types only; the
+// application picks the OTel SDK and exporters).
+type Telemetry = wire.Telemetry
 
 // Config configures a Client.
 type Config struct {
@@ -40,7 +43,7 @@ type Config struct {
 	DialOptions []grpc.DialOption
 	// Telemetry enables client spans and trace propagation; nil disables
 	// them.
-	Telemetry *telemetry.Providers
+	Telemetry *Telemetry
 }
 
 // Client is a connection pool to a Sluice cluster. It is safe for
@@ -48,7 +51,7 @@ type Config struct {
 type Client struct {
 	cfg Config
 
-	pool *grpcx.Pool
+	pool *wire.Pool
 
 	mu sync.Mutex
 	// preferred is the bootstrap address that answered last, tried first.
@@ -66,7 +69,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.BootstrapTimeout == 0 {
 		cfg.BootstrapTimeout = 2 * time.Second
 	}
-	return &Client{cfg: cfg, pool: grpcx.NewPool(grpcx.ClientOptions{Telemetry: cfg.Telemetry, Extra: cfg.DialOptions})}, nil
+	return &Client{cfg: cfg, pool: wire.NewPool(wire.ClientOptions{Telemetry: cfg.Telemetry, Extra: cfg.DialOptions})}, nil
 }
 
 // Close closes every connection.

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc"
 
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
-	"github.com/sluice-io/sluice/libs/errs"
-	"github.com/sluice-io/sluice/libs/record"
+	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/client/record"
 )
 
 // OffsetReset says where a consumer starts when it has no valid position
@@ -284,7 +284,7 @@ func (k *Consumer) traceConsume(ctx context.Context, recs []*ConsumedRecord) {
 	if len(links) == 0 {
 		return
 	}
-	_, span := tel.Tracer("client").Tracer("github.com/sluice-io/sluice/libs/client").Start(ctx, "consume",
+	_, span := tel.Tracer("github.com/sluice-io/sluice/libs/client").Start(ctx, "consume",
 		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(links...), trace.WithAttributes(attribute.Int("records", len(recs))))
 	span.End()
 }

@@ -14,8 +14,8 @@ import (
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
-	"github.com/sluice-io/sluice/libs/grpcx"
-	"github.com/sluice-io/sluice/libs/record"
+	"github.com/sluice-io/sluice/libs/client/record"
+	"github.com/sluice-io/sluice/libs/client/wire"
 )
 
 // fetchCodec decodes FetchResponse chunks without copying their batches
@@ -41,17 +41,17 @@ func (c fetchCodec) Unmarshal(data mem.BufferSlice, v any) error {
 
 // Field numbers of FetchResponse, from its descriptor.
 var (
-	fetchTopic               = grpcx.FieldNumber(&storagev1.FetchResponse{}, "topic")
-	fetchPartition           = grpcx.FieldNumber(&storagev1.FetchResponse{}, "partition")
-	fetchError               = grpcx.FieldNumber(&storagev1.FetchResponse{}, "error")
-	fetchHighWatermark       = grpcx.FieldNumber(&storagev1.FetchResponse{}, "high_watermark")
-	fetchLastStableOffset    = grpcx.FieldNumber(&storagev1.FetchResponse{}, "last_stable_offset")
-	fetchLogStartOffset      = grpcx.FieldNumber(&storagev1.FetchResponse{}, "log_start_offset")
-	fetchAbortedTransactions = grpcx.FieldNumber(&storagev1.FetchResponse{}, "aborted_transactions")
-	fetchDivergingEpoch      = grpcx.FieldNumber(&storagev1.FetchResponse{}, "diverging_epoch")
-	fetchNextOffset          = grpcx.FieldNumber(&storagev1.FetchResponse{}, "next_offset")
-	fetchRecords             = grpcx.FieldNumber(&storagev1.FetchResponse{}, "records")
-	fetchBatches             = grpcx.FieldNumber(&storagev1.FetchResponse{}, "batches")
+	fetchTopic               = wire.FieldNumber(&storagev1.FetchResponse{}, "topic")
+	fetchPartition           = wire.FieldNumber(&storagev1.FetchResponse{}, "partition")
+	fetchError               = wire.FieldNumber(&storagev1.FetchResponse{}, "error")
+	fetchHighWatermark       = wire.FieldNumber(&storagev1.FetchResponse{}, "high_watermark")
+	fetchLastStableOffset    = wire.FieldNumber(&storagev1.FetchResponse{}, "last_stable_offset")
+	fetchLogStartOffset      = wire.FieldNumber(&storagev1.FetchResponse{}, "log_start_offset")
+	fetchAbortedTransactions = wire.FieldNumber(&storagev1.FetchResponse{}, "aborted_transactions")
+	fetchDivergingEpoch      = wire.FieldNumber(&storagev1.FetchResponse{}, "diverging_epoch")
+	fetchNextOffset          = wire.FieldNumber(&storagev1.FetchResponse{}, "next_offset")
+	fetchRecords             = wire.FieldNumber(&storagev1.FetchResponse{}, "records")
+	fetchBatches             = wire.FieldNumber(&storagev1.FetchResponse{}, "batches")
 )
 
 // decodeFetchResponse parses b into m; m.Batches aliases b.

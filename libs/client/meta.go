@@ -7,7 +7,7 @@ import (
 	"time"
 
 	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
-	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/client/errs"
 )
 
 // metaCache keeps what producers and consumers need to know about topics:

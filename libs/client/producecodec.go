@@ -5,15 +5,15 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
-	"github.com/sluice-io/sluice/libs/grpcx"
+	"github.com/sluice-io/sluice/libs/client/wire"
 )
 
 // Field numbers of the produce messages, from their descriptors.
 var (
-	fieldStreamRequestID  = grpcx.FieldNumber(&storagev1.ProduceStreamRequest{}, "request_id")
-	fieldStreamRequest    = grpcx.FieldNumber(&storagev1.ProduceStreamRequest{}, "request")
-	fieldRequestPartition = grpcx.FieldNumber(&storagev1.ProduceRequest{}, "partitions")
-	fieldPartitionBatches = grpcx.FieldNumber(&storagev1.ProducePartition{}, "batches")
+	fieldStreamRequestID  = wire.FieldNumber(&storagev1.ProduceStreamRequest{}, "request_id")
+	fieldStreamRequest    = wire.FieldNumber(&storagev1.ProduceStreamRequest{}, "request")
+	fieldRequestPartition = wire.FieldNumber(&storagev1.ProduceRequest{}, "partitions")
+	fieldPartitionBatches = wire.FieldNumber(&storagev1.ProducePartition{}, "batches")
 )
 
 // encodeProduceStream encodes a ProduceStreamRequest as proto.Marshal
@@ -24,7 +24,7 @@ var (
 //
 // It sets req's Partitions and each partition's Data aside while encoding
 // the rest, so req must not be used concurrently.
-func encodeProduceStream(id uint64, req *storagev1.ProduceRequest) (grpcx.Encoded, error) {
+func encodeProduceStream(id uint64, req *storagev1.ProduceRequest) (wire.Encoded, error) {
 	parts := req.Partitions
 	req.Partitions = nil
 	head, err := proto.Marshal(req)
@@ -56,7 +56,7 @@ func encodeProduceStream(id uint64, req *storagev1.ProduceRequest) (grpcx.Encode
 	small = protowire.AppendTag(small, fieldStreamRequest, protowire.BytesType)
 	small = protowire.AppendVarint(small, uint64(reqLen))
 	small = append(small, head...)
-	out := make(grpcx.Encoded, 0, 1+2*len(parts))
+	out := make(wire.Encoded, 0, 1+2*len(parts))
 	start := 0
 	for _, e := range encs {
 		small = protowire.AppendTag(small, fieldRequestPartition, protowire.BytesType)

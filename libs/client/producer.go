@@ -14,9 +14,9 @@ import (
 	"google.golang.org/grpc"
 
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
-	"github.com/sluice-io/sluice/libs/errs"
-	"github.com/sluice-io/sluice/libs/grpcx"
-	"github.com/sluice-io/sluice/libs/record"
+	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/client/record"
+	"github.com/sluice-io/sluice/libs/client/wire"
 )
 
 // Acks is the acknowledgement level of produced records.
@@ -282,7 +282,7 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 		// The trace travels with the record, so a consumer's span can link
 		// to the producer's (W3C traceparent header).
 		carrier := propagation.MapCarrier{}
-		p.c.cfg.Telemetry.Propagator.Inject(ctx, carrier)
+		p.c.cfg.Telemetry.TextMapPropagator().Inject(ctx, carrier)
 		for k, v := range carrier {
 			headers = append(headers[:len(headers):len(headers)], record.Header{Key: k, Value: []byte(v)})
 		}
@@ -669,12 +669,12 @@ func (p *Producer) traceRequest(req *storagev1.ProduceRequest, group []*prodBatc
 	if !parent.IsValid() {
 		return
 	}
-	ctx, span := tel.Tracer("client").Tracer("github.com/sluice-io/sluice/libs/client").Start(
+	ctx, span := tel.Tracer("github.com/sluice-io/sluice/libs/client").Start(
 		trace.ContextWithSpanContext(context.Background(), parent), "produce",
 		trace.WithSpanKind(trace.SpanKindProducer), trace.WithLinks(links...),
 		trace.WithAttributes(attribute.Int("partitions", len(req.GetPartitions())), attribute.String("acks", req.GetAcks().String())))
 	carrier := propagation.MapCarrier{}
-	tel.Propagator.Inject(ctx, carrier)
+	tel.TextMapPropagator().Inject(ctx, carrier)
 	req.TraceContext = carrier
 	for _, b := range group {
 		b.span = span
@@ -876,7 +876,7 @@ func (c *prodConn) streamLocked() (*prodStream, error) {
 		return nil, err
 	}
 	sctx, cancel := context.WithCancel(context.Background())
-	stream, err := storagev1.NewStorageServiceClient(conn).ProduceStream(sctx, grpc.ForceCodecV2(grpcx.PassThroughCodec()))
+	stream, err := storagev1.NewStorageServiceClient(conn).ProduceStream(sctx, grpc.ForceCodecV2(wire.PassThroughCodec()))
 	if err != nil {
 		cancel()
 		return nil, err

@@ -18,7 +18,7 @@ import (
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	metadatav1 "github.com/sluice-io/sluice/gen/go/sluice/metadata/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
-	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/client/errs"
 )
 
 // fakeNode is an in-process node serving metadata for one topic ("t", one

@@ -5,13 +5,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"google.golang.org/grpc/experimental"
 	"log/slog"
 	"net"
 	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc/experimental"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
@@ -23,7 +24,8 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/client/wire"
 	"github.com/sluice-io/sluice/libs/telemetry"
 )
 
@@ -113,16 +115,16 @@ func NewServer(cfg ServerConfig, o ServerOptions) *Server {
 	opts := []grpc.ServerOption{
 		// Frames go out without copying their bodies; everything else is
 		// plain protobuf.
-		grpc.ForceServerCodecV2(PassThroughCodec()),
+		grpc.ForceServerCodecV2(wire.PassThroughCodec()),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes),
-		experimental.BufferPool(sharedPool),
+		experimental.BufferPool(wire.BufferPool()),
 		// Data streams carry megabytes: windows that let a 1 MiB produce
 		// request or fetch chunk flow without waiting for window updates,
 		// and socket reads and writes in large pieces (see transport.go).
-		grpc.InitialWindowSize(streamWindow),
-		grpc.InitialConnWindowSize(connWindow),
-		grpc.ReadBufferSize(socketBuffer),
-		grpc.WriteBufferSize(socketBuffer),
+		grpc.InitialWindowSize(wire.StreamWindow),
+		grpc.InitialConnWindowSize(wire.ConnWindow),
+		grpc.ReadBufferSize(wire.SocketBuffer),
+		grpc.WriteBufferSize(wire.SocketBuffer),
 		grpc.SharedWriteBuffer(true),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		// Clients ping idle connections every 10 s (see Dial); allow it.

@@ -15,7 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
-	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/client/wire"
 	"github.com/sluice-io/sluice/libs/grpcx"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/telemetry"
@@ -59,7 +60,7 @@ func startServer(t *testing.T) (*grpcx.Server, storagev1.StorageServiceClient, *
 	require.NoError(t, err)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
-	conn, err := grpcx.Dial(lis.Addr().String(), grpcx.ClientOptions{Telemetry: tel})
+	conn, err := wire.Dial(lis.Addr().String(), wire.ClientOptions{Telemetry: tel.Client("client")})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		require.NoError(t, conn.Close())
@@ -110,7 +111,7 @@ func TestCallsWaitForReadiness(t *testing.T) {
 	require.NoError(t, err)
 	go func() { _ = srv.Serve(lis) }()
 	defer srv.Stop(context.Background())
-	conn, err := grpcx.Dial(lis.Addr().String(), grpcx.ClientOptions{})
+	conn, err := wire.Dial(lis.Addr().String(), wire.ClientOptions{})
 	require.NoError(t, err)
 	defer conn.Close()
 	client := storagev1.NewStorageServiceClient(conn)

@@ -12,7 +12,8 @@ import (
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	metadatav1 "github.com/sluice-io/sluice/gen/go/sluice/metadata/v1"
-	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/client/wire"
 	"github.com/sluice-io/sluice/libs/grpcx"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/metadata"
@@ -106,13 +107,13 @@ func TestWatcherFollowsControllerAndServesMetadata(t *testing.T) {
 	go func() { _ = srv.Serve(lis) }()
 	defer srv.Stop(context.Background())
 
-	conn, err := grpcx.Dial(lis.Addr().String(), grpcx.ClientOptions{})
+	conn, err := wire.Dial(lis.Addr().String(), wire.ClientOptions{})
 	require.NoError(t, err)
 	defer conn.Close()
 	dst := metadata.NewCache()
 	// The first address refuses connections: the watcher moves on.
 	dead := "127.0.0.1:1"
-	deadConn, err := grpcx.Dial(dead, grpcx.ClientOptions{})
+	deadConn, err := wire.Dial(dead, wire.ClientOptions{})
 	require.NoError(t, err)
 	defer deadConn.Close()
 	w := metadata.NewWatcher(dst, []string{dead, lis.Addr().String()}, func(addr string) (*grpc.ClientConn, error) {

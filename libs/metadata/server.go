@@ -4,7 +4,7 @@ import (
 	"context"
 
 	metadatav1 "github.com/sluice-io/sluice/gen/go/sluice/metadata/v1"
-	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/grpcx"
 	"github.com/sluice-io/sluice/libs/naming"
 )

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
-	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/log"
 )
 

@@ -16,10 +16,10 @@ import (
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	replicationv1 "github.com/sluice-io/sluice/gen/go/sluice/replication/v1"
-	"github.com/sluice-io/sluice/libs/grpcx"
+	"github.com/sluice-io/sluice/libs/client/record"
+	"github.com/sluice-io/sluice/libs/client/wire"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/metadata"
-	"github.com/sluice-io/sluice/libs/record"
 )
 
 // These tests run the leader of an RF=3 partition (node 1; followers 2 and
@@ -211,7 +211,7 @@ func newISRRig(t *testing.T) *isrRig {
 	cache.Reset(metadata.FromSnapshot(ctl.snapshotLocked()))
 	ctl.mu.Unlock()
 
-	pool := grpcx.NewPool(grpcx.ClientOptions{})
+	pool := wire.NewPool(wire.ClientOptions{})
 	t.Cleanup(func() { _ = pool.Close() })
 	m := NewManager(Config{Dir: t.TempDir(), LagTimeMax: isrLag, Now: clk.Now}, 1, cache, nil, pool, log.Discard())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

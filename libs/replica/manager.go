@@ -14,8 +14,8 @@ import (
 	"time"
 
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
-	"github.com/sluice-io/sluice/libs/errs"
-	"github.com/sluice-io/sluice/libs/grpcx"
+	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/client/wire"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/membership"
 	"github.com/sluice-io/sluice/libs/metadata"
@@ -55,7 +55,7 @@ type Manager struct {
 	nodeID int32
 	cache  *metadata.Cache
 	member *membership.Member
-	pool   *grpcx.Pool
+	pool   *wire.Pool
 	logger *slog.Logger
 
 	// cleaner enforces retention and compacts compacted topics in the
@@ -82,7 +82,7 @@ type Manager struct {
 func (m *Manager) Stopping() <-chan struct{} { return m.stopping }
 
 // NewManager returns a manager; Start opens the replicas metadata assigns.
-func NewManager(cfg Config, nodeID int32, cache *metadata.Cache, member *membership.Member, pool *grpcx.Pool, logger *slog.Logger) *Manager {
+func NewManager(cfg Config, nodeID int32, cache *metadata.Cache, member *membership.Member, pool *wire.Pool, logger *slog.Logger) *Manager {
 	if cfg.LagTimeMax == 0 {
 		cfg.LagTimeMax = 30 * time.Second
 	}

@@ -14,10 +14,10 @@ import (
 
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
-	"github.com/sluice-io/sluice/libs/errs"
-	"github.com/sluice-io/sluice/libs/grpcx"
+	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/client/record"
+	"github.com/sluice-io/sluice/libs/client/wire"
 	"github.com/sluice-io/sluice/libs/metadata"
-	"github.com/sluice-io/sluice/libs/record"
 	"github.com/sluice-io/sluice/libs/storage"
 	"github.com/sluice-io/sluice/libs/storage/vfs"
 	"github.com/sluice-io/sluice/libs/testutil"
@@ -96,7 +96,7 @@ func newOfflineFixture(t *testing.T, self int32) *offlineFixture {
 			Configs:    map[string]string{"min.insync.replicas": "1", "sluice.fsync.before.ack": "true"},
 			Partitions: []*commonv1.PartitionState{{Topic: "t", LeaderId: 1, LeaderEpoch: 3, Replicas: []int32{1, 2}, Isr: []int32{1}}}}},
 	}))
-	pool := grpcx.NewPool(grpcx.ClientOptions{})
+	pool := wire.NewPool(wire.ClientOptions{})
 	t.Cleanup(func() { _ = pool.Close() })
 	f := &offlineFixture{fs: vfs.NewFaultFS(vfs.OS, uint64(self)), logs: newRecordedLogs(), reader: sdkmetric.NewManualReader()}
 	f.m = NewManager(Config{Dir: t.TempDir(), LagTimeMax: time.Hour, Storage: storage.Options{FS: f.fs},

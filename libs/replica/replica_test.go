@@ -9,11 +9,11 @@ import (
 
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
-	"github.com/sluice-io/sluice/libs/errs"
-	"github.com/sluice-io/sluice/libs/grpcx"
+	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/client/record"
+	"github.com/sluice-io/sluice/libs/client/wire"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/metadata"
-	"github.com/sluice-io/sluice/libs/record"
 	"github.com/sluice-io/sluice/libs/testutil"
 )
 
@@ -33,7 +33,7 @@ func newLeaderWith(t *testing.T, isr []int32, configs map[string]string) (*Manag
 		Topics: []*controllerv1.TopicMetadata{{Name: "t", TopicId: "id", Configs: configs,
 			Partitions: []*commonv1.PartitionState{{Topic: "t", LeaderId: 1, LeaderEpoch: 3, Replicas: []int32{1, 2, 3}, Isr: isr}}}},
 	}))
-	pool := grpcx.NewPool(grpcx.ClientOptions{})
+	pool := wire.NewPool(wire.ClientOptions{})
 	t.Cleanup(func() { _ = pool.Close() })
 	m := NewManager(Config{Dir: t.TempDir(), LagTimeMax: time.Hour}, 1, cache, nil, pool, log.Discard())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

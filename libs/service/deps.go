@@ -3,6 +3,7 @@ package service
 import (
 	"log/slog"
 
+	"github.com/sluice-io/sluice/libs/client/wire"
 	"github.com/sluice-io/sluice/libs/config"
 	"github.com/sluice-io/sluice/libs/grpcx"
 	"github.com/sluice-io/sluice/libs/membership"
@@ -27,7 +28,7 @@ type Deps struct {
 	// that runs only the controller role.
 	Member *membership.Member
 	// Pool holds the process's client connections to other nodes.
-	Pool *grpcx.Pool
+	Pool *wire.Pool
 	// Replicas are the process's partition replicas, shared by the
 	// storage-node and replication roles; nil when the process runs no
 	// storage-node role (a replication worker then fetches for remote

@@ -5,8 +5,8 @@ import (
 	"math"
 	"time"
 
-	"github.com/sluice-io/sluice/libs/errs"
-	"github.com/sluice-io/sluice/libs/record"
+	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/client/record"
 )
 
 // AppendResult describes an append.

@@ -10,8 +10,8 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/sluice-io/sluice/libs/errs"
-	"github.com/sluice-io/sluice/libs/record"
+	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/client/record"
 	"github.com/sluice-io/sluice/libs/storage/vfs"
 )
 

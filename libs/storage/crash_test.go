@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluice-io/sluice/libs/record"
+	"github.com/sluice-io/sluice/libs/client/record"
 )
 
 // The SIGKILL crash test re-runs this test binary as a child that appends

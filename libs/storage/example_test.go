@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/sluice-io/sluice/libs/record"
+	"github.com/sluice-io/sluice/libs/client/record"
 	"github.com/sluice-io/sluice/libs/storage"
 )
 

@@ -4,8 +4,8 @@ import (
 	"io"
 	"sync"
 
-	"github.com/sluice-io/sluice/libs/errs"
-	"github.com/sluice-io/sluice/libs/record"
+	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/client/record"
 )
 
 // Chunk is a run of whole batches, a slice of a segment's memory map: the

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"syscall"
 
-	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/client/errs"
 )
 
 // Transient reports whether the error that took a log offline may go away by

@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/sluice-io/sluice/libs/client/wire"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
@@ -161,6 +162,12 @@ func (p *Providers) Tracer(roleName string) trace.TracerProvider {
 	)
 	p.tracers[roleName] = tp
 	return tp
+}
+
+// Client returns the telemetry a gRPC client or the SDK uses for calls
+// made by one role.
+func (p *Providers) Client(roleName string) *wire.Telemetry {
+	return &wire.Telemetry{TracerProvider: p.Tracer(roleName), MeterProvider: p.Meter, Propagator: p.Propagator}
 }
 
 // Exporting reports whether spans leave the process.

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
-	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/metastore"
 )
 

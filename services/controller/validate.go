@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
-	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/grpcx"
 	"github.com/sluice-io/sluice/libs/naming"
 )

@@ -8,11 +8,11 @@ import (
 
 	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
 	replicationv1 "github.com/sluice-io/sluice/gen/go/sluice/replication/v1"
-	"github.com/sluice-io/sluice/libs/grpcx"
+	"github.com/sluice-io/sluice/libs/client/wire"
 )
 
 func decodeChunk(b []byte, m *replicationv1.FollowerFetchResponse) error {
-	return grpcx.UnmarshalAliasing(b, m, batchesField, func(v []byte) { m.Batches = v })
+	return wire.UnmarshalAliasing(b, m, batchesField, func(v []byte) { m.Batches = v })
 }
 
 // The aliasing decoder must agree with the protobuf decoder on every

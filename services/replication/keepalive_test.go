@@ -13,7 +13,7 @@ import (
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	replicationv1 "github.com/sluice-io/sluice/gen/go/sluice/replication/v1"
-	"github.com/sluice-io/sluice/libs/grpcx"
+	"github.com/sluice-io/sluice/libs/client/wire"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/metadata"
 	"github.com/sluice-io/sluice/libs/replica"
@@ -77,7 +77,7 @@ func TestIdleFollowerKeepsFetching(t *testing.T) {
 	cache := metadata.NewCache()
 	cache.Reset(metadata.FromSnapshot(&controllerv1.MetadataSnapshot{Revision: 1, ControllerId: -1,
 		Brokers: []*commonv1.Broker{{Id: 1, Endpoints: []*commonv1.Endpoint{{Name: "grpc", Host: "127.0.0.1", Port: int32(addr.Port)}}}}}))
-	pool := grpcx.NewPool(grpcx.ClientOptions{})
+	pool := wire.NewPool(wire.ClientOptions{})
 	defer func() { _ = pool.Close() }()
 
 	r := New(Config{ChunkBytes: 1 << 20, FetchWaitMax: 20 * time.Millisecond, Shards: 1},

@@ -36,8 +36,8 @@ import (
 	"google.golang.org/grpc"
 
 	replicationv1 "github.com/sluice-io/sluice/gen/go/sluice/replication/v1"
-	"github.com/sluice-io/sluice/libs/errs"
-	"github.com/sluice-io/sluice/libs/grpcx"
+	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/client/wire"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/replica"
 	"github.com/sluice-io/sluice/libs/role"
@@ -345,7 +345,7 @@ func (f *fetcher) stream(ctx context.Context) error {
 	defer cancel()
 	// The codec hands received chunks to chunkIn, which keeps their
 	// batches in the received buffer.
-	stream, err := replicationv1.NewReplicationServiceClient(conn).FollowerFetch(sctx, grpc.ForceCodecV2(grpcx.PassThroughCodec()))
+	stream, err := replicationv1.NewReplicationServiceClient(conn).FollowerFetch(sctx, grpc.ForceCodecV2(wire.PassThroughCodec()))
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc"
 
 	replicationv1 "github.com/sluice-io/sluice/gen/go/sluice/replication/v1"
-	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/replica"
 )
 

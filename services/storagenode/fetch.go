@@ -11,9 +11,9 @@ import (
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	replicationv1 "github.com/sluice-io/sluice/gen/go/sluice/replication/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
-	"github.com/sluice-io/sluice/libs/errs"
-	"github.com/sluice-io/sluice/libs/grpcx"
-	"github.com/sluice-io/sluice/libs/record"
+	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/client/record"
+	"github.com/sluice-io/sluice/libs/client/wire"
 	"github.com/sluice-io/sluice/libs/replica"
 	"github.com/sluice-io/sluice/libs/storage"
 )
@@ -22,8 +22,8 @@ import (
 // FollowerFetchResponse (one Frame encoder serves both, so they must agree):
 // the bytes follow the encoded head straight from the page cache.
 var batchesField = func() protowire.Number {
-	n := grpcx.FieldNumber(&storagev1.FetchResponse{}, "batches")
-	if f := grpcx.FieldNumber(&replicationv1.FollowerFetchResponse{}, "batches"); f != n {
+	n := wire.FieldNumber(&storagev1.FetchResponse{}, "batches")
+	if f := wire.FieldNumber(&replicationv1.FollowerFetchResponse{}, "batches"); f != n {
 		panic(fmt.Sprintf("storagenode: batches is field %d of FetchResponse but %d of FollowerFetchResponse", n, f))
 	}
 	return n
@@ -36,8 +36,8 @@ const (
 
 // frameOf turns a message head and a read result into a frame whose body is
 // the read's memory-mapped chunks, released as the transport writes them.
-func frameOf(head []byte, data *storage.ReadResult) *grpcx.Frame {
-	f := &grpcx.Frame{Head: head, Field: batchesField}
+func frameOf(head []byte, data *storage.ReadResult) *wire.Frame {
+	f := &wire.Frame{Head: head, Field: batchesField}
 	for i := range data.Chunks {
 		c := &data.Chunks[i]
 		f.Body = append(f.Body, c.Data)
@@ -50,7 +50,7 @@ func frameOf(head []byte, data *storage.ReadResult) *grpcx.Frame {
 
 // sendFollowerChunk sends a chunk to a follower without copying its bytes.
 func sendFollowerChunk(stream grpc.ServerStream, resp *replicationv1.FollowerFetchResponse, data *storage.ReadResult) error {
-	head, err := grpcx.HeadOf(resp)
+	head, err := wire.HeadOf(resp)
 	if err != nil {
 		data.Release()
 		return err
@@ -209,7 +209,7 @@ func (r *StorageNode) fetchOne(stream grpc.ServerStream, st *fetchState, maxByte
 		resp.Records = recs
 		return n, changed, stream.SendMsg(resp)
 	}
-	head, err := grpcx.HeadOf(resp)
+	head, err := wire.HeadOf(resp)
 	if err != nil {
 		data.Release()
 		return 0, nil, err

@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluice-io/sluice/libs/errs"
-	"github.com/sluice-io/sluice/libs/record"
+	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/client/record"
 	"github.com/sluice-io/sluice/libs/storage"
 )
 

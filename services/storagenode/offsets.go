@@ -4,7 +4,7 @@ import (
 	"context"
 
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
-	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/client/errs"
 )
 
 // ListOffsets looks up earliest, latest and by-timestamp offsets on the

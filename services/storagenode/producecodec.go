@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
-	"github.com/sluice-io/sluice/libs/grpcx"
+	"github.com/sluice-io/sluice/libs/client/wire"
 )
 
 // produceIn receives one ProduceStreamRequest without copying its batches:
@@ -18,10 +18,10 @@ import (
 // produce path.
 type produceIn struct {
 	msg storagev1.ProduceStreamRequest
-	grpcx.Held
+	wire.Held
 }
 
-// DecodeBuffer implements grpcx.BufferDecoder.
+// DecodeBuffer implements wire.BufferDecoder.
 func (p *produceIn) DecodeBuffer(buf mem.Buffer) error {
 	p.Hold(buf)
 	p.msg.Reset()
@@ -31,10 +31,10 @@ func (p *produceIn) DecodeBuffer(buf mem.Buffer) error {
 // Field numbers of the messages decoded by hand, from their descriptors;
 // everything else goes through the protobuf decoder.
 var (
-	fieldStreamRequest     = grpcx.FieldNumber(&storagev1.ProduceStreamRequest{}, "request")
-	fieldRequestPartitions = grpcx.FieldNumber(&storagev1.ProduceRequest{}, "partitions")
-	fieldPartitionBatches  = grpcx.FieldNumber(&storagev1.ProducePartition{}, "batches")
-	fieldPartitionRecords  = grpcx.FieldNumber(&storagev1.ProducePartition{}, "records")
+	fieldStreamRequest     = wire.FieldNumber(&storagev1.ProduceStreamRequest{}, "request")
+	fieldRequestPartitions = wire.FieldNumber(&storagev1.ProduceRequest{}, "partitions")
+	fieldPartitionBatches  = wire.FieldNumber(&storagev1.ProducePartition{}, "batches")
+	fieldPartitionRecords  = wire.FieldNumber(&storagev1.ProducePartition{}, "records")
 )
 
 var mergeOpts = proto.UnmarshalOptions{Merge: true}
@@ -42,7 +42,7 @@ var mergeOpts = proto.UnmarshalOptions{Merge: true}
 // decodeProduceStreamRequest parses b into m as proto.Unmarshal would,
 // except that batches point into b.
 func decodeProduceStreamRequest(b []byte, m *storagev1.ProduceStreamRequest) error {
-	rest, err := grpcx.SplitField(b, fieldStreamRequest, func(v []byte) error {
+	rest, err := wire.SplitField(b, fieldStreamRequest, func(v []byte) error {
 		if m.Request == nil {
 			m.Request = &storagev1.ProduceRequest{}
 		}
@@ -58,7 +58,7 @@ func decodeProduceStreamRequest(b []byte, m *storagev1.ProduceStreamRequest) err
 }
 
 func decodeProduceRequest(b []byte, m *storagev1.ProduceRequest) error {
-	rest, err := grpcx.SplitField(b, fieldRequestPartitions, func(v []byte) error {
+	rest, err := wire.SplitField(b, fieldRequestPartitions, func(v []byte) error {
 		pp := &storagev1.ProducePartition{}
 		if err := decodeProducePartition(v, pp); err != nil {
 			return err
@@ -75,7 +75,7 @@ func decodeProduceRequest(b []byte, m *storagev1.ProduceRequest) error {
 func decodeProducePartition(b []byte, m *storagev1.ProducePartition) error {
 	var batches []byte
 	sawBatches, sawRecords := false, false
-	rest, err := grpcx.SplitField(b, fieldPartitionBatches, func(v []byte) error {
+	rest, err := wire.SplitField(b, fieldPartitionBatches, func(v []byte) error {
 		batches, sawBatches = v, true
 		return nil
 	}, func(n protowire.Number) {

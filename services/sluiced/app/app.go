@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	metadatav1 "github.com/sluice-io/sluice/gen/go/sluice/metadata/v1"
+	"github.com/sluice-io/sluice/libs/client/wire"
 	"github.com/sluice-io/sluice/libs/grpcx"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/membership"
@@ -69,7 +70,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 
 	n := &node{cfg: cfg, logger: logger, tel: tel, srv: srv,
 		cache: metadata.NewCache(),
-		pool:  grpcx.NewPool(grpcx.ClientOptions{Telemetry: tel, Role: telemetry.Process})}
+		pool:  wire.NewPool(wire.ClientOptions{Telemetry: tel.Client(telemetry.Process)})}
 	// Every node answers metadata requests from its cache.
 	metadatav1.RegisterMetadataServiceServer(srv.GRPC, metadata.NewServer(n.cache, int32(cfg.Node.ID), srv.Validators))
 
@@ -112,7 +113,7 @@ type node struct {
 	tel    *telemetry.Providers
 	srv    *grpcx.Server
 	cache  *metadata.Cache
-	pool   *grpcx.Pool
+	pool   *wire.Pool
 	member *membership.Member
 	// replicas are the node's partition replicas, shared by the storage-node
 	// and replication roles.

@@ -9,6 +9,7 @@ import (
 	metadatav1 "github.com/sluice-io/sluice/gen/go/sluice/metadata/v1"
 	replicationv1 "github.com/sluice-io/sluice/gen/go/sluice/replication/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
+	"github.com/sluice-io/sluice/libs/client/wire"
 	"github.com/sluice-io/sluice/libs/grpcx"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/metadata"
@@ -28,7 +29,7 @@ func TestRoleOfFollowsTheServingRole(t *testing.T) {
 		require.NoError(t, err)
 		cfg.Roles = set
 		srv := grpcx.NewServer(cfg.GRPC, grpcx.ServerOptions{Logger: log.Discard()})
-		n := &node{cfg: cfg, logger: log.Discard(), srv: srv, cache: metadata.NewCache(), pool: grpcx.NewPool(grpcx.ClientOptions{})}
+		n := &node{cfg: cfg, logger: log.Discard(), srv: srv, cache: metadata.NewCache(), pool: wire.NewPool(wire.ClientOptions{})}
 		served := serviceRoles{}
 		for _, r := range set {
 			served.add(r, n.newRole(r))

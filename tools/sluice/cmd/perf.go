@@ -17,7 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-io/sluice/libs/client"
-	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/client/errs"
 )
 
 func newPerfCmd(g *globals) *cobra.Command {

@@ -18,7 +18,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluice-io/sluice/libs/client"
-	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/telemetry"
 )
 
 // globals are the flags every command shares, and the command's tracing.
@@ -77,7 +78,11 @@ func (g *globals) client() (*client.Client, error) {
 			addrs = append(addrs, a)
 		}
 	}
-	return client.New(client.Config{Bootstrap: addrs, Telemetry: g.tracing.tel})
+	var tel *client.Telemetry
+	if g.tracing.tel != nil {
+		tel = g.tracing.tel.Client(telemetry.Process)
+	}
+	return client.New(client.Config{Bootstrap: addrs, Telemetry: tel})
 }
 
 // print writes msg as JSON (--output json) or through text.

@@ -12,7 +12,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
 
-	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/client/errs"
 )
 
 // DefaultDecompressLimit caps how large one batch's records may grow when

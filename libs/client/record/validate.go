@@ -1,7 +1,7 @@
 package record
 
 import (
-	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/client/errs"
 )
 
 // DefaultMaxBatchBytes is the default max.message.bytes: the largest batch,

@@ -8,7 +8,7 @@ import (
 	"math"
 	"sync"
 
-	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/client/errs"
 )
 
 // Record decoding for validation. A CRC proves only that the bytes arrived as

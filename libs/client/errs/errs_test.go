@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
-	"github.com/sluice-io/sluice/libs/errs"
+	"github.com/sluice-io/sluice/libs/client/errs"
 )
 
 // Every code in the proto enum must have a catalog entry, and codes that

@@ -1,26 +1,22 @@
-package grpcx
+package wire
 
 import (
 	"fmt"
-	"google.golang.org/grpc/experimental"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
-
-	"github.com/sluice-io/sluice/libs/telemetry"
 )
 
 // ClientOptions configure Dial.
 type ClientOptions struct {
 	// Telemetry propagates trace context and records client spans; nil
 	// disables it.
-	Telemetry *telemetry.Providers
-	// Role names the calling role for its spans (telemetry.Process for the
-	// process itself, "client" when empty).
-	Role string
+	Telemetry *Telemetry
 	// MaxRecvMsgBytes bounds one received message; 0 uses 64 MiB.
 	MaxRecvMsgBytes int
 	// Extra dial options.
@@ -41,21 +37,22 @@ func Dial(target string, o ClientOptions) (*grpc.ClientConn, error) {
 		// on idle connections.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 		experimental.WithBufferPool(sharedPool),
-		grpc.WithInitialWindowSize(streamWindow),
-		grpc.WithInitialConnWindowSize(connWindow),
-		grpc.WithReadBufferSize(socketBuffer),
-		grpc.WithWriteBufferSize(socketBuffer),
+		grpc.WithInitialWindowSize(StreamWindow),
+		grpc.WithInitialConnWindowSize(ConnWindow),
+		grpc.WithReadBufferSize(SocketBuffer),
+		grpc.WithWriteBufferSize(SocketBuffer),
 		grpc.WithSharedWriteBuffer(true),
 	}
 	if o.Telemetry != nil {
-		role := o.Role
-		if role == "" {
-			role = "client"
+		t := o.Telemetry
+		tp := t.TracerProvider
+		if tp == nil {
+			tp = otel.GetTracerProvider()
 		}
 		opts = append(opts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(
-			otelgrpc.WithTracerProvider(o.Telemetry.Tracer(role)),
-			otelgrpc.WithMeterProvider(o.Telemetry.Meter),
-			otelgrpc.WithPropagators(o.Telemetry.Propagator),
+			otelgrpc.WithTracerProvider(tp),
+			otelgrpc.WithMeterProvider(t.meterProvider()),
+			otelgrpc.WithPropagators(t.TextMapPropagator()),
 		)))
 	}
 	opts = append(opts, o.Extra...)

@@ -3,7 +3,7 @@ package record_test
 import (
 	"fmt"
 
-	"github.com/sluice-io/sluice/libs/record"
+	"github.com/sluice-io/sluice/libs/client/record"
 )
 
 // A producer builds a batch, the leader validates it and assigns offsets, and
