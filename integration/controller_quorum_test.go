@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	"github.com/sluice-io/sluice/integration/cluster"
+	"github.com/sluice-io/sluice/libs/client"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/client/wire"
 	"github.com/sluice-io/sluice/libs/devcluster"
@@ -262,4 +264,52 @@ func TestControllerQuorumLossIsReported(t *testing.T) {
 	t.Logf("sluice cluster describe:\n%s", out)
 	require.Contains(t, out, "NO MAJORITY")
 	require.Contains(t, out, fmt.Sprintf("reachable [%d], unreachable [%d %d]", survivor.NodeID, dead[0], dead[1]))
+}
+
+// Without a quorum, admin calls from the SDK and the CLI end within their
+// API timeout with the survivor's CONTROLLER_QUORUM_UNAVAILABLE, not with a
+// refused connection to the dead active controller that metadata still
+// names.
+func TestAdminCallsReportQuorumLoss(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{Controllers: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pool := wire.NewPool(wire.ClientOptions{})
+	defer pool.Close()
+	active, standbys := activeAndStandbys(t, ctx, c, pool)
+	survivor := standbys[0]
+	require.NoError(t, active.Kill())
+	require.NoError(t, standbys[1].Kill())
+	require.Eventually(t, func() bool {
+		resp, err := describeAt(ctx, pool, survivor, 2*time.Second)
+		return err == nil && resp.GetQuorum() != nil && !resp.GetQuorum().GetHasMajority()
+	}, 20*time.Second, 100*time.Millisecond, "the survivor does not report the lost majority")
+	want := fmt.Sprintf("reachable members [%d]", survivor.NodeID)
+
+	const apiTimeout = 4 * time.Second
+	cl, err := client.New(client.Config{Bootstrap: c.Bootstrap(), RequestTimeout: apiTimeout})
+	require.NoError(t, err)
+	defer cl.Close()
+	start := time.Now()
+	// No deadline of its own: RequestTimeout bounds the call.
+	_, err = cl.CreateTopic(context.Background(), "during-quorum-loss", 1, 1, nil)
+	took := time.Since(start)
+	t.Logf("CreateTopic failed after %v: %v", took.Round(time.Millisecond), err)
+	require.Error(t, err)
+	require.True(t, errs.Is(err, errs.ControllerQuorumUnavailable), "%v", err)
+	require.Contains(t, err.Error(), want)
+	require.Equal(t, codes.Unavailable, status.Code(err))
+	require.Less(t, took, 3*apiTimeout, "the call outlived its API timeout")
+
+	cctx, ccancel := context.WithTimeout(ctx, 3*apiTimeout)
+	defer ccancel()
+	start = time.Now()
+	out, err := runCLIErr(cctx, t, strings.Join(c.Bootstrap(), ","), "", "--request-timeout", apiTimeout.String(),
+		"topic", "create", "during-quorum-loss", "--partitions", "1", "--replication-factor", "1")
+	took = time.Since(start)
+	t.Logf("sluice topic create failed after %v: %s", took.Round(time.Millisecond), out)
+	require.Error(t, err)
+	require.NoError(t, cctx.Err(), "the CLI outlived its API timeout")
+	require.Contains(t, out, "CONTROLLER_QUORUM_UNAVAILABLE")
+	require.Contains(t, out, want)
 }

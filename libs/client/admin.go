@@ -2,12 +2,16 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"time"
+	"slices"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
 
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
+	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
 	metadatav1 "github.com/sluice-io/sluice/gen/go/sluice/metadata/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
 	"github.com/sluice-io/sluice/libs/client/errs"
@@ -25,57 +29,163 @@ func (c *Client) Metadata(ctx context.Context, topics ...string) (*metadatav1.Ge
 	return out, err
 }
 
-// onController runs fn against the active controller: it learns the
-// controller's address from metadata, follows NOT_CONTROLLER hints, and
-// retries retriable failures (an election in progress, a restarting node)
-// with backoff until ctx ends.
+// onController runs fn against the active controller. Each pass tries the
+// controller metadata names, then the other registered controllers and the
+// bootstrap addresses, passing over one that cannot be reached (it may be
+// the dead active controller metadata still names) and following
+// NOT_CONTROLLER hints. A retriable answer (an election in progress, a
+// quorum without majority) ends the pass; passes repeat with backoff until
+// ctx ends, and then the last answer a server gave is returned, so the
+// caller sees why no controller accepted the call rather than a refused
+// connection.
 func (c *Client) onController(ctx context.Context, fn func(ctx context.Context, cc controllerv1.ControllerServiceClient) error) error {
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	backoff := 50 * time.Millisecond
-	addr := ""
+	var b backoff
+	var answered error // the last retriable error a server answered with
 	for attempt := 0; ; attempt++ {
-		var err error
-		if addr == "" {
-			md, merr := c.Metadata(ctx)
-			switch {
-			case merr != nil && attempt == 0 && errs.Is(merr, errs.NodeUnreachable):
-				// No bootstrap node could be reached at all: say so now
-				// rather than after the timeout.
-				return merr
-			case merr != nil:
-				err = merr
-			default:
-				addr = md.GetControllerAddress()
+		addrs, merr := c.controllerAddrs(ctx)
+		if merr != nil && !errs.IsRetriable(merr) {
+			return merr
+		}
+		err := c.controllerPass(ctx, addrs, fn)
+		switch {
+		case err == nil:
+			return nil
+		case serverAnswer(err):
+			answered = err
+		case merr != nil && attempt == 0 && errs.Is(merr, errs.NodeUnreachable):
+			// No node could be reached at all: say so now rather than
+			// after the timeout.
+			return merr
+		}
+		if !errs.IsRetriable(err) {
+			return err
+		}
+		if !b.wait(ctx) {
+			if answered != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return errs.From(answered)
+			}
+			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		}
+	}
+}
+
+// controllerAddrs lists the addresses to try for a controller call: the
+// active controller metadata names, the other nodes with the controller
+// role, then the bootstrap addresses. If metadata cannot be had, the
+// bootstrap addresses alone, with metadata's error.
+func (c *Client) controllerAddrs(ctx context.Context) ([]string, error) {
+	md, err := c.Metadata(ctx)
+	var out []string
+	if err == nil {
+		if a := md.GetControllerAddress(); a != "" {
+			out = append(out, a)
+		}
+		for _, b := range md.GetBrokers() {
+			if slices.Contains(b.GetRoles(), "controller") { // role.Controller
+				for _, e := range b.GetEndpoints() {
+					out = append(out, joinHostPort(e.GetHost(), e.GetPort()))
+					break
+				}
 			}
 		}
-		if err == nil && addr == "" {
-			err = errs.New(errs.NotController, "no active controller is known yet (election in progress)")
-		} else if err == nil {
-			var conn *grpc.ClientConn
-			if conn, err = c.Conn(addr); err == nil {
-				err = fn(ctx, controllerv1.NewControllerServiceClient(conn))
-			}
+	}
+	return append(out, c.bootstrapOrder()...), err
+}
+
+// controllerPass makes one pass over addrs (a NOT_CONTROLLER hint is tried
+// next) and returns nil on success or the error that ended it. Any answer
+// but "try another node" ends the pass: an unreachable node, one not ready,
+// one without the controller service, or a standby only move on to the next
+// address. Past the last address, the last answer a server gave is
+// returned, or else the last transport failure.
+func (c *Client) controllerPass(ctx context.Context, addrs []string, fn func(ctx context.Context, cc controllerv1.ControllerServiceClient) error) error {
+	tried := map[string]bool{}
+	var last, lastServer error
+	for i := 0; i < len(addrs) && ctx.Err() == nil; i++ {
+		addr := addrs[i]
+		if tried[addr] {
+			continue
 		}
+		tried[addr] = true
+		err := c.callController(ctx, addr, fn)
 		if err == nil {
 			return nil
 		}
 		e := errs.From(err)
-		if e.Code == errs.NotController && e.Controller.GetAddress() != "" && e.Controller.GetAddress() != addr {
-			addr = e.Controller.GetAddress()
+		switch {
+		case e.Code == errs.Unimplemented:
+			// A node without the controller role: not worth reporting
+			// while any other answer is at hand.
+			if last == nil {
+				last = err
+			}
+			continue
+		case serverAnswer(err):
+			lastServer = err
+		}
+		last = err
+		switch e.Code {
+		case errs.NotController:
+			if h := e.Controller.GetAddress(); h != "" && !tried[h] {
+				addrs = slices.Insert(addrs, i+1, h)
+			}
+			continue
+		case errs.NodeUnreachable, errs.NodeNotReady, errs.RequestTimedOut:
 			continue
 		}
-		if !e.Retriable() {
-			return err
-		}
-		addr = "" // ask metadata again
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, time.Second)
+		return err
 	}
+	if lastServer != nil {
+		return lastServer
+	}
+	if last == nil || errs.Is(last, errs.Unimplemented) {
+		return errs.New(errs.NotController, "no controller answered at %v (%v)", addrs, last)
+	}
+	return last
+}
+
+// callController runs fn on the controller at addr. A connection that is
+// not up yet gets BootstrapTimeout to come up, so a paused or cut-off node
+// is passed over instead of holding the call until its deadline; a call on
+// an established connection gets the caller's whole deadline, as admin
+// calls may take a while.
+func (c *Client) callController(ctx context.Context, addr string, fn func(ctx context.Context, cc controllerv1.ControllerServiceClient) error) error {
+	conn, err := c.Conn(addr)
+	if err != nil {
+		return err
+	}
+	conn.Connect()
+	wctx, cancel := context.WithTimeout(ctx, c.cfg.BootstrapTimeout)
+	defer cancel()
+	for s := conn.GetState(); s == connectivity.Idle || s == connectivity.Connecting; s = conn.GetState() {
+		if !conn.WaitForStateChange(wctx, s) {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return errs.New(errs.NodeUnreachable, "controller %s did not answer within %v", addr, c.cfg.BootstrapTimeout)
+		}
+	}
+	return fn(ctx, controllerv1.NewControllerServiceClient(conn))
+}
+
+// serverAnswer says whether err is a Sluice server's answer (a status with
+// an ErrorInfo) rather than a transport failure or a local error.
+func serverAnswer(err error) bool {
+	if errors.As(err, new(*errs.Error)) {
+		return false
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	for _, d := range st.Details() {
+		if _, ok := d.(*edpb.ErrorInfo); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // DescribeCluster returns the cluster id, the controllers (and which one is

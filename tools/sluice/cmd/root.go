@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/status"
@@ -26,7 +27,9 @@ import (
 type globals struct {
 	bootstrap string
 	output    string
-	tracing   tracing
+	// timeout bounds each call to the cluster, retries included.
+	timeout time.Duration
+	tracing tracing
 }
 
 // Execute runs the CLI and returns the process exit code.
@@ -65,6 +68,8 @@ func newRoot() (*cobra.Command, *globals) {
 	}
 	root.PersistentFlags().StringVar(&g.bootstrap, "bootstrap", def,
 		"Comma-separated host:port of any Sluice nodes (env SLUICE_BOOTSTRAP).")
+	root.PersistentFlags().DurationVar(&g.timeout, "request-timeout", 30*time.Second,
+		"How long a call to the cluster may take, retries included (default.api.timeout.ms); when it ends, the last error the cluster answered with is shown.")
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "text", "Output format: text or json.")
 	root.AddCommand(newClusterCmd(g), newTopicCmd(g), newPartitionCmd(g), newProduceCmd(g), newConsumeCmd(g), newDevCmd(g), newPerfCmd(g))
 	return root, g
@@ -82,7 +87,7 @@ func (g *globals) client() (*client.Client, error) {
 	if g.tracing.tel != nil {
 		tel = g.tracing.tel.Client(telemetry.Process)
 	}
-	return client.New(client.Config{Bootstrap: addrs, Telemetry: tel})
+	return client.New(client.Config{Bootstrap: addrs, RequestTimeout: g.timeout, Telemetry: tel})
 }
 
 // print writes msg as JSON (--output json) or through text.
