@@ -155,6 +155,30 @@ func (c *Controller) Stop(ctx context.Context) error {
 // ensureClusterID creates the cluster id if no controller did yet, and
 // returns it.
 func (c *Controller) ensureClusterID(ctx context.Context) (string, error) {
+	// Right after a quorum forms, raft leadership may be moving (the active
+	// controller moves it off its own member), and a proposal caught by the
+	// move waits for etcd's whole request timeout (7 s) before it fails. One
+	// such failure must not fail the start: retry with a short deadline per
+	// attempt until the start's own deadline.
+	for {
+		actx, cancel := context.WithTimeout(ctx, clusterIDAttempt)
+		id, err := c.tryEnsureClusterID(actx)
+		cancel()
+		if err == nil {
+			return id, nil
+		}
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("creating cluster id: %w", err)
+		}
+		c.logger.Warn("cannot read or create the cluster id; retrying", log.Err(err))
+		sleepCtx(ctx, 200*time.Millisecond)
+	}
+}
+
+// clusterIDAttempt bounds one attempt of ensureClusterID.
+var clusterIDAttempt = 2 * time.Second
+
+func (c *Controller) tryEnsureClusterID(ctx context.Context) (string, error) {
 	key := c.store.Key(metastore.KeyClusterID)
 	buf := make([]byte, 16)
 	_, _ = rand.Read(buf) // crypto/rand.Read never fails on Linux
@@ -164,7 +188,7 @@ func (c *Controller) ensureClusterID(ctx context.Context) (string, error) {
 		Else(clientv3.OpGet(key)).
 		Commit()
 	if err != nil {
-		return "", fmt.Errorf("creating cluster id: %w", err)
+		return "", err
 	}
 	if resp.Succeeded {
 		return hex.EncodeToString(buf), nil
