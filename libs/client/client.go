@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"sync"
@@ -44,6 +45,10 @@ type Config struct {
 	// Telemetry enables client spans and trace propagation; nil disables
 	// them.
 	Telemetry *Telemetry
+	// Logger receives warnings while the client retries, such as no
+	// bootstrap node answering (at most one every 5 s), so a caller waiting
+	// on a retry loop is not left in silence; nil discards them.
+	Logger *slog.Logger
 }
 
 // Client is a connection pool to a Sluice cluster. It is safe for
@@ -56,6 +61,8 @@ type Client struct {
 	mu sync.Mutex
 	// preferred is the bootstrap address that answered last, tried first.
 	preferred string
+	// warned is when the last "no bootstrap node answered" warning went out.
+	warned time.Time
 }
 
 // New returns a client. Connections are made lazily, on first use.
@@ -141,8 +148,29 @@ func (c *Client) anyNode(ctx context.Context, fn func(ctx context.Context, conn 
 	if ctx.Err() != nil {
 		errList = append(errList, ctx.Err())
 	}
-	return fmt.Errorf("no bootstrap node answered: %w", errors.Join(errList...))
+	err := fmt.Errorf("no bootstrap node answered: %w", errors.Join(errList...))
+	c.warn("no bootstrap node answered; retrying", err)
+	return err
 }
+
+// warn logs a retry warning, at most one every warnEvery.
+func (c *Client) warn(msg string, err error) {
+	if c.cfg.Logger == nil {
+		return
+	}
+	c.mu.Lock()
+	now := time.Now()
+	due := now.Sub(c.warned) >= warnEvery
+	if due {
+		c.warned = now
+	}
+	c.mu.Unlock()
+	if due {
+		c.cfg.Logger.Warn(msg, slog.Any("bootstrap", c.cfg.Bootstrap), slog.String("error", err.Error()))
+	}
+}
+
+const warnEvery = 5 * time.Second
 
 func joinHostPort(host string, port int32) string {
 	return net.JoinHostPort(host, strconv.Itoa(int(port)))

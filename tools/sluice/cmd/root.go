@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -87,7 +88,10 @@ func (g *globals) client() (*client.Client, error) {
 	if g.tracing.tel != nil {
 		tel = g.tracing.tel.Client(telemetry.Process)
 	}
-	return client.New(client.Config{Bootstrap: addrs, RequestTimeout: g.timeout, Telemetry: tel})
+	// Retry warnings (no node answering yet) go to stderr, so a command
+	// waiting on a cluster that is down says so instead of waiting silently.
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return client.New(client.Config{Bootstrap: addrs, RequestTimeout: g.timeout, Telemetry: tel, Logger: logger})
 }
 
 // print writes msg as JSON (--output json) or through text.
