@@ -2,17 +2,14 @@ package metastore_test
 
 import (
 	"context"
-	"fmt"
-	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/metastore"
+	"github.com/sluice-io/sluice/libs/metastore/metastoretest"
 	"github.com/sluice-io/sluice/libs/testutil"
 )
 
@@ -29,25 +26,9 @@ func TestMain(m *testing.M) {
 	)
 }
 
-func testConfig(t *testing.T) metastore.Config {
-	ports := testutil.FreePorts(t, 2)
-	return metastore.Config{
-		ClientListen: fmt.Sprintf("127.0.0.1:%d", ports[0]),
-		PeerListen:   fmt.Sprintf("127.0.0.1:%d", ports[1]),
-		ClusterToken: "test",
-		Prefix:       "/sluice",
-		DialTimeout:  5 * time.Second,
-		StartTimeout: 30 * time.Second,
-		TickMs:       10,
-		ElectionMs:   100,
-		// Tests only: etcd's fsync would dominate their run time.
-		UnsafeNoFsync: true,
-	}
-}
-
 func TestSingleMemberPersistsAcrossRestart(t *testing.T) {
 	ctx := context.Background()
-	cfg := testConfig(t)
+	cfg := metastoretest.Config(t)
 	dir := t.TempDir()
 	st, err := metastore.Open(ctx, cfg, "c1", dir, log.Discard())
 	require.NoError(t, err)
@@ -72,35 +53,7 @@ func TestSingleMemberPersistsAcrossRestart(t *testing.T) {
 
 func TestThreeMemberQuorum(t *testing.T) {
 	ctx := context.Background()
-	cfgs := []metastore.Config{testConfig(t), testConfig(t), testConfig(t)}
-	var parts []string
-	for i, c := range cfgs {
-		parts = append(parts, fmt.Sprintf("c%d=http://%s", i+1, c.PeerListen))
-	}
-	stores := make([]*metastore.Store, 3)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for i := range cfgs {
-		cfgs[i].InitialCluster = strings.Join(parts, ",")
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			stores[i], errs[i] = metastore.Open(ctx, cfgs[i], fmt.Sprintf("c%d", i+1), t.TempDir(), log.Discard())
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		require.NoError(t, err)
-	}
-	defer func() {
-		// Close members in parallel: one by one, each waits for the others'
-		// election timeouts.
-		var wg sync.WaitGroup
-		for _, s := range stores {
-			wg.Go(func() { require.NoError(t, s.Close()) })
-		}
-		wg.Wait()
-	}()
+	stores := metastoretest.Stores(metastoretest.StartQuorum(t, 3))
 
 	_, err := stores[0].Client.Put(ctx, stores[0].Key("k"), "v")
 	require.NoError(t, err)
@@ -121,7 +74,7 @@ func TestThreeMemberQuorum(t *testing.T) {
 }
 
 func TestBadConfigIsRefused(t *testing.T) {
-	cfg := testConfig(t)
+	cfg := metastoretest.Config(t)
 	cfg.InitialCluster = "c1=127.0.0.1:1"
 	_, err := metastore.Open(context.Background(), cfg, "c1", t.TempDir(), log.Discard())
 	require.ErrorContains(t, err, "no valid http(s)://host:port URL")

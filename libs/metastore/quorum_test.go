@@ -3,7 +3,6 @@ package metastore_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,39 +11,8 @@ import (
 
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/metastore"
+	"github.com/sluice-io/sluice/libs/metastore/metastoretest"
 )
-
-// startQuorum starts three embedded members and returns them; the ones
-// still open are closed when the test ends.
-func startQuorum(t *testing.T) []*metastore.Store {
-	t.Helper()
-	cfgs := []metastore.Config{testConfig(t), testConfig(t), testConfig(t)}
-	var parts []string
-	for i, c := range cfgs {
-		parts = append(parts, fmt.Sprintf("c%d=http://%s", i+1, c.PeerListen))
-	}
-	stores := make([]*metastore.Store, 3)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for i := range cfgs {
-		cfgs[i].InitialCluster = strings.Join(parts, ",")
-		wg.Go(func() {
-			stores[i], errs[i] = metastore.Open(context.Background(), cfgs[i], fmt.Sprintf("c%d", i+1), t.TempDir(), log.Discard())
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		require.NoError(t, err)
-	}
-	t.Cleanup(func() {
-		var wg sync.WaitGroup
-		for _, s := range stores {
-			wg.Go(func() { _ = s.Close() }) // closing twice is a no-op
-		}
-		wg.Wait()
-	})
-	return stores
-}
 
 func reachable(q metastore.QuorumStatus) (yes, no []string) {
 	for _, m := range q.Members {
@@ -60,7 +28,7 @@ func reachable(q metastore.QuorumStatus) (yes, no []string) {
 // With two of three members gone, the survivor says at once (without a
 // quorum to ask) which members it reaches and that there is no majority.
 func TestQuorumStatusWithoutMajority(t *testing.T) {
-	stores := startQuorum(t)
+	stores := metastoretest.Stores(metastoretest.StartQuorum(t, 3))
 	ctx := context.Background()
 	require.Eventually(t, func() bool {
 		q := stores[0].Quorum(ctx)
@@ -86,7 +54,7 @@ func TestQuorumStatusWithoutMajority(t *testing.T) {
 // Raft leadership is moved only to a member that answers: a transfer to a
 // stopped member would stall the quorum for an election timeout each time.
 func TestMoveLeaderAwaySkipsUnreachableMember(t *testing.T) {
-	stores := startQuorum(t)
+	stores := metastoretest.Stores(metastoretest.StartQuorum(t, 3))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	leader := func() *metastore.Store {
@@ -134,7 +102,7 @@ func isSelf(t *testing.T, ctx context.Context, s *metastore.Store, id uint64) bo
 // KeepLease keeps a lease alive well past its TTL and reports its loss when
 // the lease is revoked.
 func TestKeepLease(t *testing.T) {
-	cfg := testConfig(t)
+	cfg := metastoretest.Config(t)
 	st, err := metastore.Open(context.Background(), cfg, "c1", t.TempDir(), log.Discard())
 	require.NoError(t, err)
 	defer func() { require.NoError(t, st.Close()) }()

@@ -2,8 +2,6 @@ package controller
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,8 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-io/sluice/libs/log"
-	"github.com/sluice-io/sluice/libs/metastore"
-	"github.com/sluice-io/sluice/libs/testutil"
+	"github.com/sluice-io/sluice/libs/metastore/metastoretest"
 )
 
 // A controller whose quorum loses its majority while it starts (here two of
@@ -22,50 +19,15 @@ import (
 // not failed on the first etcd timeout (a 3-controller cluster failed to
 // start that way, now and then, in the integration tests).
 func TestClusterIDSurvivesQuorumOutageAtStart(t *testing.T) {
-	cfgs := make([]metastore.Config, 3)
-	var parts []string
-	for i := range cfgs {
-		ports := testutil.FreePorts(t, 2)
-		cfgs[i] = metastore.Config{
-			ClientListen: fmt.Sprintf("127.0.0.1:%d", ports[0]), PeerListen: fmt.Sprintf("127.0.0.1:%d", ports[1]),
-			ClusterToken: "test", Prefix: "/sluice", DialTimeout: 5 * time.Second, StartTimeout: 30 * time.Second,
-			TickMs: 10, ElectionMs: 100, UnsafeNoFsync: true,
-		}
-		parts = append(parts, fmt.Sprintf("c%d=http://%s", i+1, cfgs[i].PeerListen))
-	}
-	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
-	stores := make([]*metastore.Store, 3)
-	open := func(i int) error {
-		cfgs[i].InitialCluster = strings.Join(parts, ",")
-		var err error
-		stores[i], err = metastore.Open(context.Background(), cfgs[i], fmt.Sprintf("c%d", i+1), dirs[i], log.Discard())
-		return err
-	}
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for i := range 3 {
-		wg.Go(func() { errs[i] = open(i) })
-	}
-	wg.Wait()
-	for _, err := range errs {
-		require.NoError(t, err)
-	}
-	defer func() {
-		for _, s := range stores {
-			if s != nil {
-				_ = s.Close()
-			}
-		}
-	}()
+	members := metastoretest.StartQuorum(t, 3)
 
 	// Two members go; the third cannot commit anything.
-	require.NoError(t, stores[1].Close())
-	require.NoError(t, stores[2].Close())
-	stores[1], stores[2] = nil, nil
+	require.NoError(t, members[1].Close())
+	require.NoError(t, members[2].Close())
 	defer func(d time.Duration) { clusterIDAttempt = d }(clusterIDAttempt)
 	clusterIDAttempt = 500 * time.Millisecond
 
-	c := &Controller{store: stores[0], logger: log.Discard()}
+	c := &Controller{store: members[0].Store, logger: log.Discard()}
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
@@ -82,8 +44,10 @@ func TestClusterIDSurvivesQuorumOutageAtStart(t *testing.T) {
 		t.Fatalf("cluster id settled without a quorum: %v", err)
 	default:
 	}
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
 	for i := 1; i < 3; i++ {
-		wg.Go(func() { errs[i] = open(i) })
+		wg.Go(func() { errs[i] = members[i].Open() })
 	}
 	wg.Wait()
 	require.NoError(t, errs[1])
