@@ -333,7 +333,7 @@ func (k *Consumer) run(ctx context.Context) {
 		}
 		var wake <-chan time.Time
 		var timer *time.Timer
-		if d, ok := nextRetry(retry, time.Now()); ok {
+		if d, ok := nextRetry(retry, placed, time.Now()); ok {
 			timer = time.NewTimer(max(d, time.Millisecond))
 			wake = timer.C
 		}
@@ -362,12 +362,15 @@ type retryState struct {
 	parked   bool // a non-retriable error went to Poll; wait for Seek or Assign
 }
 
-// nextRetry returns how long until the next partition is due.
-func nextRetry(retry map[TopicPartition]*retryState, now time.Time) (time.Duration, bool) {
+// nextRetry returns how long until the next partition not on a stream is
+// due. A placed partition keeps its retry state (its failure clock runs
+// until it reads again) but is not waiting: counting it would wake the loop
+// every millisecond for as long as its stream lives.
+func nextRetry(retry map[TopicPartition]*retryState, placed map[TopicPartition]bool, now time.Time) (time.Duration, bool) {
 	var next time.Duration
 	found := false
-	for _, r := range retry {
-		if r.parked {
+	for tp, r := range retry {
+		if r.parked || placed[tp] {
 			continue
 		}
 		if d := r.retryAt.Sub(now); !found || d < next {

@@ -199,3 +199,20 @@ func TestConsumerBacksOffStreamsEndedByLeader(t *testing.T) {
 	require.ErrorContains(t, err, "ended the fetch stream")
 	require.Less(t, f.fetchCalls.Load(), int32(50), "streams reopened without backoff")
 }
+
+// A partition back on a stream is not waiting for a retry, whatever its
+// retry state says: the run loop must not wake for it (it woke about every
+// millisecond while the stream lived).
+func TestNextRetryIgnoresPlacedPartitions(t *testing.T) {
+	now := time.Now()
+	a, b := TopicPartition{Topic: "t", Partition: 0}, TopicPartition{Topic: "t", Partition: 1}
+	retry := map[TopicPartition]*retryState{
+		a: {retryAt: now.Add(-time.Second)},
+		b: {retryAt: now.Add(300 * time.Millisecond)},
+	}
+	d, ok := nextRetry(retry, map[TopicPartition]bool{a: true}, now)
+	require.True(t, ok)
+	require.Equal(t, 300*time.Millisecond, d)
+	_, ok = nextRetry(retry, map[TopicPartition]bool{a: true, b: true}, now)
+	require.False(t, ok, "nothing waits when every partition is placed")
+}
