@@ -71,7 +71,15 @@ func (m *metaCache) partitions(ctx context.Context, topic string, now time.Time)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return int32(len(m.topics[topic].partitions)), nil
+	t, ok = m.topics[topic]
+	if !ok {
+		// A concurrent refresh learned meanwhile that the topic is gone.
+		if e, gone := m.absent[topic]; gone {
+			return 0, e
+		}
+		return 0, errs.New(errs.UnknownTopicOrPartition, "topic %q has no metadata", topic)
+	}
+	return int32(len(t.partitions)), nil
 }
 
 // partitionsWait is partitions with retries: retriable failures (no node
@@ -155,6 +163,9 @@ func (m *metaCache) fetch(ctx context.Context, topic string) error {
 	md, err := m.c.Metadata(ctx, topic)
 	if err != nil {
 		return err
+	}
+	if len(md.GetTopics()) == 0 {
+		return errs.New(errs.UnknownServerError, "metadata for topic %q came back without the topic", topic)
 	}
 	ti := md.GetTopics()[0]
 	if e := errs.FromProto(ti.GetError()); e != nil {
