@@ -76,8 +76,10 @@ func TestDataPathBadInput(t *testing.T) {
 	require.Equal(t, int64(0), end, "nothing was appended")
 
 	// Batches with a valid header and CRC whose records do not decode are
-	// refused as CORRUPT_MESSAGE, whatever the codec, and nothing of them
-	// is appended: once stored, no consumer or cleaner could read them.
+	// refused as INVALID_RECORD (not retriable: the same bytes can never
+	// pass), whatever the codec, and nothing of them is appended: once
+	// stored, no consumer or cleaner could read them. A length field beyond
+	// the request is a damaged frame: CORRUPT_MESSAGE.
 	_, err = cl.CreateTopic(ctx, "records", 1, 1, nil)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { // the partition has a leader
@@ -87,18 +89,19 @@ func TestDataPathBadInput(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		batch []byte
+		code  errs.Code
 		words string
 	}{
-		{"random bytes as records", recordsBatch(t, record.CodecNone, 20, randomBytes(4000)), "record 0 of 20"},
-		{"random bytes, zstd", recordsBatch(t, record.CodecZstd, 20, randomBytes(4000)), "record 0 of 20"},
-		{"random bytes, gzip", recordsBatch(t, record.CodecGzip, 20, randomBytes(4000)), "record 0 of 20"},
-		{"count above the records present", withCount(t, batch([]byte("value of a record")), 3), "record 1 of 3"},
-		{"1 GiB of zeros, zstd", zstdZeros(t, 1<<30), "record 0 of 1000"},
-		{"length field beyond the request", append(make([]byte, 8), 0x2d, 0x6e, 0x2b, 0x70, 1, 2, 3), "truncated"},
+		{"random bytes as records", recordsBatch(t, record.CodecNone, 20, randomBytes(4000)), errs.InvalidRecord, "record 0 of 20"},
+		{"random bytes, zstd", recordsBatch(t, record.CodecZstd, 20, randomBytes(4000)), errs.InvalidRecord, "record 0 of 20"},
+		{"random bytes, gzip", recordsBatch(t, record.CodecGzip, 20, randomBytes(4000)), errs.InvalidRecord, "record 0 of 20"},
+		{"count above the records present", withCount(t, batch([]byte("value of a record")), 3), errs.InvalidRecord, "record 1 of 3"},
+		{"1 GiB of zeros, zstd", zstdZeros(t, 1<<30), errs.InvalidRecord, "record 0 of 1000"},
+		{"length field beyond the request", append(make([]byte, 8), 0x2d, 0x6e, 0x2b, 0x70, 1, 2, 3), errs.CorruptMessage, "truncated"},
 	} {
 		err := produce("records", 0, tc.batch)
 		require.Error(t, err, tc.name)
-		require.Equal(t, errs.CorruptMessage, errs.CodeOf(err), "%s: %v", tc.name, err)
+		require.Equal(t, tc.code, errs.CodeOf(err), "%s: %v", tc.name, err)
 		require.Contains(t, err.Error(), tc.words, tc.name)
 	}
 	end, err = cl.ListOffset(ctx, "records", 0, storagev1.OffsetSpec_OFFSET_SPEC_LATEST)
@@ -202,7 +205,7 @@ func zstdZeros(t *testing.T, n int) []byte {
 // SDK consumer delivers the records before it and then a *DecodeError
 // naming topic, partition and offset, and fetches the partition no more
 // (it used to reconnect every 50 ms forever, delivering nothing); a
-// plain-records fetch answers CORRUPT_MESSAGE naming the offset (it used to
+// plain-records fetch answers INVALID_RECORD naming the offset (it used to
 // skip the batch silently).
 func TestUndecodableBatchOnDisk(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{Combined: true})
@@ -309,7 +312,7 @@ func TestUndecodableBatchOnDisk(t *testing.T) {
 	require.Len(t, resp.GetRecords().GetRecords(), 5)
 	require.EqualValues(t, 5, resp.GetNextOffset())
 	resp = fetch(5)
-	require.Equal(t, errs.CorruptMessage, resp.GetError().GetCode())
+	require.Equal(t, errs.InvalidRecord, resp.GetError().GetCode())
 	require.Contains(t, resp.GetError().GetMessage(), "old-0: the batch at offset 5 cannot be decoded")
 	resp = fetch(8)
 	require.Nil(t, resp.GetError())

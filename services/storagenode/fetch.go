@@ -199,7 +199,7 @@ func (r *StorageNode) fetchOne(stream grpc.ServerStream, st *fetchState, maxByte
 			if len(recs.Records) == 0 {
 				st.done = true
 				resp.NextOffset = badAt
-				resp.Error = errs.ItemError(errs.New(errs.CorruptMessage,
+				resp.Error = errs.ItemError(errs.New(errs.InvalidRecord,
 					"%s-%d: the batch at offset %d cannot be decoded (%s); fetch from a later offset to skip it",
 					st.tp.Topic, st.tp.Partition, badAt, errs.From(derr).Message))
 				return 0, nil, stream.SendMsg(resp)

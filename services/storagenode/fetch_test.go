@@ -37,7 +37,7 @@ func TestDecodeRecordsStopsAtUndecodableBatch(t *testing.T) {
 
 	recs, at, err := decodeRecords(&storage.ReadResult{Chunks: []storage.Chunk{{Data: chunk}}}, 1)
 	require.Error(t, err)
-	require.Equal(t, errs.CorruptMessage, errs.CodeOf(err))
+	require.Equal(t, errs.InvalidRecord, errs.CodeOf(err))
 	require.EqualValues(t, 5, at)
 	var offsets []int64
 	for _, r := range recs.GetRecords() {

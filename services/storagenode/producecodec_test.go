@@ -118,12 +118,13 @@ func FuzzDecodeProduceStreamRequest(f *testing.F) {
 	})
 }
 
-// Every bad-batch seed is refused as CORRUPT_MESSAGE after decoding.
+// Every bad-batch seed (valid header and CRC, records that do not decode)
+// is refused as INVALID_RECORD after decoding.
 func TestBadBatchSeedsAreRefused(t *testing.T) {
 	for i, b := range badBatchSeeds(t) {
 		_, err := record.Validate(b, record.ValidateOptions{Origin: record.FromClient})
-		if errs.CodeOf(err) != errs.CorruptMessage {
-			t.Fatalf("seed %d: %v, want CORRUPT_MESSAGE", i, err)
+		if errs.CodeOf(err) != errs.InvalidRecord {
+			t.Fatalf("seed %d: %v, want INVALID_RECORD", i, err)
 		}
 	}
 }

@@ -105,9 +105,10 @@ func badRecordPayloads() []struct {
 	}
 }
 
-// Every record-level defect is refused with CORRUPT_MESSAGE for client and
-// coordinator batches, whatever the codec; replicated batches are checked
-// by header only (their leader decoded them).
+// Every record-level defect is refused with INVALID_RECORD (not retriable:
+// the same bytes can never pass) for client and coordinator batches,
+// whatever the codec; replicated batches are checked by header only (their
+// leader decoded them).
 func TestValidateDecodesRecords(t *testing.T) {
 	for _, c := range allCodecs {
 		for _, tc := range badRecordPayloads() {
@@ -115,7 +116,7 @@ func TestValidateDecodesRecords(t *testing.T) {
 				batch := rawBatch(t, c, tc.count, tc.records)
 				for _, origin := range []Origin{FromClient, FromCoordinator} {
 					_, err := Validate(batch, ValidateOptions{Origin: origin})
-					requireCode(t, err, errs.CorruptMessage)
+					requireCode(t, err, errs.InvalidRecord)
 					require.Contains(t, err.Error(), "batch at offset 0")
 				}
 			})
@@ -163,7 +164,7 @@ func TestValidateBombs(t *testing.T) {
 	UpdateCRC(bomb)
 	start := time.Now()
 	_, err = Validate(bomb, ValidateOptions{})
-	requireCode(t, err, errs.CorruptMessage)
+	requireCode(t, err, errs.InvalidRecord)
 	t.Logf("1 GiB zstd bomb of %d bytes refused in %v: %v", len(bomb), time.Since(start), err)
 
 	for _, c := range allCodecs[1:] {

@@ -25,9 +25,13 @@ import (
 // window and parsed the same way, so memory stays bounded however large the
 // batch decompresses; the decompressed size is capped by DecompressLimit.
 
-// recordError is the CorruptMessage error of record i of a batch.
+// recordError is the InvalidRecord error of record i of a batch. A batch
+// whose header and CRC check out but whose records do not decode was built
+// wrong, not damaged on the way: sending the same bytes again cannot
+// succeed, so the code is Kafka's INVALID_RECORD (not retriable, KIP-467),
+// while CORRUPT_MESSAGE (retriable) stays for CRC and framing failures.
 func recordError(h *BatchHeader, i int32, what string, args ...any) error {
-	return errs.New(errs.CorruptMessage, "batch at offset %d, record %d of %d: "+what,
+	return errs.New(errs.InvalidRecord, "batch at offset %d, record %d of %d: "+what,
 		append([]any{h.BaseOffset, i, h.RecordCount}, args...)...)
 }
 
@@ -93,7 +97,7 @@ func checkRecordsInPlace(p []byte, h *BatchHeader) error {
 		pos = end
 	}
 	if pos != len(p) {
-		return errs.New(errs.CorruptMessage, "batch at offset %d: %d bytes after its %d records", h.BaseOffset, len(p)-pos, h.RecordCount)
+		return errs.New(errs.InvalidRecord, "batch at offset %d: %d bytes after its %d records", h.BaseOffset, len(p)-pos, h.RecordCount)
 	}
 	return nil
 }
@@ -324,7 +328,7 @@ func checkRecordsStream(r io.Reader, h *BatchHeader, c Codec, limit int) error {
 		}
 	}
 	if _, err := s.br.ReadByte(); err == nil {
-		return errs.New(errs.CorruptMessage, "batch at offset %d: bytes after its %d records", h.BaseOffset, h.RecordCount)
+		return errs.New(errs.InvalidRecord, "batch at offset %d: bytes after its %d records", h.BaseOffset, h.RecordCount)
 	} else if !errors.Is(err, io.EOF) {
 		return s.fieldErr(c, limit, err, "end of the records")
 	}
@@ -466,7 +470,7 @@ func checkRecords(b []byte, h *BatchHeader, limit int) error {
 		d.br.Reset(payload)
 		defer d.br.Reset(nil)
 		if err := d.r.Reset(&d.br); err != nil {
-			return errs.New(errs.CorruptMessage, "batch at offset %d: decompressing gzip: %v", h.BaseOffset, err)
+			return errs.New(errs.InvalidRecord, "batch at offset %d: decompressing gzip: %v", h.BaseOffset, err)
 		}
 		return checkRecordsStream(&d.r, h, c, limit)
 	case CodecLZ4:
@@ -482,7 +486,7 @@ func checkRecords(b []byte, h *BatchHeader, limit int) error {
 		d.br.Reset(payload)
 		defer d.br.Reset(nil)
 		if err := d.r.Reset(&d.br); err != nil {
-			return errs.New(errs.CorruptMessage, "batch at offset %d: decompressing zstd: %v", h.BaseOffset, err)
+			return errs.New(errs.InvalidRecord, "batch at offset %d: decompressing zstd: %v", h.BaseOffset, err)
 		}
 		return checkRecordsStream(d.r, h, c, limit)
 	}

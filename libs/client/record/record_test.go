@@ -186,13 +186,13 @@ func TestCheckBatchRejects(t *testing.T) {
 			binary.BigEndian.PutUint32(b[offLastOffsetDelta:], 1)
 			UpdateCRC(b)
 			return b
-		}), ValidateOptions{Origin: FromReplica}, errs.CorruptMessage},
+		}), ValidateOptions{Origin: FromReplica}, errs.InvalidRecord},
 		{"count too big for payload", mutate(func(b []byte) []byte {
 			binary.BigEndian.PutUint32(b[offRecordCount:], 1_000_000)
 			binary.BigEndian.PutUint32(b[offLastOffsetDelta:], 999_999)
 			UpdateCRC(b)
 			return b
-		}), ValidateOptions{Origin: FromReplica}, errs.CorruptMessage},
+		}), ValidateOptions{Origin: FromReplica}, errs.InvalidRecord},
 		{"control from client", mutate(func(b []byte) []byte {
 			b[offAttributes+1] |= controlBit | transactionalBit
 			binary.BigEndian.PutUint64(b[offProducerID:], 1)

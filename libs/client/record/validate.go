@@ -119,7 +119,7 @@ func CheckBatch(b []byte, opts ValidateOptions) (BatchHeader, error) {
 		return h, errs.New(errs.UnsupportedCompressionType, "batch at offset %d: unknown compression codec %d", h.BaseOffset, c)
 	}
 	if h.RecordCount < 0 || h.LastOffsetDelta < 0 {
-		return h, errs.New(errs.CorruptMessage, "batch at offset %d: negative record count %d or last offset delta %d",
+		return h, errs.New(errs.InvalidRecord, "batch at offset %d: negative record count %d or last offset delta %d",
 			h.BaseOffset, h.RecordCount, h.LastOffsetDelta)
 	}
 	if h.BaseOffset < 0 && opts.Origin == FromReplica {
@@ -129,11 +129,11 @@ func CheckBatch(b []byte, opts ValidateOptions) (BatchHeader, error) {
 		return h, errs.New(errs.CorruptMessage, "batch offsets overflow: base %d, last delta %d", h.BaseOffset, h.LastOffsetDelta)
 	}
 	if int64(h.RecordCount) > int64(h.LastOffsetDelta)+1 {
-		return h, errs.New(errs.CorruptMessage, "batch at offset %d: %d records in %d offsets",
+		return h, errs.New(errs.InvalidRecord, "batch at offset %d: %d records in %d offsets",
 			h.BaseOffset, h.RecordCount, int64(h.LastOffsetDelta)+1)
 	}
 	if h.Attributes.Codec() == CodecNone && int64(size-BatchHeaderSize) < int64(h.RecordCount)*minRecordSize {
-		return h, errs.New(errs.CorruptMessage, "batch at offset %d: %d records cannot fit in %d bytes",
+		return h, errs.New(errs.InvalidRecord, "batch at offset %d: %d records cannot fit in %d bytes",
 			h.BaseOffset, h.RecordCount, size-BatchHeaderSize)
 	}
 	if h.Attributes.Transactional() && h.ProducerID < 0 {
