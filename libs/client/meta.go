@@ -71,9 +71,15 @@ func (m *metaCache) partitions(ctx context.Context, topic string, now time.Time)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	t, ok = m.topics[topic]
+	return m.countLocked(topic)
+}
+
+// countLocked returns the partition count of a refreshed topic. The entry
+// can be gone already: a concurrent refresh may have learned, between this
+// caller's refresh and now, that the topic was deleted. m.mu must be held.
+func (m *metaCache) countLocked(topic string) (int32, error) {
+	t, ok := m.topics[topic]
 	if !ok {
-		// A concurrent refresh learned meanwhile that the topic is gone.
 		if e, gone := m.absent[topic]; gone {
 			return 0, e
 		}

@@ -216,3 +216,20 @@ func TestNextRetryIgnoresPlacedPartitions(t *testing.T) {
 	_, ok = nextRetry(retry, map[TopicPartition]bool{a: true, b: true}, now)
 	require.False(t, ok, "nothing waits when every partition is placed")
 }
+
+// A topic whose cache entry a concurrent refresh removed (it learned the
+// topic was deleted) is answered with that refresh's error: reading the
+// entry unchecked dereferenced nil.
+func TestCountOfTopicRemovedMeanwhile(t *testing.T) {
+	m := newMetaCache(nil)
+	m.absent["gone"] = errs.New(errs.UnknownTopicOrPartition, `topic "gone" does not exist`)
+	_, err := m.countLocked("gone")
+	require.Equal(t, errs.UnknownTopicOrPartition, errs.CodeOf(err))
+	require.Contains(t, err.Error(), "does not exist")
+	_, err = m.countLocked("never-seen")
+	require.Equal(t, errs.UnknownTopicOrPartition, errs.CodeOf(err))
+	m.topics["t"] = &topicMeta{partitions: make([]partMeta, 3)}
+	n, err := m.countLocked("t")
+	require.NoError(t, err)
+	require.EqualValues(t, 3, n)
+}
