@@ -60,6 +60,8 @@ const (
 	StaleBrokerEpoch             = edpb.ErrorCode_ERROR_CODE_STALE_BROKER_EPOCH
 	OffsetNotAvailable           = edpb.ErrorCode_ERROR_CODE_OFFSET_NOT_AVAILABLE
 	PreferredLeaderNotAvailable  = edpb.ErrorCode_ERROR_CODE_PREFERRED_LEADER_NOT_AVAILABLE
+	MemberIDRequired             = edpb.ErrorCode_ERROR_CODE_MEMBER_ID_REQUIRED
+	GroupMaxSizeReached          = edpb.ErrorCode_ERROR_CODE_GROUP_MAX_SIZE_REACHED
 	FencedInstanceID             = edpb.ErrorCode_ERROR_CODE_FENCED_INSTANCE_ID
 	EligibleLeadersNotAvailable  = edpb.ErrorCode_ERROR_CODE_ELIGIBLE_LEADERS_NOT_AVAILABLE
 	ElectionNotNeeded            = edpb.ErrorCode_ERROR_CODE_ELECTION_NOT_NEEDED
@@ -73,8 +75,10 @@ const (
 	DuplicateBrokerRegistration  = edpb.ErrorCode_ERROR_CODE_DUPLICATE_BROKER_REGISTRATION
 	BrokerIDNotRegistered        = edpb.ErrorCode_ERROR_CODE_BROKER_ID_NOT_REGISTERED
 	InconsistentClusterID        = edpb.ErrorCode_ERROR_CODE_INCONSISTENT_CLUSTER_ID
+	GroupSubscribedToTopic       = edpb.ErrorCode_ERROR_CODE_GROUP_SUBSCRIBED_TO_TOPIC
 	TransactionalIDNotFound      = edpb.ErrorCode_ERROR_CODE_TRANSACTIONAL_ID_NOT_FOUND
 	FencedMemberEpoch            = edpb.ErrorCode_ERROR_CODE_FENCED_MEMBER_EPOCH
+	UnreleasedInstanceID         = edpb.ErrorCode_ERROR_CODE_UNRELEASED_INSTANCE_ID
 	UnsupportedAssignor          = edpb.ErrorCode_ERROR_CODE_UNSUPPORTED_ASSIGNOR
 	StaleMemberEpoch             = edpb.ErrorCode_ERROR_CODE_STALE_MEMBER_EPOCH
 	UnknownServerError           = edpb.ErrorCode_ERROR_CODE_UNKNOWN_SERVER_ERROR

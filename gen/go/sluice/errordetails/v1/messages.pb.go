@@ -151,6 +151,11 @@ const (
 	ErrorCode_ERROR_CODE_OFFSET_NOT_AVAILABLE ErrorCode = 78
 	// The preferred leader is not available.
 	ErrorCode_ERROR_CODE_PREFERRED_LEADER_NOT_AVAILABLE ErrorCode = 80
+	// A first JoinGroup without a member id (KIP-394): the response carries the
+	// member id to join again with.
+	ErrorCode_ERROR_CODE_MEMBER_ID_REQUIRED ErrorCode = 79
+	// The group already has group.max.size members.
+	ErrorCode_ERROR_CODE_GROUP_MAX_SIZE_REACHED ErrorCode = 81
 	// The static member's instance id is used by a newer member.
 	ErrorCode_ERROR_CODE_FENCED_INSTANCE_ID ErrorCode = 82
 	// No eligible replica can become leader.
@@ -178,10 +183,15 @@ const (
 	ErrorCode_ERROR_CODE_BROKER_ID_NOT_REGISTERED ErrorCode = 102
 	// The cluster id does not match this cluster's.
 	ErrorCode_ERROR_CODE_INCONSISTENT_CLUSTER_ID ErrorCode = 104
+	// The group still consumes the topic whose offsets were to be deleted.
+	ErrorCode_ERROR_CODE_GROUP_SUBSCRIBED_TO_TOPIC ErrorCode = 86
 	// The transactional id is not known.
 	ErrorCode_ERROR_CODE_TRANSACTIONAL_ID_NOT_FOUND ErrorCode = 105
 	// The member epoch is older than the current one (consumer group protocol).
 	ErrorCode_ERROR_CODE_FENCED_MEMBER_EPOCH ErrorCode = 110
+	// A static member joined with an instance id a live member still holds
+	// (consumer group protocol).
+	ErrorCode_ERROR_CODE_UNRELEASED_INSTANCE_ID ErrorCode = 111
 	// The server-side assignor is not supported.
 	ErrorCode_ERROR_CODE_UNSUPPORTED_ASSIGNOR ErrorCode = 112
 	// The member epoch is stale for an offset commit.
@@ -260,6 +270,8 @@ var (
 		77:   "ERROR_CODE_STALE_BROKER_EPOCH",
 		78:   "ERROR_CODE_OFFSET_NOT_AVAILABLE",
 		80:   "ERROR_CODE_PREFERRED_LEADER_NOT_AVAILABLE",
+		79:   "ERROR_CODE_MEMBER_ID_REQUIRED",
+		81:   "ERROR_CODE_GROUP_MAX_SIZE_REACHED",
 		82:   "ERROR_CODE_FENCED_INSTANCE_ID",
 		83:   "ERROR_CODE_ELIGIBLE_LEADERS_NOT_AVAILABLE",
 		84:   "ERROR_CODE_ELECTION_NOT_NEEDED",
@@ -273,8 +285,10 @@ var (
 		101:  "ERROR_CODE_DUPLICATE_BROKER_REGISTRATION",
 		102:  "ERROR_CODE_BROKER_ID_NOT_REGISTERED",
 		104:  "ERROR_CODE_INCONSISTENT_CLUSTER_ID",
+		86:   "ERROR_CODE_GROUP_SUBSCRIBED_TO_TOPIC",
 		105:  "ERROR_CODE_TRANSACTIONAL_ID_NOT_FOUND",
 		110:  "ERROR_CODE_FENCED_MEMBER_EPOCH",
+		111:  "ERROR_CODE_UNRELEASED_INSTANCE_ID",
 		112:  "ERROR_CODE_UNSUPPORTED_ASSIGNOR",
 		113:  "ERROR_CODE_STALE_MEMBER_EPOCH",
 		1000: "ERROR_CODE_UNKNOWN_SERVER_ERROR",
@@ -338,6 +352,8 @@ var (
 		"ERROR_CODE_STALE_BROKER_EPOCH":               77,
 		"ERROR_CODE_OFFSET_NOT_AVAILABLE":             78,
 		"ERROR_CODE_PREFERRED_LEADER_NOT_AVAILABLE":   80,
+		"ERROR_CODE_MEMBER_ID_REQUIRED":               79,
+		"ERROR_CODE_GROUP_MAX_SIZE_REACHED":           81,
 		"ERROR_CODE_FENCED_INSTANCE_ID":               82,
 		"ERROR_CODE_ELIGIBLE_LEADERS_NOT_AVAILABLE":   83,
 		"ERROR_CODE_ELECTION_NOT_NEEDED":              84,
@@ -351,8 +367,10 @@ var (
 		"ERROR_CODE_DUPLICATE_BROKER_REGISTRATION":    101,
 		"ERROR_CODE_BROKER_ID_NOT_REGISTERED":         102,
 		"ERROR_CODE_INCONSISTENT_CLUSTER_ID":          104,
+		"ERROR_CODE_GROUP_SUBSCRIBED_TO_TOPIC":        86,
 		"ERROR_CODE_TRANSACTIONAL_ID_NOT_FOUND":       105,
 		"ERROR_CODE_FENCED_MEMBER_EPOCH":              110,
+		"ERROR_CODE_UNRELEASED_INSTANCE_ID":           111,
 		"ERROR_CODE_UNSUPPORTED_ASSIGNOR":             112,
 		"ERROR_CODE_STALE_MEMBER_EPOCH":               113,
 		"ERROR_CODE_UNKNOWN_SERVER_ERROR":             1000,
@@ -960,7 +978,7 @@ const file_sluice_errordetails_v1_messages_proto_rawDesc = "" +
 	"\x10field_violations\x18\x01 \x03(\v2&.sluice.errordetails.v1.FieldViolationR\x0ffieldViolations\"H\n" +
 	"\x0eFieldViolation\x12\x14\n" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12 \n" +
-	"\vdescription\x18\x02 \x01(\tR\vdescription*\xd0$\n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription*\xd6&\n" +
 	"\tErrorCode\x12$\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x1a\b\x82\xb5\x18\x04\x12\x02OK\x126\n" +
 	"\x1eERROR_CODE_OFFSET_OUT_OF_RANGE\x10\x01\x1a\x12\x82\xb5\x18\x0e\x12\fOUT_OF_RANGE\x128\n" +
@@ -1017,6 +1035,8 @@ const file_sluice_errordetails_v1_messages_proto_rawDesc = "" +
 	"\x1dERROR_CODE_STALE_BROKER_EPOCH\x10M\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x128\n" +
 	"\x1fERROR_CODE_OFFSET_NOT_AVAILABLE\x10N\x1a\x13\x82\xb5\x18\x0f\b\x01\x12\vUNAVAILABLE\x12B\n" +
 	")ERROR_CODE_PREFERRED_LEADER_NOT_AVAILABLE\x10P\x1a\x13\x82\xb5\x18\x0f\b\x01\x12\vUNAVAILABLE\x12<\n" +
+	"\x1dERROR_CODE_MEMBER_ID_REQUIRED\x10O\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x12?\n" +
+	"!ERROR_CODE_GROUP_MAX_SIZE_REACHED\x10Q\x1a\x18\x82\xb5\x18\x14\x12\x12RESOURCE_EXHAUSTED\x12<\n" +
 	"\x1dERROR_CODE_FENCED_INSTANCE_ID\x10R\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x12B\n" +
 	")ERROR_CODE_ELIGIBLE_LEADERS_NOT_AVAILABLE\x10S\x1a\x13\x82\xb5\x18\x0f\b\x01\x12\vUNAVAILABLE\x12?\n" +
 	"\x1eERROR_CODE_ELECTION_NOT_NEEDED\x10T\x1a\x1b\x82\xb5\x18\x17\b\x01\x12\x13FAILED_PRECONDITION\x12E\n" +
@@ -1029,9 +1049,11 @@ const file_sluice_errordetails_v1_messages_proto_rawDesc = "" +
 	"!ERROR_CODE_INVALID_UPDATE_VERSION\x10_\x1a\r\x82\xb5\x18\t\x12\aABORTED\x12B\n" +
 	"(ERROR_CODE_DUPLICATE_BROKER_REGISTRATION\x10e\x1a\x14\x82\xb5\x18\x10\x12\x0eALREADY_EXISTS\x128\n" +
 	"#ERROR_CODE_BROKER_ID_NOT_REGISTERED\x10f\x1a\x0f\x82\xb5\x18\v\x12\tNOT_FOUND\x12A\n" +
-	"\"ERROR_CODE_INCONSISTENT_CLUSTER_ID\x10h\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x12:\n" +
+	"\"ERROR_CODE_INCONSISTENT_CLUSTER_ID\x10h\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x12C\n" +
+	"$ERROR_CODE_GROUP_SUBSCRIBED_TO_TOPIC\x10V\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x12:\n" +
 	"%ERROR_CODE_TRANSACTIONAL_ID_NOT_FOUND\x10i\x1a\x0f\x82\xb5\x18\v\x12\tNOT_FOUND\x12=\n" +
-	"\x1eERROR_CODE_FENCED_MEMBER_EPOCH\x10n\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x12;\n" +
+	"\x1eERROR_CODE_FENCED_MEMBER_EPOCH\x10n\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x12@\n" +
+	"!ERROR_CODE_UNRELEASED_INSTANCE_ID\x10o\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x12;\n" +
 	"\x1fERROR_CODE_UNSUPPORTED_ASSIGNOR\x10p\x1a\x16\x82\xb5\x18\x12\x12\x10INVALID_ARGUMENT\x12<\n" +
 	"\x1dERROR_CODE_STALE_MEMBER_EPOCH\x10q\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x124\n" +
 	"\x1fERROR_CODE_UNKNOWN_SERVER_ERROR\x10\xe8\a\x1a\x0e\x82\xb5\x18\n" +
