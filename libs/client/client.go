@@ -63,6 +63,9 @@ type Client struct {
 	preferred string
 	// warned is when the last "no bootstrap node answered" warning went out.
 	warned time.Time
+
+	// groups caches each group's coordinator (coordinator.go).
+	groups coordCache
 }
 
 // New returns a client. Connections are made lazily, on first use.
