@@ -1,0 +1,295 @@
+package consumer
+
+import (
+	"slices"
+	"sort"
+)
+
+// Assignor computes a group's target assignment on the server (KIP-848
+// server-side assignors). Assign must be deterministic: the same Spec always
+// gives the same result, so a coordinator that replays its log or a test that
+// repeats a run sees the same assignment.
+type Assignor interface {
+	// Name is the name members ask for in server_assignor.
+	Name() string
+	// Assign returns member id -> topic -> sorted partitions. Every member of
+	// the spec has an entry (possibly empty); no partition goes to two
+	// members; a member only gets partitions of topics it subscribes to.
+	Assign(spec Spec) map[string]map[string][]int32
+}
+
+// Spec is the input of an Assignor.
+type Spec struct {
+	// Members sorted by ID.
+	Members []MemberSpec
+	// Partitions is the partition count of every topic some member
+	// subscribes to and that exists.
+	Partitions map[string]int32
+}
+
+// MemberSpec is one member as an Assignor sees it.
+type MemberSpec struct {
+	ID         string
+	InstanceID string
+	Rack       string
+	// Topics is the set of topics the member subscribes to (resolved regex
+	// included).
+	Topics map[string]bool
+	// Current is the member's previous target assignment, which the
+	// assignors keep where balance allows (stickiness).
+	Current map[string][]int32
+}
+
+// Names of the built-in assignors, as members send them.
+const (
+	UniformAssignorName = "uniform"
+	RangeAssignorName   = "range"
+)
+
+// Assignors returns the built-in server assignors by name.
+func Assignors() map[string]Assignor {
+	return map[string]Assignor{
+		UniformAssignorName: UniformAssignor{},
+		RangeAssignorName:   RangeAssignor{},
+	}
+}
+
+// tp is a topic partition.
+type tp struct {
+	topic     string
+	partition int32
+}
+
+func tpLess(a, b tp) bool {
+	if a.topic != b.topic {
+		return a.topic < b.topic
+	}
+	return a.partition < b.partition
+}
+
+// sortedTopics returns the keys of m in order.
+func sortedTopics[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for t := range m {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// UniformAssignor spreads every partition over the members subscribed to its
+// topic so that members with the same subscription differ by at most one
+// partition, keeping current owners where that balance allows (like Kafka's
+// UniformAssignor, which is its default).
+type UniformAssignor struct{}
+
+// Name implements Assignor.
+func (UniformAssignor) Name() string { return UniformAssignorName }
+
+// Assign implements Assignor. It first keeps every valid current partition,
+// then gives each unowned partition to the least loaded eligible member, then
+// moves partitions from the most to the least loaded eligible member until no
+// move can narrow a gap of two or more. Each move lowers the sum of squared
+// counts, so the loop ends; once no move is possible, two members with the
+// same subscription cannot differ by more than one (the fuller one would
+// hold a partition the other may take).
+func (UniformAssignor) Assign(spec Spec) map[string]map[string][]int32 {
+	n := len(spec.Members)
+	owned := make([]map[tp]bool, n)
+	owner := make(map[tp]int)
+	for i, m := range spec.Members {
+		owned[i] = make(map[tp]bool)
+		for _, topic := range sortedTopics(m.Current) {
+			count, ok := spec.Partitions[topic]
+			if !ok || !m.Topics[topic] {
+				continue
+			}
+			for _, p := range m.Current[topic] {
+				k := tp{topic, p}
+				if p < 0 || p >= count {
+					continue
+				}
+				if _, taken := owner[k]; taken {
+					continue // Members sorted by id: the first claim wins.
+				}
+				owner[k] = i
+				owned[i][k] = true
+			}
+		}
+	}
+
+	// Hand out unowned partitions, topic by topic, to the least loaded
+	// eligible member (ties by member order).
+	for _, topic := range sortedTopics(spec.Partitions) {
+		var eligible []int
+		for i, m := range spec.Members {
+			if m.Topics[topic] {
+				eligible = append(eligible, i)
+			}
+		}
+		if len(eligible) == 0 {
+			continue
+		}
+		for p := int32(0); p < spec.Partitions[topic]; p++ {
+			k := tp{topic, p}
+			if _, taken := owner[k]; taken {
+				continue
+			}
+			best := eligible[0]
+			for _, i := range eligible[1:] {
+				if len(owned[i]) < len(owned[best]) {
+					best = i
+				}
+			}
+			owner[k] = best
+			owned[best][k] = true
+		}
+	}
+
+	// Balance: move one partition at a time from a fuller to an emptier
+	// member that may take it, preferring the largest gap.
+	for {
+		order := make([]int, n)
+		for i := range order {
+			order[i] = i
+		}
+		sort.SliceStable(order, func(a, b int) bool { return len(owned[order[a]]) > len(owned[order[b]]) })
+		moved := false
+		for _, hi := range order {
+			for j := n - 1; j >= 0; j-- {
+				lo := order[j]
+				if len(owned[hi])-len(owned[lo]) < 2 {
+					break
+				}
+				if k, ok := movable(owned[hi], spec.Members[lo].Topics); ok {
+					delete(owned[hi], k)
+					owned[lo][k] = true
+					owner[k] = lo
+					moved = true
+					break
+				}
+			}
+			if moved {
+				break
+			}
+		}
+		if !moved {
+			break
+		}
+	}
+
+	out := make(map[string]map[string][]int32, n)
+	for i, m := range spec.Members {
+		out[m.ID] = toTopicMap(owned[i])
+	}
+	return out
+}
+
+// movable picks the partition of from that a member subscribed to topics may
+// take: the last in (topic, partition) order, so a member keeps its lower
+// partitions and the choice is deterministic.
+func movable(from map[tp]bool, topics map[string]bool) (tp, bool) {
+	var best tp
+	found := false
+	for k := range from {
+		if !topics[k.topic] {
+			continue
+		}
+		if !found || tpLess(best, k) {
+			best, found = k, true
+		}
+	}
+	return best, found
+}
+
+func toTopicMap(set map[tp]bool) map[string][]int32 {
+	out := make(map[string][]int32)
+	for k := range set {
+		out[k.topic] = append(out[k.topic], k.partition)
+	}
+	for _, ps := range out {
+		slices.Sort(ps)
+	}
+	return out
+}
+
+// RangeAssignor gives each member subscribed to a topic a contiguous range of
+// its partitions: with n partitions and m members, every member gets n/m and
+// the first n%m members (by id) one more, so members subscribed to
+// co-partitioned topics get the same partition numbers of each (a join of
+// topic A partition 3 with topic B partition 3 stays on one member). Like
+// Kafka's server-side RangeAssignor it is sticky: a member keeps the current
+// partitions that fit its quota, and only the rest is redistributed.
+type RangeAssignor struct{}
+
+// Name implements Assignor.
+func (RangeAssignor) Name() string { return RangeAssignorName }
+
+// Assign implements Assignor.
+func (RangeAssignor) Assign(spec Spec) map[string]map[string][]int32 {
+	out := make(map[string]map[string][]int32, len(spec.Members))
+	for _, m := range spec.Members {
+		out[m.ID] = make(map[string][]int32)
+	}
+	for _, topic := range sortedTopics(spec.Partitions) {
+		count := spec.Partitions[topic]
+		var members []MemberSpec
+		for _, m := range spec.Members {
+			if m.Topics[topic] {
+				members = append(members, m)
+			}
+		}
+		if len(members) == 0 || count <= 0 {
+			continue
+		}
+		assignRangeTopic(topic, count, members, out)
+	}
+	for _, byTopic := range out {
+		for _, ps := range byTopic {
+			slices.Sort(ps)
+		}
+	}
+	return out
+}
+
+// assignRangeTopic assigns one topic's partitions among members (sorted by id).
+//
+// Quotas follow the range rule, so the first count%len(members) members get
+// one partition more. A member first keeps its current partitions up to its
+// quota; the freed and never-owned partitions then fill the members below
+// quota in ascending order, which gives contiguous ranges whenever nobody
+// holds anything yet (the first assignment, or after a topic grew from 0).
+func assignRangeTopic(topic string, count int32, members []MemberSpec, out map[string]map[string][]int32) {
+	m := int32(len(members))
+	quota := func(i int) int32 {
+		q := count / m
+		if int32(i) < count%m {
+			q++
+		}
+		return q
+	}
+	taken := make([]bool, count)
+	got := make([][]int32, len(members))
+	for i, ms := range members {
+		for _, p := range ms.Current[topic] {
+			if p < 0 || p >= count || taken[p] || int32(len(got[i])) >= quota(i) {
+				continue
+			}
+			taken[p] = true
+			got[i] = append(got[i], p)
+		}
+	}
+	next := int32(0)
+	for i := range members {
+		for int32(len(got[i])) < quota(i) {
+			for taken[next] {
+				next++
+			}
+			taken[next] = true
+			got[i] = append(got[i], next)
+		}
+		if len(got[i]) > 0 {
+			out[members[i].ID][topic] = got[i]
+		}
+	}
+}

@@ -1,0 +1,193 @@
+package consumer
+
+import (
+	"sort"
+
+	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
+	"github.com/sluice-io/sluice/libs/client/errs"
+)
+
+// Error codes Kafka has and the errs catalog lacks so far. The messages
+// carry Kafka's name so a person can still tell them apart; switch to the
+// catalog codes once they exist.
+var (
+	// codeGroupMaxSizeReached stands for GROUP_MAX_SIZE_REACHED (81): like
+	// it, POLICY_VIOLATION is not retriable.
+	codeGroupMaxSizeReached = errs.PolicyViolation
+	// codeUnreleasedInstanceID stands for UNRELEASED_INSTANCE_ID (111).
+	codeUnreleasedInstanceID = errs.FencedInstanceID
+)
+
+// ValidateCommit checks an OffsetCommit's member id and epoch as a whole
+// (Kafka's ConsumerGroup.validateOffsetCommit):
+//
+//   - a negative epoch with no member id is accepted only while the group
+//     is empty (commits by an admin client or a consumer outside the group);
+//   - an unknown member gets UNKNOWN_MEMBER_ID;
+//   - an epoch newer than the member's gets FENCED_MEMBER_EPOCH;
+//   - an older epoch gets STALE_MEMBER_EPOCH unless the member still owns a
+//     partition it was assigned at that epoch or before (KIP-1251): then the
+//     request passes and each partition must pass ValidateCommitPartition.
+func (g *Group) ValidateCommit(memberID string, memberEpoch int32) error {
+	if memberEpoch < 0 && memberID == "" && len(g.members) == 0 {
+		return nil
+	}
+	m, err := g.commitMember(memberID, memberEpoch)
+	if err != nil || memberEpoch == m.epoch {
+		return err
+	}
+	for _, pe := range []partitionEpochs{m.assigned, m.pending} {
+		for _, ps := range pe {
+			for _, e := range ps {
+				if e <= memberEpoch {
+					return nil
+				}
+			}
+		}
+	}
+	return errs.New(errs.StaleMemberEpoch, "member %s of group %s committed with epoch %d but is at epoch %d and owns no partition assigned by then; heartbeat to learn the new epoch and commit again", memberID, g.id, memberEpoch, m.epoch)
+}
+
+// ValidateCommitPartition checks one partition of an OffsetCommit. With the
+// member's current epoch every partition passes; with an older epoch only a
+// partition the member still owns (assigned or pending revocation) and was
+// assigned at that epoch or before passes (KIP-1251): the commit is then
+// known to come from the partition's owner, so a heartbeat that bumped the
+// epoch meanwhile does not fail it.
+func (g *Group) ValidateCommitPartition(memberID string, memberEpoch int32, topic string, partition int32) error {
+	if memberEpoch < 0 && memberID == "" && len(g.members) == 0 {
+		return nil
+	}
+	m, err := g.commitMember(memberID, memberEpoch)
+	if err != nil || memberEpoch == m.epoch {
+		return err
+	}
+	for _, pe := range []partitionEpochs{m.assigned, m.pending} {
+		if e, ok := pe[topic][partition]; ok && e <= memberEpoch {
+			return nil
+		}
+	}
+	return errs.New(errs.StaleMemberEpoch, "member %s of group %s committed %s-%d with epoch %d but is at epoch %d and was not assigned that partition by epoch %d; heartbeat to learn the new epoch and commit again", memberID, g.id, topic, partition, memberEpoch, m.epoch, memberEpoch)
+}
+
+// commitMember finds the committing member and rejects epochs newer than
+// its own.
+func (g *Group) commitMember(memberID string, memberEpoch int32) (*member, error) {
+	m := g.members[memberID]
+	if m == nil {
+		return nil, errs.New(errs.UnknownMemberID, "member %q is not in group %s; rejoin the group before committing", memberID, g.id)
+	}
+	if memberEpoch > m.epoch {
+		return nil, errs.New(errs.FencedMemberEpoch, "member %s of group %s committed with epoch %d, newer than its epoch %d; rejoin with member epoch 0", memberID, g.id, memberEpoch, m.epoch)
+	}
+	return m, nil
+}
+
+// ValidateFetch checks an OffsetFetch's member id and epoch (Kafka's
+// ConsumerGroup.validateOffsetFetch): no member id with a negative epoch
+// skips the check; otherwise the member must exist and send exactly its
+// epoch.
+func (g *Group) ValidateFetch(memberID string, memberEpoch int32) error {
+	if memberID == "" && memberEpoch < 0 {
+		return nil
+	}
+	m, err := g.commitMember(memberID, memberEpoch)
+	if err != nil {
+		return err
+	}
+	if memberEpoch < m.epoch {
+		return errs.New(errs.StaleMemberEpoch, "member %s of group %s fetched offsets with epoch %d but is at epoch %d; heartbeat to learn the new epoch and fetch again", memberID, g.id, memberEpoch, m.epoch)
+	}
+	return nil
+}
+
+// Subscribed reports whether some member subscribes to topic, by name or
+// by regex (OffsetDelete refuses such topics).
+func (g *Group) Subscribed(topic string) bool {
+	for _, m := range g.members {
+		if m.subscribes(topic) {
+			return true
+		}
+	}
+	return false
+}
+
+// Empty reports whether the group has no members.
+func (g *Group) Empty() bool { return len(g.members) == 0 }
+
+// Epoch returns the group epoch.
+func (g *Group) Epoch() int32 { return g.groupEpoch }
+
+// State returns the group state by Kafka's names: "Empty" without members,
+// "Assigning" while the target lags the group epoch, "Reconciling" while
+// some member is not at the target epoch or still waits on partitions, and
+// "Stable" otherwise. The target is computed in the call that bumps the
+// epoch, so callers observe "Assigning" only if that ever changes.
+func (g *Group) State() string {
+	switch {
+	case len(g.members) == 0:
+		return "Empty"
+	case g.targetEpoch < g.groupEpoch:
+		return "Assigning"
+	}
+	for _, m := range g.members {
+		if m.epoch != g.targetEpoch || m.state != stateStable {
+			return "Reconciling"
+		}
+	}
+	return "Stable"
+}
+
+// Describe returns the group as ConsumerGroupDescribe shows it: type
+// "consumer", the server assignor as protocol, and every member (sorted by
+// id) with its current assignment and epoch.
+func (g *Group) Describe() *groupv1.GroupDescription {
+	d := &groupv1.GroupDescription{
+		GroupId:      g.id,
+		State:        g.State(),
+		ProtocolType: "consumer",
+		Protocol:     g.assignorName(),
+		Epoch:        g.groupEpoch,
+		Type:         "consumer",
+	}
+	ids := make([]string, 0, len(g.members))
+	for id := range g.members {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		m := g.members[id]
+		epoch := m.epoch
+		if m.leftStatic {
+			epoch = staticLeaveEpoch
+		}
+		d.Members = append(d.Members, &groupv1.GroupMember{
+			MemberId:        id,
+			GroupInstanceId: m.instanceID,
+			Assignment:      &groupv1.Assignment{TopicPartitions: m.assigned.proto()},
+			MemberEpoch:     epoch,
+		})
+	}
+	return d
+}
+
+func (g *Group) assignorName() string {
+	if g.assignor != "" {
+		return g.assignor
+	}
+	return g.preferredAssignor()
+}
+
+// Owners returns topic -> partition -> the member owning it now (assigned
+// or pending revocation). The map is a copy.
+func (g *Group) Owners() map[string]map[int32]string {
+	out := make(map[string]map[int32]string, len(g.owner))
+	for t, ps := range g.owner {
+		cp := make(map[int32]string, len(ps))
+		for p, id := range ps {
+			cp[p] = id
+		}
+		out[t] = cp
+	}
+	return out
+}
