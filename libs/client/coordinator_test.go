@@ -89,6 +89,10 @@ type fakeGroupNode struct {
 	find func() (*groupv1.Coordinator, error)
 	// describe answers DescribeGroups.
 	describe func() (*groupv1.DescribeGroupsResponse, error)
+	// list answers ListGroups.
+	list func(*groupv1.ListGroupsRequest) (*groupv1.ListGroupsResponse, error)
+	// commit answers OffsetCommit.
+	commit func(*groupv1.OffsetCommitRequest) (*groupv1.OffsetCommitResponse, error)
 
 	findCalls, describeCalls atomic.Int32
 }
@@ -120,6 +124,14 @@ func (f *fakeGroupNode) FindCoordinator(_ context.Context, req *groupv1.FindCoor
 func (f *fakeGroupNode) DescribeGroups(context.Context, *groupv1.DescribeGroupsRequest) (*groupv1.DescribeGroupsResponse, error) {
 	f.describeCalls.Add(1)
 	return f.describe()
+}
+
+func (f *fakeGroupNode) ListGroups(_ context.Context, req *groupv1.ListGroupsRequest) (*groupv1.ListGroupsResponse, error) {
+	return f.list(req)
+}
+
+func (f *fakeGroupNode) OffsetCommit(_ context.Context, req *groupv1.OffsetCommitRequest) (*groupv1.OffsetCommitResponse, error) {
+	return f.commit(req)
 }
 
 func fakeHost(id int32) string { return "node" + string(rune('0'+id)) }
