@@ -1,0 +1,365 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
+	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
+	"github.com/sluice-io/sluice/libs/client/errs"
+)
+
+// Member epochs with a meaning of their own in ConsumerGroupHeartbeat.
+const (
+	epochJoin        = 0
+	epochLeave       = -1
+	epochLeaveStatic = -2
+)
+
+// nextMember is a member of a consumer-protocol group (KIP-848). A
+// background loop sends ConsumerGroupHeartbeat: it joins with epoch 0,
+// reports the subscription and the partitions the member owns, and learns
+// the target assignment the coordinator computed. Poll reconciles: it
+// revokes partitions that left the target (committing first), takes the new
+// ones, and has the loop report the owned partitions right away, since the
+// coordinator hands a partition to its next owner only once the previous
+// owner said it let go.
+type nextMember struct {
+	g *GroupConsumer
+
+	// Poll's goroutine only.
+	started bool
+
+	send   chan struct{} // heartbeat now
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu       sync.Mutex
+	id       string
+	epoch    int32
+	inGroup  bool
+	interval time.Duration
+	// target is the latest assignment from the coordinator; pending until
+	// Poll reconciled it.
+	target   map[TopicPartition]bool
+	pending  bool
+	targetAt time.Time
+	// owned is what the member owns after the last reconciliation, as
+	// reported to the coordinator.
+	owned []TopicPartition
+	// lost is set when the coordinator fenced the member: Poll drops every
+	// partition before the loop joins again with epoch 0.
+	lost bool
+	// fatal is an error the coordinator answered that retrying cannot cure;
+	// the next Poll returns it.
+	fatal error
+}
+
+func newNextMember(g *GroupConsumer) *nextMember {
+	return &nextMember{g: g, send: make(chan struct{}, 1), interval: g.cfg.HeartbeatInterval}
+}
+
+func (m *nextMember) fence() (string, string, int32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.id, m.g.cfg.InstanceID, m.epoch
+}
+
+func (m *nextMember) generation() int32 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.inGroup {
+		return -1
+	}
+	return m.epoch
+}
+
+// fenced drops the member's partitions after a commit found its epoch
+// fenced; a stale epoch only means the next heartbeat brings a newer one.
+func (m *nextMember) fenced(code errs.Code) {
+	switch code {
+	case errs.FencedMemberEpoch, errs.UnknownMemberID:
+		m.markLost(code)
+	}
+}
+
+func (m *nextMember) markLost(code errs.Code) {
+	m.mu.Lock()
+	m.lost, m.inGroup, m.pending, m.target = true, false, false, nil
+	m.epoch = epochJoin
+	if code == errs.UnknownMemberID {
+		m.id = ""
+	}
+	m.mu.Unlock()
+	m.g.wake()
+}
+
+func (m *nextMember) kick() {
+	select {
+	case m.send <- struct{}{}:
+	default:
+	}
+}
+
+// ensure starts the heartbeat loop on the first Poll and reconciles the
+// owned partitions with the coordinator's target.
+func (m *nextMember) ensure(ctx context.Context) error {
+	if !m.started {
+		m.started = true
+		lctx, cancel := context.WithCancel(m.g.life)
+		m.cancel, m.done = cancel, make(chan struct{})
+		go func() {
+			defer close(m.done)
+			m.run(lctx)
+		}()
+	}
+	m.mu.Lock()
+	lost, fatal := m.lost, m.fatal
+	m.fatal = nil
+	m.mu.Unlock()
+	if lost {
+		m.g.losePartitions(ctx, m.g.owned())
+		m.mu.Lock()
+		m.lost, m.owned = false, nil
+		m.mu.Unlock()
+		m.kick()
+	}
+	if fatal != nil {
+		return fatal
+	}
+	m.mu.Lock()
+	if !m.pending {
+		m.mu.Unlock()
+		return nil
+	}
+	target := make(map[TopicPartition]bool, len(m.target))
+	for tp := range m.target {
+		target[tp] = true
+	}
+	m.pending = false
+	at := m.targetAt
+	m.mu.Unlock()
+	owned := map[TopicPartition]bool{}
+	for _, tp := range m.g.owned() {
+		owned[tp] = true
+	}
+	m.g.revokePartitions(ctx, diffTPs(owned, target))
+	m.g.gainPartitions(ctx, diffTPs(target, owned))
+	m.mu.Lock()
+	// A fence that came meanwhile supersedes this target.
+	if !m.lost {
+		m.owned = sortedTPs(target)
+	}
+	m.mu.Unlock()
+	m.kick()
+	m.g.tel.rebalanced(ctx, at)
+	return nil
+}
+
+// run heartbeats until ctx ends.
+func (m *nextMember) run(ctx context.Context) {
+	var b backoff
+	for {
+		m.mu.Lock()
+		lost := m.lost
+		m.mu.Unlock()
+		if lost {
+			// Rejoin only after Poll has dropped the lost partitions.
+			select {
+			case <-ctx.Done():
+				return
+			case <-m.send:
+				continue
+			}
+		}
+		if m.g.pollOverdue(time.Now()) {
+			m.pollTimedOut(ctx)
+			continue
+		}
+		wait := m.beat(ctx, &b)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-m.send:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// request builds the next heartbeat. The subscription and the owned
+// partitions are sent every time: the full state is always right, whatever
+// the coordinator last saw.
+func (m *nextMember) request(epoch int32) *groupv1.ConsumerGroupHeartbeatRequest {
+	cfg := m.g.cfg
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	req := &groupv1.ConsumerGroupHeartbeatRequest{
+		GroupId: cfg.GroupID, MemberId: m.id, MemberEpoch: epoch, InstanceId: cfg.InstanceID,
+		RebalanceTimeoutMs: int32(cfg.RebalanceTimeout.Milliseconds()), ServerAssignor: cfg.ServerAssignor,
+		SubscribedTopicNames: cfg.Topics, SubscribedTopicRegex: cfg.TopicPattern,
+	}
+	if epoch > 0 { // a join must come with nothing owned
+		req.OwnedPartitions = topicPartitionsProto(m.owned)
+	}
+	return req
+}
+
+// beat sends one heartbeat and returns how long to wait before the next.
+func (m *nextMember) beat(ctx context.Context, b *backoff) time.Duration {
+	m.mu.Lock()
+	epoch := m.epoch
+	m.mu.Unlock()
+	req := m.request(epoch)
+	start := time.Now()
+	resp, err := m.call(ctx, req)
+	if ctx.Err() != nil {
+		return 0
+	}
+	code := errs.CodeOf(err)
+	switch {
+	case err == nil:
+		*b = backoff{}
+		changed := resp.Assignment != nil
+		m.mu.Lock()
+		if m.lost {
+			// A fence found by a commit meanwhile wins.
+			m.mu.Unlock()
+			return 0
+		}
+		m.id, m.epoch, m.inGroup = resp.GetMemberId(), resp.GetMemberEpoch(), true
+		if ms := resp.GetHeartbeatIntervalMs(); ms > 0 {
+			m.interval = time.Duration(ms) * time.Millisecond
+		}
+		if changed {
+			m.target = assignmentSet(resp.GetAssignment())
+			m.pending, m.targetAt = true, start
+		}
+		interval := m.interval
+		m.mu.Unlock()
+		if changed {
+			m.traceHeartbeat(ctx, start, req, resp.GetMemberEpoch(), "assignment changed")
+			m.g.wake()
+		}
+		return interval
+	case code == errs.FencedMemberEpoch || code == errs.UnknownMemberID:
+		m.traceHeartbeat(ctx, start, req, epoch, errs.Name(code))
+		m.markLost(code)
+		return 0
+	case errs.IsRetriable(err) || code == errs.RequestTimedOut || code == errs.UnknownServerError:
+		return b.next()
+	default:
+		m.mu.Lock()
+		m.fatal = err
+		interval := m.interval
+		m.mu.Unlock()
+		m.g.wake()
+		return max(interval, b.next())
+	}
+}
+
+func (m *nextMember) call(ctx context.Context, req *groupv1.ConsumerGroupHeartbeatRequest) (*groupv1.ConsumerGroupHeartbeatResponse, error) {
+	hctx, cancel := context.WithTimeout(ctx, m.g.c.cfg.RequestTimeout)
+	defer cancel()
+	var resp *groupv1.ConsumerGroupHeartbeatResponse
+	err := m.g.c.onGroupCoordinator(hctx, m.g.cfg.GroupID, func(ctx context.Context, gc groupv1.GroupCoordinatorServiceClient) (*edpb.Error, error) {
+		r, err := gc.ConsumerGroupHeartbeat(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		resp = r
+		return r.GetError(), nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat of group %q: %w", m.g.cfg.GroupID, err)
+	}
+	return resp, nil
+}
+
+// traceHeartbeat records a span for a heartbeat that changed the member's
+// assignment or fenced it; routine heartbeats are not traced.
+func (m *nextMember) traceHeartbeat(ctx context.Context, start time.Time, req *groupv1.ConsumerGroupHeartbeatRequest, epoch int32, outcome string) {
+	_, span := m.g.tel.tracer.Start(ctx, "heartbeat", trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("group", req.GetGroupId()), attribute.String("member", req.GetMemberId()),
+			attribute.Int("epoch", int(epoch)), attribute.String("answer", outcome)))
+	span.End()
+}
+
+// pollTimedOut leaves the group because the application stopped polling
+// (max.poll.interval.ms); the next Poll drops the partitions as lost and
+// joins again.
+func (m *nextMember) pollTimedOut(ctx context.Context) {
+	m.g.logWarn("leaving the group: Poll was not called within the rebalance timeout",
+		fmt.Errorf("no Poll for more than %v", m.g.cfg.RebalanceTimeout))
+	if err := m.sendLeave(ctx); err != nil {
+		// The coordinator fences the member when its session expires anyway.
+		m.g.logWarn("leaving the group after a poll timeout failed", err)
+	}
+	m.markLost(errs.FencedMemberEpoch)
+}
+
+// sendLeave tells the coordinator the member leaves (a static member:
+// leaves for now, keeping its place until its session expires).
+func (m *nextMember) sendLeave(ctx context.Context) error {
+	m.mu.Lock()
+	in := m.inGroup && m.id != ""
+	m.mu.Unlock()
+	if !in {
+		return nil
+	}
+	epoch := int32(epochLeave)
+	if m.g.cfg.InstanceID != "" {
+		epoch = epochLeaveStatic
+	}
+	_, err := m.call(ctx, m.request(epoch))
+	switch errs.CodeOf(err) {
+	case errs.UnknownMemberID, errs.FencedMemberEpoch:
+		return nil // already out of the group
+	}
+	return err
+}
+
+// leave stops the heartbeat loop and leaves the group.
+func (m *nextMember) leave(ctx context.Context) error {
+	if m.cancel != nil {
+		m.cancel()
+		<-m.done
+	}
+	err := m.sendLeave(ctx)
+	m.mu.Lock()
+	m.inGroup = false
+	m.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("leaving group %q: %w", m.g.cfg.GroupID, err)
+	}
+	return nil
+}
+
+func assignmentSet(a *groupv1.Assignment) map[TopicPartition]bool {
+	out := map[TopicPartition]bool{}
+	for _, tps := range a.GetTopicPartitions() {
+		for _, p := range tps.GetPartitions() {
+			out[TopicPartition{tps.GetTopic(), p}] = true
+		}
+	}
+	return out
+}
+
+func topicPartitionsProto(tps []TopicPartition) []*groupv1.TopicPartitions {
+	var out []*groupv1.TopicPartitions
+	for _, tp := range tps {
+		if n := len(out); n > 0 && out[n-1].Topic == tp.Topic {
+			out[n-1].Partitions = append(out[n-1].Partitions, tp.Partition)
+			continue
+		}
+		out = append(out, &groupv1.TopicPartitions{Topic: tp.Topic, Partitions: []int32{tp.Partition}})
+	}
+	return out
+}
