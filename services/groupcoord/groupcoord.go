@@ -1,37 +1,162 @@
-// Package groupcoord is the group-coordinator role. It manages consumer groups: rebalances, assignment and committed offsets.
+// Package groupcoord is the group-coordinator role: consumer groups, their
+// rebalances (Kafka's classic protocol and the consumer protocol of KIP-848)
+// and committed offsets.
+//
+// State lives in the internal compacted topic __consumer_offsets, in Kafka's
+// record layouts. Each group belongs to one partition of that topic (Kafka's
+// hash of the group id) and is coordinated in the process that leads the
+// partition, when that process runs this role (Kafka's placement: no extra
+// hop between the coordinator and its log). A shard is this process's
+// coordinator for one partition: it replays the partition completely before
+// it serves (COORDINATOR_LOAD_IN_PROGRESS meanwhile) and writes with
+// acks=all under the leader epoch it loaded in.
+//
+// Fencing: every write names the leader epoch the shard loaded in, and the
+// local replica refuses an append in any other epoch; a deposed leader that
+// has not heard of its deposition yet can still append locally, but acks=all
+// then never completes (its followers fetch from the new leader, and the ISR
+// can only shrink through the controller, which refuses a stale partition
+// epoch), so the write is never acknowledged nor applied, and it is truncated
+// when the replica becomes a follower. A deposed coordinator therefore never
+// makes a state change anyone observes.
 package groupcoord
 
 import (
 	"context"
 	"flag"
+	"fmt"
 	"log/slog"
+	"sync"
+	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/protobuf/proto"
+
+	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
+	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
 	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
+	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/log"
+	"github.com/sluice-io/sluice/libs/metadata"
+	"github.com/sluice-io/sluice/libs/replica"
+	"github.com/sluice-io/sluice/libs/role"
 	"github.com/sluice-io/sluice/libs/service"
 )
 
-// Config configures the group-coordinator role.
-type Config struct{}
+// Config configures the group-coordinator role. Names follow Kafka's broker
+// configs.
+type Config struct {
+	// OffsetsTopicPartitions is offsets.topic.num.partitions.
+	OffsetsTopicPartitions int
+	// OffsetsTopicReplicationFactor is offsets.topic.replication.factor,
+	// capped by the live storage nodes when the topic is created.
+	OffsetsTopicReplicationFactor int
+	// InitialRebalanceDelay is group.initial.rebalance.delay.ms.
+	InitialRebalanceDelay time.Duration
+	// MinSessionTimeout and MaxSessionTimeout are
+	// group.min.session.timeout.ms and group.max.session.timeout.ms.
+	MinSessionTimeout, MaxSessionTimeout time.Duration
+	// MaxSize is group.max.size; 0 means no limit.
+	MaxSize int
+	// OffsetsRetention is offsets.retention.minutes.
+	OffsetsRetention time.Duration
+	// RetentionCheckInterval is offsets.retention.check.interval.ms.
+	RetentionCheckInterval time.Duration
+	// OffsetMetadataMaxBytes is offset.metadata.max.bytes.
+	OffsetMetadataMaxBytes int
+	// ConsumerSessionTimeout and ConsumerHeartbeatInterval are
+	// group.consumer.session.timeout.ms and
+	// group.consumer.heartbeat.interval.ms (consumer protocol).
+	ConsumerSessionTimeout, ConsumerHeartbeatInterval time.Duration
+	// ConsumerMaxSize is group.consumer.max.size; 0 means no limit.
+	ConsumerMaxSize int
+}
 
 // RegisterFlags registers the role's flags.
-func (c *Config) RegisterFlags(*flag.FlagSet) {}
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.IntVar(&c.OffsetsTopicPartitions, "group.offsets-topic-partitions", 50,
+		"Partitions of __consumer_offsets when it is created (offsets.topic.num.partitions).")
+	fs.IntVar(&c.OffsetsTopicReplicationFactor, "group.offsets-topic-replication-factor", 3,
+		"Replication factor of __consumer_offsets when it is created, capped by the live storage nodes (offsets.topic.replication.factor).")
+	fs.DurationVar(&c.InitialRebalanceDelay, "group.initial-rebalance-delay", 3*time.Second,
+		"How long the first rebalance of an empty group waits for more members (group.initial.rebalance.delay.ms).")
+	fs.DurationVar(&c.MinSessionTimeout, "group.min-session-timeout", 6*time.Second,
+		"Smallest session timeout a classic member may ask for (group.min.session.timeout.ms).")
+	fs.DurationVar(&c.MaxSessionTimeout, "group.max-session-timeout", 30*time.Minute,
+		"Largest session timeout a classic member may ask for (group.max.session.timeout.ms).")
+	fs.IntVar(&c.MaxSize, "group.max-size", 0, "Most members a classic group may have (group.max.size); 0 means no limit.")
+	fs.DurationVar(&c.OffsetsRetention, "group.offsets-retention", 7*24*time.Hour,
+		"How long the offsets of an empty group are kept after it became empty (offsets.retention.minutes).")
+	fs.DurationVar(&c.RetentionCheckInterval, "group.offsets-retention-check-interval", 10*time.Minute,
+		"How often expired offsets are looked for (offsets.retention.check.interval.ms).")
+	fs.IntVar(&c.OffsetMetadataMaxBytes, "group.offset-metadata-max-bytes", 4096,
+		"Largest metadata string of a committed offset (offset.metadata.max.bytes).")
+	fs.DurationVar(&c.ConsumerSessionTimeout, "group.consumer-session-timeout", 45*time.Second,
+		"Session timeout of consumer-protocol members (group.consumer.session.timeout.ms).")
+	fs.DurationVar(&c.ConsumerHeartbeatInterval, "group.consumer-heartbeat-interval", 5*time.Second,
+		"Heartbeat interval of consumer-protocol members (group.consumer.heartbeat.interval.ms).")
+	fs.IntVar(&c.ConsumerMaxSize, "group.consumer-max-size", 0, "Most members a consumer-protocol group may have (group.consumer.max.size); 0 means no limit.")
+}
 
 // Validate checks the configuration.
-func (c *Config) Validate() error { return nil }
+func (c *Config) Validate() error {
+	switch {
+	case c.OffsetsTopicPartitions < 1:
+		return fmt.Errorf("group.offsets-topic-partitions must be at least 1, got %d", c.OffsetsTopicPartitions)
+	case c.OffsetsTopicReplicationFactor < 1:
+		return fmt.Errorf("group.offsets-topic-replication-factor must be at least 1, got %d", c.OffsetsTopicReplicationFactor)
+	case c.MinSessionTimeout <= 0 || c.MaxSessionTimeout < c.MinSessionTimeout:
+		return fmt.Errorf("group.min-session-timeout (%s) must be positive and at most group.max-session-timeout (%s)", c.MinSessionTimeout, c.MaxSessionTimeout)
+	case c.InitialRebalanceDelay < 0 || c.MaxSize < 0 || c.ConsumerMaxSize < 0:
+		return fmt.Errorf("group.initial-rebalance-delay, group.max-size and group.consumer-max-size must not be negative")
+	case c.OffsetsRetention <= 0 || c.RetentionCheckInterval <= 0:
+		return fmt.Errorf("group.offsets-retention and group.offsets-retention-check-interval must be positive")
+	case c.ConsumerSessionTimeout <= 0 || c.ConsumerHeartbeatInterval <= 0 || c.ConsumerHeartbeatInterval >= c.ConsumerSessionTimeout:
+		return fmt.Errorf("group.consumer-heartbeat-interval (%s) must be positive and below group.consumer-session-timeout (%s)", c.ConsumerHeartbeatInterval, c.ConsumerSessionTimeout)
+	}
+	return nil
+}
 
-// GroupCoordinator is the group-coordinator role. Its RPCs answer UNIMPLEMENTED until they are built.
+// maxGroupIDBytes bounds a group id. Kafka sets no limit, but every id is
+// written into keys of the offsets topic and logged; 255 bytes is far above
+// any id seen in practice.
+const maxGroupIDBytes = 255
+
+// GroupCoordinator is the group-coordinator role.
 type GroupCoordinator struct {
 	groupv1.UnimplementedGroupCoordinatorServiceServer
 
 	cfg    Config
 	deps   service.Deps
 	logger *slog.Logger
+	now    func() time.Time
+	tracer trace.Tracer
+	m      *metrics
+
+	mu     sync.Mutex
+	shards map[int32]*shard
+	// creating is set while a CreateTopics call for the offsets topic is
+	// in flight, so concurrent FindCoordinator calls send only one.
+	creating bool
+
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // New builds the role and registers its gRPC service on deps.Server.
 func New(cfg Config, deps service.Deps) *GroupCoordinator {
-	r := &GroupCoordinator{cfg: cfg, deps: deps, logger: deps.Logger.With(log.Role("group-coordinator"))}
+	r := &GroupCoordinator{cfg: cfg, deps: deps, logger: deps.Logger.With(log.Role("group-coordinator")),
+		now: time.Now, shards: map[int32]*shard{}}
+	var mp metric.MeterProvider = metricnoop.NewMeterProvider()
+	var tp trace.TracerProvider = tracenoop.NewTracerProvider()
+	if deps.Telemetry != nil {
+		mp, tp = deps.Telemetry.Meter, deps.Telemetry.Tracer("group-coordinator")
+	}
+	r.tracer = tp.Tracer("github.com/sluice-io/sluice/services/groupcoord")
+	r.m = newMetrics(mp.Meter("github.com/sluice-io/sluice/services/groupcoord"), r)
 	groupv1.RegisterGroupCoordinatorServiceServer(deps.Server.GRPC, r)
 	return r
 }
@@ -44,8 +169,272 @@ func (r *GroupCoordinator) HealthServices() []string {
 	return []string{groupv1.GroupCoordinatorService_ServiceDesc.ServiceName}
 }
 
-// Start implements service.Service.
-func (r *GroupCoordinator) Start(context.Context) error { return nil }
+// Start follows this process's leaderships of the offsets topic: it loads a
+// shard for each partition it leads and drops shards it no longer leads.
+func (r *GroupCoordinator) Start(context.Context) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.done = make(chan struct{})
+	go func() {
+		defer close(r.done)
+		r.run(ctx)
+	}()
+	return nil
+}
 
-// Stop implements service.Service.
-func (r *GroupCoordinator) Stop(context.Context) error { return nil }
+// Stop unloads every shard; members find the new coordinators.
+func (r *GroupCoordinator) Stop(ctx context.Context) error {
+	if r.cancel == nil {
+		return nil
+	}
+	r.cancel()
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	r.mu.Lock()
+	shards := r.shards
+	r.shards = map[int32]*shard{}
+	r.mu.Unlock()
+	for _, s := range shards {
+		s.unload()
+	}
+	return nil
+}
+
+// run reconciles shards with leaderships whenever metadata or the local
+// replicas change, and drives timers (sessions, rebalance deadlines, offset
+// expiry) of every loaded shard.
+func (r *GroupCoordinator) run(ctx context.Context) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var replicasChanged <-chan struct{}
+		if r.deps.Replicas != nil {
+			replicasChanged = r.deps.Replicas.Changed()
+		}
+		metaChanged := r.deps.Metadata.Changed()
+		r.reconcile(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-replicasChanged:
+		case <-metaChanged:
+		case <-tick.C:
+			now := r.now()
+			for _, s := range r.loadedShards() {
+				s.tick(now)
+			}
+		}
+	}
+}
+
+func (r *GroupCoordinator) loadedShards() []*shard {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*shard, 0, len(r.shards))
+	for _, s := range r.shards {
+		out = append(out, s)
+	}
+	return out
+}
+
+// reconcile loads a shard for every offsets-topic partition led here, in
+// the leader epoch it is led in, and unloads the others.
+func (r *GroupCoordinator) reconcile(ctx context.Context) {
+	want := map[int32]*replica.Partition{}
+	if r.deps.Replicas != nil {
+		for _, p := range r.deps.Replicas.Partitions() {
+			if p.TP().Topic != OffsetsTopic {
+				continue
+			}
+			if v := p.View(); v.IsLeader {
+				want[p.TP().Partition] = p
+			}
+		}
+	}
+	r.mu.Lock()
+	var drop []*shard
+	for id, s := range r.shards {
+		p, ok := want[id]
+		if !ok || p != s.p || p.View().LeaderEpoch != s.epoch {
+			drop = append(drop, s)
+			delete(r.shards, id)
+		}
+	}
+	var start []*shard
+	for id, p := range want {
+		if _, ok := r.shards[id]; ok {
+			continue
+		}
+		s := newShard(r, id, p, p.View().LeaderEpoch)
+		r.shards[id] = s
+		start = append(start, s)
+	}
+	r.mu.Unlock()
+	for _, s := range drop {
+		r.logger.Info("group coordinator shard unloaded", log.TopicPartition(OffsetsTopic, s.id), log.Epoch(s.epoch))
+		s.unload()
+	}
+	for _, s := range start {
+		r.logger.Info("group coordinator shard loading", log.TopicPartition(OffsetsTopic, s.id), log.Epoch(s.epoch))
+		go s.load(ctx)
+	}
+}
+
+// shardFor returns the loaded shard that coordinates groupID, or the error
+// to answer: NOT_COORDINATOR (with a hint) when another node coordinates
+// it, COORDINATOR_LOAD_IN_PROGRESS while the shard replays,
+// COORDINATOR_NOT_AVAILABLE while the offsets topic has no leader.
+func (r *GroupCoordinator) shardFor(groupID string) (*shard, *errs.Error) {
+	if e := validGroupID(groupID); e != nil {
+		return nil, e
+	}
+	img := r.deps.Metadata.Load()
+	t, ok := img.Topics[OffsetsTopic]
+	if !ok || len(t.Partitions) == 0 {
+		return nil, errs.New(errs.CoordinatorNotAvailable, "the offsets topic %s does not exist yet; FindCoordinator creates it", OffsetsTopic)
+	}
+	pid := PartitionFor(groupID, int32(len(t.Partitions)))
+	r.mu.Lock()
+	s := r.shards[pid]
+	r.mu.Unlock()
+	if s == nil {
+		c := r.coordinatorOf(img, pid)
+		if c.GetError() != nil {
+			return nil, errs.FromProto(c.GetError())
+		}
+		return nil, errs.New(errs.NotCoordinator, "node %d does not coordinate group %q; node %d at %s does",
+			r.deps.Node.ID, groupID, c.GetNodeId(), c.GetAddress()).
+			WithCoordinator(&edpb.CoordinatorHint{Key: groupID, NodeId: c.GetNodeId(), Address: c.GetAddress()})
+	}
+	if !s.isLoaded() {
+		return nil, errs.New(errs.CoordinatorLoadInProgress, "group %q: the coordinator is replaying %s-%d", groupID, OffsetsTopic, pid)
+	}
+	return s, nil
+}
+
+// coordinatorOf says which node coordinates partition pid of the offsets
+// topic: its leader, when the leader runs this role.
+func (r *GroupCoordinator) coordinatorOf(img *metadata.Image, pid int32) *groupv1.Coordinator {
+	ps, ok := img.Partition(OffsetsTopic, pid)
+	if !ok || ps.GetLeaderId() < 0 {
+		return &groupv1.Coordinator{Error: errs.New(errs.CoordinatorNotAvailable, "%s-%d has no leader now", OffsetsTopic, pid).Proto()}
+	}
+	b, ok := img.Brokers[ps.GetLeaderId()]
+	if !ok || !hasRole(b.GetRoles(), role.GroupCoordinator) {
+		return &groupv1.Coordinator{Error: errs.New(errs.CoordinatorNotAvailable,
+			"%s-%d is led by node %d, which does not run the group-coordinator role", OffsetsTopic, pid, ps.GetLeaderId()).Proto()}
+	}
+	return &groupv1.Coordinator{NodeId: b.GetId(), Address: metadata.BrokerAddress(b)}
+}
+
+func hasRole(roles []string, want role.Role) bool {
+	for _, r := range roles {
+		if r == string(want) {
+			return true
+		}
+	}
+	return false
+}
+
+func validGroupID(id string) *errs.Error {
+	switch {
+	case id == "":
+		return errs.Invalid(errs.InvalidGroupID, "group_id", "the group id is empty")
+	case len(id) > maxGroupIDBytes:
+		return errs.Invalid(errs.InvalidGroupID, "group_id", "the group id has %d bytes, more than the %d allowed", len(id), maxGroupIDBytes)
+	}
+	return nil
+}
+
+// FindCoordinator answers, for each key, the node that coordinates it. The
+// first call creates the offsets topic (through the controller) and answers
+// COORDINATOR_NOT_AVAILABLE until its leaders are elected.
+func (r *GroupCoordinator) FindCoordinator(ctx context.Context, req *groupv1.FindCoordinatorRequest) (*groupv1.FindCoordinatorResponse, error) {
+	switch req.GetKeyType() {
+	case groupv1.CoordinatorKeyType_COORDINATOR_KEY_TYPE_GROUP, groupv1.CoordinatorKeyType_COORDINATOR_KEY_TYPE_UNSPECIFIED:
+	default:
+		return nil, errs.Invalid(errs.InvalidRequest, "key_type", "key type %s is answered by the transaction coordinator, which does not serve it yet", req.GetKeyType())
+	}
+	if len(req.GetKeys()) == 0 {
+		return nil, errs.Invalid(errs.InvalidRequest, "keys", "no keys: name at least one group id")
+	}
+	img := r.deps.Metadata.Load()
+	t, ok := img.Topics[OffsetsTopic]
+	if !ok || len(t.Partitions) == 0 {
+		r.createOffsetsTopic(img)
+	}
+	resp := &groupv1.FindCoordinatorResponse{}
+	for _, k := range req.GetKeys() {
+		var c *groupv1.Coordinator
+		switch {
+		case validGroupID(k) != nil:
+			c = &groupv1.Coordinator{Error: validGroupID(k).Proto()}
+		case !ok || len(t.Partitions) == 0:
+			c = &groupv1.Coordinator{Error: errs.New(errs.CoordinatorNotAvailable, "the offsets topic %s is being created", OffsetsTopic).Proto()}
+		default:
+			c = r.coordinatorOf(img, PartitionFor(k, int32(len(t.Partitions))))
+		}
+		c.Key = k
+		resp.Coordinators = append(resp.Coordinators, c)
+	}
+	return resp, nil
+}
+
+// createOffsetsTopic asks the active controller to create the offsets
+// topic, in the background: the caller answers COORDINATOR_NOT_AVAILABLE
+// and clients retry.
+func (r *GroupCoordinator) createOffsetsTopic(img *metadata.Image) {
+	r.mu.Lock()
+	if r.creating {
+		r.mu.Unlock()
+		return
+	}
+	r.creating = true
+	r.mu.Unlock()
+	live := 0
+	for _, b := range img.Brokers {
+		if hasRole(b.GetRoles(), role.StorageNode) && img.Alive(b.GetId()) {
+			live++
+		}
+	}
+	rf := min(r.cfg.OffsetsTopicReplicationFactor, max(live, 1))
+	addr := img.ControllerAddress()
+	go func() {
+		defer func() {
+			r.mu.Lock()
+			r.creating = false
+			r.mu.Unlock()
+		}()
+		if addr == "" {
+			r.logger.Warn("offsets topic not created: no active controller known")
+			return
+		}
+		conn, err := r.deps.Pool.Get(addr)
+		if err != nil {
+			r.logger.Warn("offsets topic not created", log.Err(err))
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := controllerv1.NewControllerServiceClient(conn).CreateTopics(ctx, &controllerv1.CreateTopicsRequest{
+			Topics: []*controllerv1.TopicSpec{{
+				Name: OffsetsTopic, NumPartitions: proto.Int32(int32(r.cfg.OffsetsTopicPartitions)), ReplicationFactor: proto.Int32(int32(rf)),
+				// Kafka's settings for the topic: compacted, and segments
+				// small enough that compaction keeps replay short.
+				Configs: map[string]string{"cleanup.policy": "compact", "segment.bytes": "104857600", "compression.type": "producer"},
+			}},
+		})
+		if err == nil && len(resp.GetResults()) == 1 && resp.GetResults()[0].GetError() != nil &&
+			resp.GetResults()[0].GetError().GetCode() != edpb.ErrorCode_ERROR_CODE_TOPIC_ALREADY_EXISTS {
+			err = errs.FromProto(resp.GetResults()[0].GetError())
+		}
+		if err != nil {
+			r.logger.Warn("offsets topic not created", log.Err(err))
+			return
+		}
+		r.logger.Info("offsets topic created", log.Topic(OffsetsTopic), slog.Int("partitions", r.cfg.OffsetsTopicPartitions), slog.Int("replication_factor", rf))
+	}()
+}

@@ -1,0 +1,146 @@
+package groupcoord
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.opentelemetry.io/otel/attribute"
+
+	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
+	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/metadata"
+	"github.com/sluice-io/sluice/services/groupcoord/internal/consumer"
+)
+
+// consumerGroup is a group on the consumer protocol (KIP-848): the state
+// machine in internal/consumer, plus what the shard tracks around it.
+//
+// Its membership is kept in memory only: after a coordinator moves, members
+// learn UNKNOWN_MEMBER_ID on their next heartbeat and rejoin with epoch 0
+// (their committed offsets, which are in the log, are kept). Kafka persists
+// this state in record layouts kmsg does not define yet.
+type consumerGroup struct {
+	*consumer.Group
+	emptySince time.Time
+	// revision is the metadata revision the subscriptions were resolved at.
+	revision int64
+	epoch    int32
+}
+
+// imageTopics resolves subscriptions against a metadata image. Internal
+// topics are not subscribable, as in Kafka.
+type imageTopics struct{ img *metadata.Image }
+
+func (t imageTopics) Partitions(topic string) int32 {
+	if tt, ok := t.img.Topics[topic]; ok && !tt.Internal {
+		return int32(len(tt.Partitions))
+	}
+	return 0
+}
+
+func (t imageTopics) Names() []string { return t.img.TopicNames(false) }
+
+func (r *GroupCoordinator) consumerConfig() consumer.Config {
+	return consumer.Config{SessionTimeout: r.cfg.ConsumerSessionTimeout, HeartbeatInterval: r.cfg.ConsumerHeartbeatInterval,
+		DefaultAssignor: consumer.UniformAssignorName, MaxSize: r.cfg.ConsumerMaxSize}
+}
+
+// ConsumerGroupHeartbeat is the consumer protocol's one call.
+func (r *GroupCoordinator) ConsumerGroupHeartbeat(ctx context.Context, req *groupv1.ConsumerGroupHeartbeatRequest) (*groupv1.ConsumerGroupHeartbeatResponse, error) {
+	s, e := r.shardFor(req.GetGroupId())
+	if e != nil {
+		return &groupv1.ConsumerGroupHeartbeatResponse{Error: e.Proto(), MemberId: req.GetMemberId()}, nil
+	}
+	img := r.deps.Metadata.Load()
+	now := r.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g := s.groupLocked(req.GetGroupId(), req.GetMemberEpoch() == 0)
+	if g == nil {
+		return &groupv1.ConsumerGroupHeartbeatResponse{MemberId: req.GetMemberId(),
+			Error: errs.New(errs.UnknownMemberID, "group %q has no member %q; join again with member epoch 0", req.GetGroupId(), req.GetMemberId()).Proto()}, nil
+	}
+	if g.consumer == nil {
+		if g.classic != nil && len(g.classic.members) > 0 {
+			return &groupv1.ConsumerGroupHeartbeatResponse{MemberId: req.GetMemberId(),
+				Error: errs.New(errs.InconsistentGroupProtocol, "group %q uses the classic protocol (JoinGroup) and has members; a consumer-protocol member cannot join it until it is empty", g.id).Proto()}, nil
+		}
+		if req.GetMemberEpoch() != 0 {
+			return &groupv1.ConsumerGroupHeartbeatResponse{MemberId: req.GetMemberId(),
+				Error: errs.New(errs.UnknownMemberID, "group %q has no member %q; join again with member epoch 0", g.id, req.GetMemberId()).Proto()}, nil
+		}
+		g.classic = nil
+		g.consumer = &consumerGroup{Group: consumer.NewGroup(g.id, r.consumerConfig()), revision: img.Revision}
+	}
+	cg := g.consumer
+	if img.Revision != cg.revision {
+		cg.TopicsChanged(imageTopics{img})
+		cg.revision = img.Revision
+	}
+	wasEmpty := cg.Empty()
+	resp, err := cg.Heartbeat(req, imageTopics{img}, now)
+	s.noteConsumerEpochLocked(ctx, cg, now)
+	if err != nil {
+		return &groupv1.ConsumerGroupHeartbeatResponse{MemberId: req.GetMemberId(), Error: errs.From(err).Proto()}, nil
+	}
+	if cg.Empty() && !wasEmpty {
+		cg.emptySince = now
+	}
+	return resp, nil
+}
+
+// noteConsumerEpochLocked counts a group epoch bump as a rebalance.
+func (s *shard) noteConsumerEpochLocked(ctx context.Context, cg *consumerGroup, now time.Time) {
+	if e := cg.Epoch(); e != cg.epoch {
+		if cg.epoch != 0 {
+			s.c.m.rebalances.Add(ctx, 1, protocolAttr("consumer"))
+			_, span := s.c.tracer.Start(ctx, "group.consumer.epoch")
+			span.SetAttributes(attribute.Int("group.epoch", int(e)))
+			span.End()
+		}
+		cg.epoch = e
+	}
+	if cg.Empty() && cg.emptySince.IsZero() {
+		cg.emptySince = now
+	}
+}
+
+// consumerTickLocked expires members and follows topic changes.
+func (s *shard) consumerTickLocked(g *group, now time.Time) {
+	cg := g.consumer
+	img := s.c.deps.Metadata.Load()
+	if img.Revision != cg.revision {
+		cg.TopicsChanged(imageTopics{img})
+		cg.revision = img.Revision
+	}
+	wasEmpty := cg.Empty()
+	if d := cg.NextDeadline(); !d.IsZero() && !now.Before(d) {
+		for _, id := range cg.Expire(now) {
+			s.c.logger.Info("group member fenced", slog.String("group", g.id), slog.String("member", id))
+		}
+	}
+	s.noteConsumerEpochLocked(context.Background(), cg, now)
+	if cg.Empty() && !wasEmpty {
+		cg.emptySince = now
+	}
+}
+
+// decodeAssignment reads a classic consumer's assignment bytes (Kafka's
+// ConsumerMemberAssignment) for DescribeGroups; unreadable bytes give an
+// empty assignment.
+func decodeAssignment(b []byte) *groupv1.Assignment {
+	out := &groupv1.Assignment{}
+	if len(b) == 0 {
+		return out
+	}
+	var a kmsg.ConsumerMemberAssignment
+	if err := a.ReadFrom(b); err != nil {
+		return out
+	}
+	for _, t := range a.Topics {
+		out.TopicPartitions = append(out.TopicPartitions, &groupv1.TopicPartitions{Topic: t.Topic, Partitions: t.Partitions})
+	}
+	return out
+}
