@@ -48,8 +48,8 @@ type classicGroup struct {
 	// rejoined; joinNotBefore holds an empty group's first rebalance open
 	// for group.initial.rebalance.delay.ms.
 	joinDeadline, joinNotBefore time.Time
-	rebalanceStart             time.Time
-	rebalanceReason            string
+	rebalanceStart              time.Time
+	rebalanceReason             string
 }
 
 // member is one classic member.

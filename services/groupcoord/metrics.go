@@ -82,4 +82,6 @@ func (r *GroupCoordinator) observeLag(o metric.Int64Observer) {
 	}
 }
 
-func replicaTP(tp topicPartition) replica.TP { return replica.TP{Topic: tp.topic, Partition: tp.partition} }
+func replicaTP(tp topicPartition) replica.TP {
+	return replica.TP{Topic: tp.topic, Partition: tp.partition}
+}
