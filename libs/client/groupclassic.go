@@ -177,8 +177,7 @@ const patternRecheck = 10 * time.Second
 func (m *classicMember) startJoin(ctx context.Context) {
 	m.stopHeartbeat()
 	m.mu.Lock()
-	lost, reason := m.lost || m.gen < 0, m.reason
-	m.lost, m.needRejoin, m.reason = false, false, ""
+	lost := m.lost || m.gen < 0
 	m.mu.Unlock()
 	m.joinStart = time.Now()
 	owned := m.g.owned()
@@ -191,9 +190,6 @@ func (m *classicMember) startJoin(ctx context.Context) {
 		// Eager: give up everything before joining.
 		m.g.revokePartitions(ctx, owned)
 	}
-	if reason == "" {
-		reason = "joining"
-	}
 	topics, err := m.g.subscription(ctx)
 	if err != nil {
 		topics = m.topics // keep the last subscription
@@ -205,9 +201,15 @@ func (m *classicMember) startJoin(ctx context.Context) {
 	for _, tp := range m.g.owned() {
 		ownedMap[tp.Topic] = append(ownedMap[tp.Topic], tp.Partition)
 	}
+	// The flags are cleared only now: a commit refused during the
+	// revocation above is answered by this very join.
 	m.mu.Lock()
-	id, gen := m.id, m.gen
+	id, gen, reason := m.id, m.gen, m.reason
+	m.lost, m.needRejoin, m.reason = false, false, ""
 	m.mu.Unlock()
+	if reason == "" {
+		reason = "joining"
+	}
 	ch := make(chan joinResult, 1)
 	m.joining = ch
 	go func() { ch <- m.joinAndSync(m.g.life, id, gen, topics, ownedMap, reason) }()
@@ -217,21 +219,26 @@ func (m *classicMember) startJoin(ctx context.Context) {
 // retried at once or after a backoff; others go to Poll (the next Poll
 // tries again).
 func (m *classicMember) joinFailed(ctx context.Context, err error) error {
+	code := errs.CodeOf(err)
 	m.mu.Lock()
-	m.gen = -1
-	switch errs.CodeOf(err) {
-	case errs.UnknownMemberID, errs.FencedInstanceID:
-		m.id = ""
+	m.needRejoin = true
+	switch code {
+	case errs.IllegalGeneration, errs.UnknownMemberID, errs.FencedInstanceID:
+		// The member is out of its generation: what it owns is lost.
+		m.lost, m.gen = true, -1
+		if code != errs.IllegalGeneration {
+			m.id = ""
+		}
 	}
 	m.mu.Unlock()
 	if m.g.life.Err() != nil {
 		return errors.New("group consumer is closed")
 	}
-	switch errs.CodeOf(err) {
-	case errs.RebalanceInProgress, errs.IllegalGeneration, errs.UnknownMemberID:
+	switch code {
+	case errs.RebalanceInProgress, errs.IllegalGeneration, errs.UnknownMemberID, errs.MemberIDRequired:
 		return nil // join again at once
 	}
-	if errs.IsRetriable(err) || errors.Is(err, context.DeadlineExceeded) {
+	if errs.IsRetriable(err) || code == errs.RequestTimedOut {
 		if !m.retry.wait(ctx) {
 			return ctx.Err()
 		}

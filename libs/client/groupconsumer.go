@@ -657,7 +657,10 @@ func (g *GroupConsumer) runCommits() {
 	for {
 		select {
 		case j := <-g.commits:
-			err := g.commit(g.life, j.offsets)
+			var err error
+			if len(j.offsets) > 0 {
+				err = g.commit(g.life, j.offsets)
+			}
 			if j.done != nil {
 				j.done(err)
 			}

@@ -22,6 +22,7 @@ func newConsumeCmd(g *globals) *cobra.Command {
 	var maxMessages int
 	var timeout time.Duration
 	var format string
+	var group, groupProtocol, assignor string
 	cmd := &cobra.Command{
 		Use:   "consume TOPIC",
 		Short: "Print records of a topic, one per line",
@@ -30,7 +31,15 @@ in the style of kcat, with %k key, %v value, %p partition, %o offset,
 %T timestamp (ms), %h headers, %t topic, %% a percent sign, \n and \t.
 
   sluice consume orders --from-beginning --max-messages 100000
-  sluice consume orders --format '%p:%o %k=%v\n'`,
+  sluice consume orders --format '%p:%o %k=%v\n'
+  sluice consume orders --group billing --from-beginning
+
+With --group the command joins the consumer group and reads the partitions
+the group gives it, from the group's committed offsets; --from-beginning then
+means "from the earliest offset where the group has committed nothing" (as
+Kafka's console consumer), otherwise such partitions start at the end. It
+commits the offsets of what it printed as it goes and before it exits, on
+Ctrl-C, --max-messages or --timeout.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
@@ -38,6 +47,18 @@ in the style of kcat, with %k key, %v value, %p partition, %o offset,
 				return err
 			}
 			defer c.Close()
+			if group != "" {
+				if partition >= 0 || offset >= 0 {
+					return errors.New("--group reads the partitions the group assigns; it cannot be combined with --partition or --offset")
+				}
+				return consumeGroup(cmd, g, c, args[0], groupOptions{
+					group: group, protocol: groupProtocol, assignor: assignor, fromBeginning: fromBeginning,
+					maxMessages: maxMessages, timeout: timeout, format: format,
+				})
+			}
+			if groupProtocol != "" || assignor != "" {
+				return errors.New("--group-protocol and --assignor need --group")
+			}
 			reset := client.ResetLatest
 			switch {
 			case partition >= 0 && offset >= 0:
@@ -113,6 +134,9 @@ in the style of kcat, with %k key, %v value, %p partition, %o offset,
 	cmd.Flags().IntVar(&maxMessages, "max-messages", 0, "Stop after this many records (0: run until Ctrl-C or --timeout).")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "Stop after this long (0: no limit).")
 	cmd.Flags().StringVar(&format, "format", "", `Output template (default "%v\n").`)
+	cmd.Flags().StringVar(&group, "group", "", "Consume as a member of this consumer group, committing what was printed.")
+	cmd.Flags().StringVar(&groupProtocol, "group-protocol", "", "Group rebalance protocol: classic (default) or consumer (KIP-848).")
+	cmd.Flags().StringVar(&assignor, "assignor", "", "Classic protocol: comma-separated assignors (range, roundrobin, sticky, cooperative-sticky; default range,cooperative-sticky). Consumer protocol: the server assignor (uniform or range).")
 	return cmd
 }
 
