@@ -236,7 +236,7 @@ func (g *Group) join(req *groupv1.ConsumerGroupHeartbeatRequest, topics Topics, 
 		g.static[instance] = id
 	}
 	g.update(m, req, topics, now, added)
-	return g.respond(m, req, true), nil
+	return g.respond(m, req, true, nil), nil
 }
 
 // replaceStatic moves a static member's state to a new member id (KIP-345
@@ -277,8 +277,9 @@ func (g *Group) heartbeat(req *groupv1.ConsumerGroupHeartbeatRequest, topics Top
 			return nil, errs.New(errs.FencedMemberEpoch, "member %s of group %s sent stale epoch %d but its epoch is %d; drop its partitions and rejoin with member epoch 0", m.id, g.id, epoch, m.epoch)
 		}
 	}
+	before := m.assigned
 	g.update(m, req, topics, now, false)
-	return g.respond(m, req, false), nil
+	return g.respond(m, req, false, before), nil
 }
 
 // memberFor finds the member a heartbeat or leave names, checking its
@@ -392,16 +393,18 @@ func (g *Group) reconcile(m *member, owned map[tp]bool, now time.Time) {
 }
 
 // respond builds the heartbeat response. The assignment is sent when the
-// member joined, when its assigned partitions changed, or when what it
-// reports owning differs from what it was told to own (Kafka resends the
-// full assignment then).
-func (g *Group) respond(m *member, req *groupv1.ConsumerGroupHeartbeatRequest, joined bool) *groupv1.ConsumerGroupHeartbeatResponse {
+// member joined, when its assigned partitions changed (before is what they
+// were), or when what it reports owning differs from what it was told to own
+// (Kafka resends the full assignment then). The second case matters even
+// when the report matches the new assignment: a member still applying an
+// older one must learn that it was replaced.
+func (g *Group) respond(m *member, req *groupv1.ConsumerGroupHeartbeatRequest, joined bool, before partitionEpochs) *groupv1.ConsumerGroupHeartbeatResponse {
 	resp := &groupv1.ConsumerGroupHeartbeatResponse{
 		MemberId:            m.id,
 		MemberEpoch:         m.epoch,
 		HeartbeatIntervalMs: int32(g.cfg.HeartbeatInterval / time.Millisecond),
 	}
-	if joined || !m.assigned.sameSet(ownedSet(req.GetOwnedPartitions())) {
+	if joined || !sameKeys(before, m.assigned) || !m.assigned.sameSet(ownedSet(req.GetOwnedPartitions())) {
 		resp.Assignment = &groupv1.Assignment{TopicPartitions: m.assigned.proto()}
 	}
 	return resp

@@ -168,8 +168,7 @@ func targetSet(target map[string][]int32) map[tp]bool {
 
 // checkOwners asserts the owner map is exactly the union of the members'
 // assigned and pending partitions, with one owner each.
-func checkOwners(t testing.TB, g *Group) {
-	t.Helper()
+func checkOwners(t require.TestingT, g *Group) {
 	seen := map[tp]string{}
 	for id, m := range g.members {
 		for _, pe := range []partitionEpochs{m.assigned, m.pending} {

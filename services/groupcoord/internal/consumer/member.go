@@ -71,6 +71,21 @@ func (pe partitionEpochs) sameSet(set map[tp]bool) bool {
 	return true
 }
 
+// sameKeys reports whether a and b hold the same partitions.
+func sameKeys(a, b partitionEpochs) bool {
+	if a.count() != b.count() {
+		return false
+	}
+	for topic, ps := range a {
+		for p := range ps {
+			if !b.has(topic, p) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // proto renders the partitions as sorted TopicPartitions.
 func (pe partitionEpochs) proto() []*groupv1.TopicPartitions {
 	out := make([]*groupv1.TopicPartitions, 0, len(pe))
