@@ -379,15 +379,16 @@ func (g *Group) update(m *member, req *groupv1.ConsumerGroupHeartbeatRequest, to
 // reconcile runs m's reconciliation step and keeps the owner map and the
 // rebalance-timeout deadline in step with it.
 func (g *Group) reconcile(m *member, owned map[tp]bool, now time.Time) {
-	before := m.state
-	m.reconcile(g.target[m.id], g.targetEpoch, owned, g.holder)
+	if !m.reconcile(g.target[m.id], g.targetEpoch, owned, g.holder) {
+		return
+	}
 	g.setOwnership(m.id, m)
-	switch {
-	case m.state == stateUnrevoked && before != stateUnrevoked:
+	if m.state == stateUnrevoked {
 		// Kafka's rebalance timeout: the member must revoke within its
-		// max.poll.interval.ms or it is fenced.
+		// max.poll.interval.ms or it is fenced. Each new revocation
+		// restarts the clock, as Kafka reschedules the timer.
 		m.revokeDeadline = now.Add(m.rebalanceTimeout)
-	case m.state != stateUnrevoked:
+	} else {
 		m.revokeDeadline = time.Time{}
 	}
 }

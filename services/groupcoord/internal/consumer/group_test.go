@@ -472,3 +472,59 @@ func TestDescribe(t *testing.T) {
 	require.Equal(t, []int32{0, 1}, m.GetAssignment().GetTopicPartitions()[0].GetPartitions())
 	require.Equal(t, map[string]map[int32]string{"a": {0: "m1", 1: "m1"}}, g.Owners())
 }
+
+// TestAssignmentResentWhenReplacedBeforeApplied: a member told {a-0, a-1}
+// that still holds only a-0 when a-1 moves away must be told {a-0}, or it
+// would later take a-1 from the stale answer while a-1's new owner has it.
+func TestAssignmentResentWhenReplacedBeforeApplied(t *testing.T) {
+	g := NewGroup(testGroup, Config{})
+	topics := fakeTopics{"a": 1}
+	c1, c2 := newClient("m1", "a"), newClient("m2", "a")
+	join(t, g, c1, topics, t0)
+	topics["a"] = 2
+	g.TopicsChanged(topics)
+	resp, err := g.Heartbeat(c1.hbRequest(), topics, t0)
+	require.NoError(t, err)
+	c1.take(resp) // Told {a-0, a-1}; not applied yet.
+	require.Len(t, c1.told, 2)
+
+	join(t, g, c2, topics, t0)
+	resp, err = g.Heartbeat(c1.hbRequest(), topics, t0) // Reports {a-0}.
+	require.NoError(t, err)
+	require.NotNil(t, resp.Assignment, "the assignment changed, so it is sent")
+	c1.take(resp)
+	c1.apply()
+	require.Equal(t, []string{"a-0"}, tpSet(c1.held))
+	beat(t, g, c2, topics, t0)
+	require.Equal(t, []string{"a-1"}, tpSet(c2.held))
+}
+
+// TestRevocationDeadlineRestartsPerRevocation: a member that revoked in time
+// and is asked to revoke again gets a full rebalance timeout for it.
+func TestRevocationDeadlineRestartsPerRevocation(t *testing.T) {
+	g := NewGroup(testGroup, Config{SessionTimeout: time.Hour})
+	topics := fakeTopics{"a": 6}
+	c1, c2, c3 := newClient("m1", "a"), newClient("m2", "a"), newClient("m3", "a")
+	join(t, g, c1, topics, t0)
+	join(t, g, c2, topics, t0)
+	beat(t, g, c1, topics, t0) // Revoke 3, deadline t0+30s.
+	require.Equal(t, t0.Add(30*time.Second), g.members["m1"].revokeDeadline)
+
+	join(t, g, c3, topics, t0.Add(20*time.Second))
+	beat(t, g, c1, topics, t0.Add(25*time.Second)) // Reports the first revocation; asked for another.
+	require.Equal(t, stateUnrevoked, g.members["m1"].state)
+	require.Equal(t, t0.Add(55*time.Second), g.members["m1"].revokeDeadline)
+	require.Empty(t, g.Expire(t0.Add(40*time.Second)))
+}
+
+func TestStaticMemberAwayCannotCommit(t *testing.T) {
+	g := NewGroup(testGroup, Config{})
+	c := newClient("m1", "a")
+	c.instance = "i1"
+	join(t, g, c, fakeTopics{"a": 1}, t0)
+	_, err := g.Heartbeat(&groupv1.ConsumerGroupHeartbeatRequest{GroupId: testGroup, MemberId: "m1", InstanceId: "i1", MemberEpoch: -2}, nil, t0)
+	require.NoError(t, err)
+	requireCode(t, g.ValidateCommit("m1", 1), errs.FencedMemberEpoch)
+	requireCode(t, g.ValidateFetch("m1", 1), errs.FencedMemberEpoch)
+	require.Equal(t, int32(-2), g.Describe().GetMembers()[0].GetMemberEpoch())
+}

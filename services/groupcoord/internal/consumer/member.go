@@ -186,16 +186,17 @@ func subsetOf(owned map[tp]bool, pe partitionEpochs) bool {
 //     heartbeat after their owner let go.
 //
 // holder returns the member currently owning a partition, or "". owned is
-// the member's report (its complete owned set; see Group.Heartbeat).
-func (m *member) reconcile(target map[string][]int32, targetEpoch int32, owned map[tp]bool, holder func(string, int32) string) {
+// the member's report (its complete owned set; see Group.Heartbeat). It
+// reports whether the member changed.
+func (m *member) reconcile(target map[string][]int32, targetEpoch int32, owned map[tp]bool, holder func(string, int32) string) bool {
 	switch m.state {
 	case stateStable:
 		if m.epoch == targetEpoch {
-			return
+			return false
 		}
 	case stateUnrevoked:
 		if ownsAnyOf(owned, m.pending) {
-			return
+			return false
 		}
 	case stateUnreleased:
 	}
@@ -234,7 +235,7 @@ func (m *member) reconcile(target map[string][]int32, targetEpoch int32, owned m
 		m.state = stateUnrevoked
 		m.assigned = keep
 		m.pending = revoke
-		return
+		return true
 	}
 	for _, k := range add {
 		keep.put(k.topic, k.partition, targetEpoch)
@@ -247,6 +248,7 @@ func (m *member) reconcile(target map[string][]int32, targetEpoch int32, owned m
 	} else {
 		m.state = stateStable
 	}
+	return true
 }
 
 func (m *member) setEpoch(e int32) {

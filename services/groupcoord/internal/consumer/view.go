@@ -77,6 +77,11 @@ func (g *Group) commitMember(memberID string, memberEpoch int32) (*member, error
 	if m == nil {
 		return nil, errs.New(errs.UnknownMemberID, "member %q is not in group %s; rejoin the group before committing", memberID, g.id)
 	}
+	if m.leftStatic {
+		// Kafka sets the epoch of a static member that left temporarily to
+		// -2, so every epoch is newer than it.
+		return nil, errs.New(errs.FencedMemberEpoch, "member %s of group %s left temporarily (static member); it must rejoin with member epoch 0 before committing or fetching offsets", memberID, g.id)
+	}
 	if memberEpoch > m.epoch {
 		return nil, errs.New(errs.FencedMemberEpoch, "member %s of group %s committed with epoch %d, newer than its epoch %d; rejoin with member epoch 0", memberID, g.id, memberEpoch, m.epoch)
 	}
