@@ -46,6 +46,7 @@ func (s stickyAssignor) Assign(members []Member, partitions map[string]int32) ma
 	b.claim()
 	b.assignUnowned()
 	b.repair()
+	b.stick()
 	return b.plan(s.cooperative)
 }
 
@@ -232,120 +233,131 @@ func (b *balancer) assignUnowned() {
 // the optimality condition of a semi-matching (Harvey, Ladner, Lovász,
 // Tamir, "Semi-matchings for bipartite graphs and load balancing", 2006):
 // the loads are then as even as the subscriptions allow, by every measure at
-// once. Each chain is the one that moves the fewest partitions away from
-// the members that kept them, so the result stays as sticky as it can.
-// Every step lowers the sum of squared loads, so the loop ends.
+// once. Of all chains that even the loads out, each step takes one that
+// moves the fewest partitions away from the members that kept them, so the
+// result stays as sticky as it can. Every step lowers the sum of squared
+// loads, so the loop ends.
 func (b *balancer) repair() {
-	n := len(b.g.members)
-	order := make([]int, n)
-	s := newSearch(n)
+	s := newSearch(len(b.g.members), len(b.g.topics))
 	for {
-		for i := range order {
-			order[i] = i
-		}
-		slices.SortStableFunc(order, func(x, y int) int { return b.load[y] - b.load[x] })
-		found := false
-		for _, u := range order {
-			if b.load[u] < 2 {
+		levels := slices.Clone(b.load)
+		slices.Sort(levels)
+		levels = slices.Compact(levels)
+		best, bestCost := noMember, 0
+		var bestNext []int
+		var bestTopic []int
+		for _, level := range levels {
+			if level+2 > levels[len(levels)-1] {
 				break
 			}
-			if v := b.findPath(s, u); v != noMember {
-				b.applyPath(s, u, v)
-				found = true
+			u, cost := b.findPath(s, level)
+			if u == noMember || best != noMember && cost >= bestCost {
+				continue
+			}
+			best, bestCost = u, cost
+			bestNext = append(bestNext[:0], s.next...)
+			bestTopic = append(bestTopic[:0], s.topic...)
+			if cost == 0 {
 				break
 			}
 		}
-		if !found {
+		if best == noMember {
 			return
+		}
+		// Move one partition along each step, starting at the source so
+		// that a member can pass on the partition it was just given
+		// rather than one it kept.
+		for x := best; bestNext[x] != noMember; x = bestNext[x] {
+			b.give(b.take(x, bestTopic[x]), bestNext[x])
 		}
 	}
 }
 
 // search is the scratch state of one path search.
 type search struct {
-	dist     []int
-	predM    []int // predM[v] is the member that passes a partition to v
-	predT    []int // predT[v] is the topic of that partition
-	deque    []int
-	frontier []int
+	dist  []int
+	next  []int // next[x] is the member x passes a partition to, or noMember at a target
+	topic []int // topic[x] is the topic of that partition
+	deque []int
+	// topicDist[ti] is the distance of the closest member topic ti was
+	// expanded from.
+	topicDist []int
 }
 
-func newSearch(n int) *search {
-	return &search{dist: make([]int, n), predM: make([]int, n), predT: make([]int, n)}
+func newSearch(members, topics int) *search {
+	return &search{dist: make([]int, members), next: make([]int, members), topic: make([]int, members), topicDist: make([]int, topics)}
 }
 
-// findPath searches, from member u, the chains along which each member
-// passes one partition to the next; a step costs nothing when the member
-// passes a partition it did not keep from before, else one. It returns the
-// member v with load at most load[u]-2 reached at the lowest cost, ties
-// going to the lowest load and then to Kafka's member order, or noMember.
-func (b *balancer) findPath(s *search, u int) int {
+// findPath searches, backwards from every member with the given load, the
+// chains along which each member passes one partition to the next; a step
+// costs nothing when the member passes a partition it did not keep from
+// before, else one. It returns the member with a load of at least level+2
+// that starts the cheapest chain, ties going to the highest load and then
+// to Kafka's member order, with the chain's cost; or noMember.
+func (b *balancer) findPath(s *search, level int) (int, int) {
 	const unreached = int(^uint(0) >> 1)
-	for i := range s.dist {
-		s.dist[i] = unreached
+	s.deque = s.deque[:0]
+	for ti := range s.topicDist {
+		s.topicDist[ti] = unreached
 	}
-	s.dist[u] = 0
-	// A 0-1 breadth-first search: a deque of members, cost-0 steps to
-	// the front, cost-1 steps to the back.
-	s.deque = append(s.deque[:0], u)
+	for m := range s.dist {
+		s.dist[m], s.next[m] = unreached, noMember
+		if b.load[m] == level {
+			s.dist[m] = 0
+			s.deque = append(s.deque, m)
+		}
+	}
+	// A 0-1 breadth-first search: cost-0 steps go to the front of the
+	// deque, cost-1 steps to the back.
 	head := 0
 	for head < len(s.deque) {
-		x := s.deque[head]
+		y := s.deque[head]
 		head++
-		for _, ti := range b.subTopics[x] {
-			cost := 0
-			if len(b.moved[x][ti]) == 0 {
-				if len(b.kept[x][ti]) == 0 {
-					continue
-				}
-				cost = 1
+		for _, ti := range b.subTopics[y] {
+			// A step's cost depends on the giver and the topic, not on
+			// the receiver: a topic expanded from a member as close as
+			// y offers nothing new.
+			if s.topicDist[ti] <= s.dist[y] {
+				continue
 			}
-			d := s.dist[x] + cost
-			for _, y := range b.consumers[ti] {
-				if d >= s.dist[y] {
+			s.topicDist[ti] = s.dist[y]
+			for _, x := range b.consumers[ti] {
+				cost := 0
+				if len(b.moved[x][ti]) == 0 {
+					if len(b.kept[x][ti]) == 0 {
+						continue
+					}
+					cost = 1
+				}
+				d := s.dist[y] + cost
+				if d >= s.dist[x] {
 					continue
 				}
-				s.dist[y] = d
-				s.predM[y], s.predT[y] = x, ti
-				if cost == 0 {
-					// Push to the front: reuse the consumed slot.
-					if head > 0 {
-						head--
-						s.deque[head] = y
-					} else {
-						s.deque = slices.Insert(s.deque, 0, y)
-					}
+				s.dist[x], s.next[x], s.topic[x] = d, y, ti
+				if cost == 0 && head > 0 {
+					head--
+					s.deque[head] = x
+				} else if cost == 0 {
+					s.deque = slices.Insert(s.deque, 0, x)
 				} else {
-					s.deque = append(s.deque, y)
+					s.deque = append(s.deque, x)
 				}
 			}
 		}
 	}
 	best := noMember
-	for v, d := range s.dist {
-		if d == unreached || b.load[v] > b.load[u]-2 {
+	for u, d := range s.dist {
+		if d == unreached || b.load[u] < level+2 {
 			continue
 		}
-		if best == noMember || d < s.dist[best] || d == s.dist[best] && b.load[v] < b.load[best] {
-			best = v
+		if best == noMember || d < s.dist[best] || d == s.dist[best] && b.load[u] > b.load[best] {
+			best = u
 		}
 	}
-	return best
-}
-
-// applyPath moves one partition along each step of the chain from u to v,
-// starting at u so that a member can pass on the partition it was just
-// given instead of one it kept.
-func (b *balancer) applyPath(s *search, u, v int) {
-	var chain []int
-	for y := v; y != u; y = s.predM[y] {
-		chain = append(chain, y)
+	if best == noMember {
+		return noMember, 0
 	}
-	for i := len(chain) - 1; i >= 0; i-- {
-		y := chain[i]
-		p := b.take(s.predM[y], s.predT[y])
-		b.give(p, y)
-	}
+	return best, s.dist[best]
 }
 
 // plan returns the assignment. For the cooperative protocol a partition
