@@ -385,3 +385,72 @@ func TestPropertyStickyMovesTheMinimumWhenOneMemberJoinsOrLeaves(t *testing.T) {
 		checkBalanced(t, input{again, in.partitions}, second)
 	})
 }
+
+// TestPropertyStickyOptimalOnSmallGroups compares sticky with an exhaustive
+// search over every assignment of a small group with any subscriptions:
+// the loads must have the least sum of squares possible, and among such
+// assignments ours must move the fewest previously owned partitions.
+func TestPropertyStickyOptimalOnSmallGroups(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		parts := map[string]int32{"t0": rapid.Int32Range(0, 4).Draw(t, "t0"), "t1": rapid.Int32Range(0, 4).Draw(t, "t1")}
+		n := rapid.IntRange(1, 4).Draw(t, "members")
+		in := input{partitions: parts}
+		for i := range n {
+			in.members = append(in.members, Member{ID: fmt.Sprintf("m%d", i), Topics: genSubscription(t, []string{"t0", "t1"})})
+		}
+		genValidPrior(t, &in, 1)
+
+		type tp struct {
+			topic string
+			p     int32
+		}
+		var all []tp
+		for _, topic := range []string{"t0", "t1"} {
+			if !slices.ContainsFunc(in.members, func(m Member) bool { return slices.Contains(m.Topics, topic) }) {
+				continue
+			}
+			for p := range parts[topic] {
+				all = append(all, tp{topic, p})
+			}
+		}
+		bestSquares, bestMoves := -1, 0
+		owner := make([]int, len(all))
+		var walk func(i int)
+		walk = func(i int) {
+			if i == len(all) {
+				got := plan{}
+				for _, m := range in.members {
+					got[m.ID] = map[string][]int32{}
+				}
+				for j, o := range owner {
+					id := in.members[o].ID
+					got[id][all[j].topic] = append(got[id][all[j].topic], all[j].p)
+				}
+				squares := 0
+				for _, topics := range got {
+					squares += count(topics) * count(topics)
+				}
+				moves := movesFrom(in.members, got)
+				if bestSquares < 0 || squares < bestSquares || squares == bestSquares && moves < bestMoves {
+					bestSquares, bestMoves = squares, moves
+				}
+				return
+			}
+			for o, m := range in.members {
+				if slices.Contains(m.Topics, all[i].topic) {
+					owner[i] = o
+					walk(i + 1)
+				}
+			}
+		}
+		walk(0)
+
+		got := Sticky().Assign(in.members, parts)
+		squares := 0
+		for _, topics := range got {
+			squares += count(topics) * count(topics)
+		}
+		require.Equal(t, max(bestSquares, 0), squares, "balance of %v", got)
+		require.Equal(t, bestMoves, movesFrom(in.members, got), "moves of %v from %v", got, in.members)
+	})
+}

@@ -13,7 +13,12 @@ import (
 // Balanced means what Kafka's StickyAssignor aims for and more: no member
 // could take a partition from a member with at least two more, directly or
 // along a chain of members that each hand one partition on. Members with
-// equal subscriptions therefore differ by at most one partition.
+// equal subscriptions therefore differ by at most one partition. Of all
+// such assignments it picks one that takes the fewest partitions from the
+// members that owned them (for groups of up to 200 members; larger groups
+// get a greedy approximation, see maxCycleMembers). A partition claimed by
+// several members goes to the newest generation's claimant (KIP-341); two
+// claims in the same generation cancel each other, as in Kafka.
 func Sticky() Assignor { return stickyAssignor{} }
 
 // CooperativeSticky returns Kafka's "cooperative-sticky" assignor (KIP-429):
@@ -234,9 +239,9 @@ func (b *balancer) assignUnowned() {
 // Tamir, "Semi-matchings for bipartite graphs and load balancing", 2006):
 // the loads are then as even as the subscriptions allow, by every measure at
 // once. Of all chains that even the loads out, each step takes one that
-// moves the fewest partitions away from the members that kept them, so the
-// result stays as sticky as it can. Every step lowers the sum of squared
-// loads, so the loop ends.
+// moves the fewest partitions away from the members that kept them; stick
+// then undoes what these greedy choices cost in stickiness. Every step
+// lowers the sum of squared loads, so the loop ends.
 func (b *balancer) repair() {
 	s := newSearch(len(b.g.members), len(b.g.topics))
 	for {
