@@ -95,25 +95,25 @@ func (UniformAssignor) Name() string { return UniformAssignorName }
 // hold a partition the other may take).
 func (UniformAssignor) Assign(spec Spec) map[string]map[string][]int32 {
 	n := len(spec.Members)
-	owned := make([]map[tp]bool, n)
-	owner := make(map[tp]int)
+	// owned[i] is kept sorted by (topic, partition) so that moves take from
+	// the end without scanning.
+	owned := make([][]tp, n)
+	taken := make(map[tp]bool)
 	for i, m := range spec.Members {
-		owned[i] = make(map[tp]bool)
 		for _, topic := range sortedTopics(m.Current) {
 			count, ok := spec.Partitions[topic]
 			if !ok || !m.Topics[topic] {
 				continue
 			}
-			for _, p := range m.Current[topic] {
+			ps := slices.Clone(m.Current[topic])
+			slices.Sort(ps)
+			for _, p := range ps {
 				k := tp{topic, p}
-				if p < 0 || p >= count {
-					continue
-				}
-				if _, taken := owner[k]; taken {
+				if p < 0 || p >= count || taken[k] {
 					continue // Members sorted by id: the first claim wins.
 				}
-				owner[k] = i
-				owned[i][k] = true
+				taken[k] = true
+				owned[i] = append(owned[i], k)
 			}
 		}
 	}
@@ -132,7 +132,7 @@ func (UniformAssignor) Assign(spec Spec) map[string]map[string][]int32 {
 		}
 		for p := int32(0); p < spec.Partitions[topic]; p++ {
 			k := tp{topic, p}
-			if _, taken := owner[k]; taken {
+			if taken[k] {
 				continue
 			}
 			best := eligible[0]
@@ -141,32 +141,31 @@ func (UniformAssignor) Assign(spec Spec) map[string]map[string][]int32 {
 					best = i
 				}
 			}
-			owner[k] = best
-			owned[best][k] = true
+			taken[k] = true
+			owned[best] = insertSorted(owned[best], k)
 		}
 	}
 
 	// Balance: move one partition at a time from a fuller to an emptier
 	// member that may take it, preferring the largest gap.
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
 	for {
-		order := make([]int, n)
-		for i := range order {
-			order[i] = i
-		}
 		sort.SliceStable(order, func(a, b int) bool { return len(owned[order[a]]) > len(owned[order[b]]) })
 		moved := false
 		for _, hi := range order {
-			for j := n - 1; j >= 0; j-- {
+			for j := n - 1; j >= 0 && !moved; j-- {
 				lo := order[j]
 				if len(owned[hi])-len(owned[lo]) < 2 {
 					break
 				}
-				if k, ok := movable(owned[hi], spec.Members[lo].Topics); ok {
-					delete(owned[hi], k)
-					owned[lo][k] = true
-					owner[k] = lo
+				if at := movable(owned[hi], spec.Members[lo].Topics); at >= 0 {
+					k := owned[hi][at]
+					owned[hi] = slices.Delete(owned[hi], at, at+1)
+					owned[lo] = insertSorted(owned[lo], k)
 					moved = true
-					break
 				}
 			}
 			if moved {
@@ -180,37 +179,39 @@ func (UniformAssignor) Assign(spec Spec) map[string]map[string][]int32 {
 
 	out := make(map[string]map[string][]int32, n)
 	for i, m := range spec.Members {
-		out[m.ID] = toTopicMap(owned[i])
+		byTopic := make(map[string][]int32)
+		for _, k := range owned[i] {
+			byTopic[k.topic] = append(byTopic[k.topic], k.partition)
+		}
+		out[m.ID] = byTopic
 	}
 	return out
 }
 
-// movable picks the partition of from that a member subscribed to topics may
-// take: the last in (topic, partition) order, so a member keeps its lower
-// partitions and the choice is deterministic.
-func movable(from map[tp]bool, topics map[string]bool) (tp, bool) {
-	var best tp
-	found := false
-	for k := range from {
-		if !topics[k.topic] {
-			continue
-		}
-		if !found || tpLess(best, k) {
-			best, found = k, true
+// movable returns the index in from (sorted) of the partition a member
+// subscribed to topics may take, or -1: the last one, so a member keeps its
+// lower partitions and the choice is deterministic.
+func movable(from []tp, topics map[string]bool) int {
+	for i := len(from) - 1; i >= 0; i-- {
+		if topics[from[i].topic] {
+			return i
 		}
 	}
-	return best, found
+	return -1
 }
 
-func toTopicMap(set map[tp]bool) map[string][]int32 {
-	out := make(map[string][]int32)
-	for k := range set {
-		out[k.topic] = append(out[k.topic], k.partition)
-	}
-	for _, ps := range out {
-		slices.Sort(ps)
-	}
-	return out
+// insertSorted inserts k into the sorted list.
+func insertSorted(list []tp, k tp) []tp {
+	at, _ := slices.BinarySearchFunc(list, k, func(a, b tp) int {
+		if tpLess(a, b) {
+			return -1
+		}
+		if tpLess(b, a) {
+			return 1
+		}
+		return 0
+	})
+	return slices.Insert(list, at, k)
 }
 
 // RangeAssignor gives each member subscribed to a topic a contiguous range of

@@ -87,6 +87,9 @@ type Group struct {
 	// regexTopics holds the topics each subscribed regex matched when last
 	// resolved.
 	regexTopics map[string][]string
+	// subs caches the union of the members' subscribed topics; nil when a
+	// subscription, a member or a regex resolution changed.
+	subs map[string]bool
 
 	newMemberID func() string
 }
@@ -235,8 +238,9 @@ func (g *Group) join(req *groupv1.ConsumerGroupHeartbeatRequest, topics Topics, 
 		m.instanceID = instance
 		g.static[instance] = id
 	}
-	g.update(m, req, topics, now, added)
-	return g.respond(m, req, true, nil), nil
+	owned := map[tp]bool{} // validate checked that a join owns nothing.
+	g.update(m, req, owned, topics, now, added)
+	return g.respond(m, owned, true, nil), nil
 }
 
 // replaceStatic moves a static member's state to a new member id (KIP-345
@@ -251,8 +255,7 @@ func (g *Group) replaceStatic(prev *member, id string) *member {
 		delete(g.target, prev.id)
 		g.target[id] = t
 	}
-	g.setOwnership(prev.id, nil)
-	g.setOwnership(id, &m)
+	g.setOwnership(prev.id, []partitionEpochs{prev.assigned, prev.pending}, &m)
 	return &m
 }
 
@@ -278,8 +281,8 @@ func (g *Group) heartbeat(req *groupv1.ConsumerGroupHeartbeatRequest, topics Top
 		}
 	}
 	before := m.assigned
-	g.update(m, req, topics, now, false)
-	return g.respond(m, req, false, before), nil
+	g.update(m, req, owned, topics, now, false)
+	return g.respond(m, owned, false, before), nil
 }
 
 // memberFor finds the member a heartbeat or leave names, checking its
@@ -332,7 +335,7 @@ func (g *Group) leave(req *groupv1.ConsumerGroupHeartbeatRequest, topics Topics,
 // its topics, recomputes the target when the group epoch moved, and
 // reconciles m. changed says the membership changed already; the group
 // epoch moves by one per heartbeat whatever changed.
-func (g *Group) update(m *member, req *groupv1.ConsumerGroupHeartbeatRequest, topics Topics, now time.Time, changed bool) {
+func (g *Group) update(m *member, req *groupv1.ConsumerGroupHeartbeatRequest, owned map[tp]bool, topics Topics, now time.Time, changed bool) {
 	m.sessionDeadline = now.Add(g.cfg.SessionTimeout)
 	if r := req.GetRackId(); r != "" {
 		m.rack = r
@@ -371,18 +374,17 @@ func (g *Group) update(m *member, req *groupv1.ConsumerGroupHeartbeatRequest, to
 		g.groupEpoch++
 	}
 	g.computeTarget()
-
-	owned := ownedSet(req.GetOwnedPartitions())
 	g.reconcile(m, owned, now)
 }
 
 // reconcile runs m's reconciliation step and keeps the owner map and the
 // rebalance-timeout deadline in step with it.
 func (g *Group) reconcile(m *member, owned map[tp]bool, now time.Time) {
+	old := []partitionEpochs{m.assigned, m.pending}
 	if !m.reconcile(g.target[m.id], g.targetEpoch, owned, g.holder) {
 		return
 	}
-	g.setOwnership(m.id, m)
+	g.setOwnership(m.id, old, m)
 	if m.state == stateUnrevoked {
 		// Kafka's rebalance timeout: the member must revoke within its
 		// max.poll.interval.ms or it is fenced. Each new revocation
@@ -399,13 +401,13 @@ func (g *Group) reconcile(m *member, owned map[tp]bool, now time.Time) {
 // (Kafka resends the full assignment then). The second case matters even
 // when the report matches the new assignment: a member still applying an
 // older one must learn that it was replaced.
-func (g *Group) respond(m *member, req *groupv1.ConsumerGroupHeartbeatRequest, joined bool, before partitionEpochs) *groupv1.ConsumerGroupHeartbeatResponse {
+func (g *Group) respond(m *member, owned map[tp]bool, joined bool, before partitionEpochs) *groupv1.ConsumerGroupHeartbeatResponse {
 	resp := &groupv1.ConsumerGroupHeartbeatResponse{
 		MemberId:            m.id,
 		MemberEpoch:         m.epoch,
 		HeartbeatIntervalMs: int32(g.cfg.HeartbeatInterval / time.Millisecond),
 	}
-	if joined || !sameKeys(before, m.assigned) || !m.assigned.sameSet(ownedSet(req.GetOwnedPartitions())) {
+	if joined || !sameKeys(before, m.assigned) || !m.assigned.sameSet(owned) {
 		resp.Assignment = &groupv1.Assignment{TopicPartitions: m.assigned.proto()}
 	}
 	return resp
@@ -416,17 +418,19 @@ func (g *Group) holder(topic string, p int32) string {
 	return g.owner[topic][p]
 }
 
-// setOwnership replaces id's entries in the owner map with m's partitions
-// (none when m is nil).
-func (g *Group) setOwnership(id string, m *member) {
-	for topic, ps := range g.owner {
-		for p, o := range ps {
-			if o == id {
-				delete(ps, p)
+// setOwnership moves the owner map from what id held (old: its previous
+// assigned and pending sets) to what m holds now (nothing when m is nil).
+func (g *Group) setOwnership(id string, old []partitionEpochs, m *member) {
+	for _, pe := range old {
+		for topic, ps := range pe {
+			for p := range ps {
+				if g.owner[topic][p] == id {
+					delete(g.owner[topic], p)
+				}
 			}
-		}
-		if len(ps) == 0 {
-			delete(g.owner, topic)
+			if len(g.owner[topic]) == 0 {
+				delete(g.owner, topic)
+			}
 		}
 	}
 	if m == nil {
@@ -438,12 +442,12 @@ func (g *Group) setOwnership(id string, m *member) {
 				if g.owner[topic] == nil {
 					g.owner[topic] = make(map[int32]string)
 				}
-				if o, ok := g.owner[topic][p]; ok && o != id {
+				if o, ok := g.owner[topic][p]; ok && o != m.id {
 					// Reconciliation never hands out a held partition; if
 					// this fires the state machine has a bug.
-					panic(fmt.Sprintf("consumer group %s: partition %s-%d given to %s while %s owns it", g.id, topic, p, id, o))
+					panic(fmt.Sprintf("consumer group %s: partition %s-%d given to %s while %s owns it", g.id, topic, p, m.id, o))
 				}
-				g.owner[topic][p] = id
+				g.owner[topic][p] = m.id
 			}
 		}
 	}
@@ -457,12 +461,15 @@ func (g *Group) removeMember(m *member) {
 	if m.instanceID != "" && g.static[m.instanceID] == m.id {
 		delete(g.static, m.instanceID)
 	}
-	g.setOwnership(m.id, nil)
+	g.setOwnership(m.id, []partitionEpochs{m.assigned, m.pending}, nil)
 	g.dropUnusedRegexes()
 }
 
-// dropUnusedRegexes forgets resolved regexes no member uses any more.
+// dropUnusedRegexes forgets resolved regexes no member uses any more. It is
+// called whenever a subscription or the membership changed, so it also
+// drops the cached union of subscriptions.
 func (g *Group) dropUnusedRegexes() {
+	g.subs = nil
 	used := make(map[string]bool)
 	for _, m := range g.members {
 		if m.regex != "" {

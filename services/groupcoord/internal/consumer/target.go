@@ -54,15 +54,18 @@ func (g *Group) refreshMetadata(topics Topics) bool {
 	if topics == nil {
 		return false
 	}
-	next := make(map[string]int32)
-	for _, m := range g.members {
-		for t := range g.subscribedTopics(m) {
-			if _, done := next[t]; done {
-				continue
+	if g.subs == nil {
+		g.subs = make(map[string]bool)
+		for _, m := range g.members {
+			for t := range g.subscribedTopics(m) {
+				g.subs[t] = true
 			}
-			if n := topics.Partitions(t); n > 0 {
-				next[t] = n
-			}
+		}
+	}
+	next := make(map[string]int32, len(g.subs))
+	for t := range g.subs {
+		if n := topics.Partitions(t); n > 0 {
+			next[t] = n
 		}
 	}
 	if sameCounts(next, g.partitions) {
@@ -147,6 +150,7 @@ func (g *Group) TopicsChanged(topics Topics) {
 		next := resolveRegex(re, topics)
 		if !equalStrings(next, g.regexTopics[expr]) {
 			g.regexTopics[expr] = next
+			g.subs = nil
 			changed = true
 		}
 	}
