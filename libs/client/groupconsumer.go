@@ -453,6 +453,8 @@ func (g *GroupConsumer) subscription(ctx context.Context) ([]string, error) {
 // OnAssigned. Partitions whose offsets cannot be fetched now are assigned
 // but not read until a later Poll fetches them.
 func (g *GroupConsumer) gainPartitions(ctx context.Context, added []TopicPartition) {
+	ctx, cancel := g.rebalanceCtx(ctx)
+	defer cancel()
 	g.mu.Lock()
 	for _, tp := range added {
 		g.assigned[tp] = true
@@ -507,6 +509,21 @@ func (g *GroupConsumer) readable() []TopicPartition {
 	return out
 }
 
+// rebalanceCtx bounds the work of a rebalance step (the commit before a
+// revocation, fetching committed offsets, the callbacks) by the request
+// timeout rather than by Poll's deadline: a Poll with a short deadline must
+// not cut a revocation's commit short, which would hand partitions over
+// with stale offsets (Kafka, too, finishes that commit across polls). Close
+// still ends it.
+func (g *GroupConsumer) rebalanceCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.c.cfg.RequestTimeout)
+	stop := context.AfterFunc(g.life, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+	}
+}
+
 // revokePartitions gives up partitions the member still owns: it commits
 // what Poll returned (with AutoCommit), calls OnRevoked, and stops reading
 // them.
@@ -514,6 +531,8 @@ func (g *GroupConsumer) revokePartitions(ctx context.Context, revoked []TopicPar
 	if len(revoked) == 0 {
 		return
 	}
+	ctx, cancel := g.rebalanceCtx(ctx)
+	defer cancel()
 	if g.cfg.AutoCommit {
 		if err := g.commitDue(ctx); err != nil {
 			g.logWarn("committing before revocation failed", err)
@@ -582,11 +601,29 @@ func (g *GroupConsumer) due(all bool) map[TopicPartition]committedOffset {
 
 // commitDue commits, synchronously, the positions that moved.
 func (g *GroupConsumer) commitDue(ctx context.Context) error {
+	g.flushCommits(ctx)
 	offsets := g.due(false)
 	if len(offsets) == 0 {
 		return nil
 	}
 	return g.commit(ctx, offsets)
+}
+
+// flushCommits waits until the asynchronous commits queued so far are
+// answered. A synchronous commit waits for them first: an older
+// asynchronous commit answered after it would move the committed offsets
+// back, and a partition's next owner would read records again.
+func (g *GroupConsumer) flushCommits(ctx context.Context) {
+	flushed := make(chan struct{})
+	select {
+	case g.commits <- commitJob{done: func(error) { close(flushed) }}:
+		select {
+		case <-flushed:
+		case <-ctx.Done():
+		}
+	case <-ctx.Done():
+	case <-g.life.Done():
+	}
 }
 
 // CommitSync commits offsets (the next offset to read, per partition) and
@@ -602,12 +639,14 @@ func (g *GroupConsumer) CommitSync(ctx context.Context, offsets map[TopicPartiti
 	if len(req) == 0 {
 		return nil
 	}
+	g.flushCommits(ctx)
 	return g.commit(ctx, req)
 }
 
 // CommitAsync commits offsets (nil: what Poll returned so far) in the
 // background, after earlier asynchronous commits, and calls done (if not
-// nil) with the outcome.
+// nil) with the outcome. done runs on the goroutine that sends commits, so
+// it must not call CommitSync or Close.
 func (g *GroupConsumer) CommitAsync(offsets map[TopicPartition]int64, done func(error)) {
 	var req map[TopicPartition]committedOffset
 	if offsets == nil {
@@ -833,16 +872,7 @@ func (g *GroupConsumer) Close(ctx context.Context) error {
 	g.closed = true
 	g.mu.Unlock()
 	var errList []error
-	// Wait for queued asynchronous commits: a sentinel job marks the end.
-	flushed := make(chan struct{})
-	select {
-	case g.commits <- commitJob{done: func(error) { close(flushed) }}:
-		select {
-		case <-flushed:
-		case <-ctx.Done():
-		}
-	case <-ctx.Done():
-	}
+	g.flushCommits(ctx)
 	if g.cfg.AutoCommit && g.member.generation() >= 0 {
 		if err := g.commitDue(ctx); err != nil {
 			errList = append(errList, err)

@@ -175,12 +175,18 @@ func consumeGroup(cmd *cobra.Command, g *globals, c *client.Client, topic string
 	n := 0
 	lastCommit := time.Now()
 	for o.maxMessages <= 0 || n < o.maxMessages {
-		recs, err := gc.Poll(ctx)
+		// Polls end every second so that commits go out while no records
+		// arrive.
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		recs, err := gc.Poll(pctx)
+		cancel()
 		var trunc *client.TruncationError
 		switch {
 		case errors.As(err, &trunc):
 			warn("truncation", err)
 			continue
+		case err != nil && ctx.Err() == nil && pctx.Err() != nil:
+			// This Poll's second is up.
 		case err != nil && ctx.Err() != nil:
 			w.Flush()
 			if o.timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) && o.maxMessages > 0 {
@@ -190,18 +196,25 @@ func consumeGroup(cmd *cobra.Command, g *globals, c *client.Client, topic string
 		case err != nil:
 			return err
 		}
+		before := n
 		for _, r := range recs {
 			if o.maxMessages > 0 && n >= o.maxMessages {
 				break
 			}
 			writeRecord(w, tmpl, r)
-			printed.add(r)
 			n++
+		}
+		// Printed means handed to stdout: flush before counting records as
+		// printed (a full pipe makes the flush wait, not the commit run
+		// ahead of the output).
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		for _, r := range recs[:min(len(recs), n-before)] {
+			printed.add(r)
 		}
 		if time.Since(lastCommit) >= commitEvery {
 			lastCommit = time.Now()
-			// Printed means handed to stdout, so flush before committing.
-			w.Flush()
 			if offs := printed.pending(nil); len(offs) > 0 {
 				gc.CommitAsync(offs, func(err error) {
 					if err != nil {
