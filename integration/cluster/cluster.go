@@ -41,6 +41,8 @@ type Options struct {
 	// StorageRoles and Workers: see devcluster.Spec.
 	StorageRoles role.Set
 	Workers      int
+	// GroupCoordinators: see devcluster.Spec.
+	GroupCoordinators int
 }
 
 // DefaultArgs make processes start fast on a busy test machine without
@@ -99,18 +101,19 @@ func Start(t testing.TB, o Options) *devcluster.Cluster {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, err := devcluster.Start(ctx, devcluster.Spec{
-		Sluiced:      Sluiced(t),
-		Dir:          dir,
-		Controllers:  o.Controllers,
-		StorageNodes: o.StorageNodes,
-		Combined:     o.Combined,
-		Hosts:        o.Hosts,
-		Env:          o.Env,
-		StorageRoles: o.StorageRoles,
-		Workers:      o.Workers,
-		Wrap:         o.Wrap,
-		ExtraArgs:    append(append([]string{}, DefaultArgs...), o.ExtraArgs...),
-		ReadyTimeout: 90 * time.Second,
+		Sluiced:           Sluiced(t),
+		Dir:               dir,
+		Controllers:       o.Controllers,
+		StorageNodes:      o.StorageNodes,
+		Combined:          o.Combined,
+		Hosts:             o.Hosts,
+		Env:               o.Env,
+		StorageRoles:      o.StorageRoles,
+		Workers:           o.Workers,
+		GroupCoordinators: o.GroupCoordinators,
+		Wrap:              o.Wrap,
+		ExtraArgs:         append(append([]string{}, DefaultArgs...), o.ExtraArgs...),
+		ReadyTimeout:      90 * time.Second,
 	})
 	if err != nil {
 		dumpLogs(t, dir)

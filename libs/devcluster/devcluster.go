@@ -46,6 +46,11 @@ type Spec struct {
 	// own (after the storage nodes), for storage nodes without the
 	// replication role.
 	Workers int
+	// GroupCoordinators is the number of group coordinators in processes
+	// of their own (after the workers). With any, storage nodes run
+	// without the group-coordinator role (unless StorageRoles says
+	// otherwise), and the coordinators share the groups.
+	GroupCoordinators int
 	// BasePort is the first port; process k (0-based, controllers first)
 	// uses BasePort+10k for gRPC, +1 for HTTP, +2 and +3 for etcd. 0 picks
 	// free ports.
@@ -105,7 +110,7 @@ func Start(ctx context.Context, spec Spec) (*Cluster, error) {
 	if spec.Output != nil {
 		c.out = &lockedWriter{w: spec.Output}
 	}
-	n := spec.Controllers + spec.StorageNodes + spec.Workers
+	n := spec.Controllers + spec.StorageNodes + spec.Workers + spec.GroupCoordinators
 	ports, err := c.ports(n)
 	if err != nil {
 		return nil, err
@@ -136,9 +141,16 @@ func Start(ctx context.Context, spec Spec) (*Cluster, error) {
 		} else if k < spec.Controllers+spec.StorageNodes {
 			p.Name = fmt.Sprintf("storage-%d", k-spec.Controllers+1)
 			p.Roles = role.Set{role.StorageNode, role.Replication, role.GroupCoordinator, role.TransactionCoordinator}
+			if spec.GroupCoordinators > 0 {
+				p.Roles = role.Set{role.StorageNode, role.Replication, role.TransactionCoordinator}
+			}
 			if len(spec.StorageRoles) > 0 {
 				p.Roles = spec.StorageRoles
 			}
+		} else if k >= spec.Controllers+spec.StorageNodes+spec.Workers {
+			g := k - spec.Controllers - spec.StorageNodes - spec.Workers
+			p.Name = fmt.Sprintf("group-coordinator-%d", g+1)
+			p.Roles = role.Set{role.GroupCoordinator}
 		} else {
 			w := k - spec.Controllers - spec.StorageNodes
 			p.Name = fmt.Sprintf("replication-%d", w+1)

@@ -29,6 +29,13 @@ type Partition struct {
 	dir     string
 	log     *storage.Log
 
+	// coordMu orders the appends of an internal topic's coordinators
+	// against coordinator fences (StorageService.FenceCoordinator): a
+	// check that the writer coordinates the partition and its append are
+	// one step, and a fence's log end covers every write checked before
+	// it.
+	coordMu sync.Mutex
+
 	mu             sync.Mutex
 	isLeader       bool
 	leaderID       int32
@@ -76,6 +83,13 @@ func newPartition(m *Manager, tp TP, topicID, dir string, l *storage.Log) *Parti
 	p.hwSaved = p.hw
 	return p
 }
+
+// LockCoordinator takes the lock that orders coordinator writes of an
+// internal topic against coordinator fences.
+func (p *Partition) LockCoordinator() { p.coordMu.Lock() }
+
+// UnlockCoordinator releases the lock LockCoordinator took.
+func (p *Partition) UnlockCoordinator() { p.coordMu.Unlock() }
 
 // TP returns the partition's name.
 func (p *Partition) TP() TP { return p.tp }

@@ -38,6 +38,7 @@ import (
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
 	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
+	client "github.com/sluice-io/sluice/libs/client"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/metadata"
@@ -141,6 +142,7 @@ type GroupCoordinator struct {
 	// creating is set while a CreateTopics call for the offsets topic is
 	// in flight, so concurrent FindCoordinator calls send only one.
 	creating bool
+	client   *client.Client
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -196,9 +198,13 @@ func (r *GroupCoordinator) Stop(ctx context.Context) error {
 	r.mu.Lock()
 	shards := r.shards
 	r.shards = map[int32]*shard{}
+	c := r.client
 	r.mu.Unlock()
 	for _, s := range shards {
 		s.unload()
+	}
+	if c != nil {
+		_ = c.Close() // closing idle connections; nothing to report
 	}
 	return nil
 }
@@ -215,7 +221,7 @@ func (r *GroupCoordinator) run(ctx context.Context) {
 			replicasChanged = r.deps.Replicas.Changed()
 		}
 		metaChanged := r.deps.Metadata.Changed()
-		r.reconcile(ctx)
+		r.reconcile()
 		select {
 		case <-ctx.Done():
 			return
@@ -240,35 +246,61 @@ func (r *GroupCoordinator) loadedShards() []*shard {
 	return out
 }
 
-// reconcile loads a shard for every offsets-topic partition led here, in
-// the leader epoch it is led in, and unloads the others.
-func (r *GroupCoordinator) reconcile(ctx context.Context) {
-	want := map[int32]*replica.Partition{}
-	if r.deps.Replicas != nil {
-		for _, p := range r.deps.Replicas.Partitions() {
-			if p.TP().Topic != OffsetsTopic {
+// reconcile loads a shard for every offsets-topic partition metadata says
+// this node coordinates, and unloads the others. A partition led here is
+// coordinated once the local replica leads it, in that leader epoch; one
+// led elsewhere (this process runs no storage) from the metadata revision
+// at which it was handed over.
+func (r *GroupCoordinator) reconcile() {
+	img := r.deps.Metadata.Load()
+	me := int32(r.deps.Node.ID)
+	type want struct {
+		local *replica.Partition
+		epoch int32
+	}
+	wanted := map[int32]want{}
+	if t, ok := img.Topics[OffsetsTopic]; ok {
+		for _, ps := range t.Partitions {
+			b, atLeader := img.CoordinatorOf(OffsetsTopic, ps.GetPartition(), groupCoordinatorRole)
+			if b == nil || b.GetId() != me {
 				continue
 			}
-			if v := p.View(); v.IsLeader {
-				want[p.TP().Partition] = p
+			if !atLeader {
+				wanted[ps.GetPartition()] = want{}
+				continue
+			}
+			if r.deps.Replicas == nil {
+				continue
+			}
+			p, ok := r.deps.Replicas.Get(replica.TP{Topic: OffsetsTopic, Partition: ps.GetPartition()})
+			if !ok {
+				continue
+			}
+			if v := p.View(); v.IsLeader && v.LeaderEpoch == ps.GetLeaderEpoch() {
+				wanted[ps.GetPartition()] = want{local: p, epoch: v.LeaderEpoch}
 			}
 		}
 	}
 	r.mu.Lock()
 	var drop []*shard
 	for id, s := range r.shards {
-		p, ok := want[id]
-		if !ok || p != s.p || p.View().LeaderEpoch != s.epoch {
+		w, ok := wanted[id]
+		if !ok || w.local != s.local || w.epoch != s.epoch {
 			drop = append(drop, s)
 			delete(r.shards, id)
 		}
 	}
 	var start []*shard
-	for id, p := range want {
+	for id, w := range wanted {
 		if _, ok := r.shards[id]; ok {
 			continue
 		}
-		s := newShard(r, id, p, p.View().LeaderEpoch)
+		var s *shard
+		if w.local != nil {
+			s = newLocalShard(r, id, w.local, w.epoch)
+		} else {
+			s = newRemoteShard(r, id, img.Revision)
+		}
 		r.shards[id] = s
 		start = append(start, s)
 	}
@@ -278,8 +310,9 @@ func (r *GroupCoordinator) reconcile(ctx context.Context) {
 		s.unload()
 	}
 	for _, s := range start {
-		r.logger.Info("group coordinator shard loading", log.TopicPartition(OffsetsTopic, s.id), log.Epoch(s.epoch))
-		go s.load(ctx)
+		r.logger.Info("group coordinator shard loading", log.TopicPartition(OffsetsTopic, s.id), log.Epoch(s.epoch),
+			slog.Bool("at_leader", s.local != nil), log.Revision(s.revision))
+		go s.load()
 	}
 }
 
@@ -305,6 +338,9 @@ func (r *GroupCoordinator) shardFor(groupID string) (*shard, *errs.Error) {
 		if c.GetError() != nil {
 			return nil, errs.FromProto(c.GetError())
 		}
+		if c.GetNodeId() == int32(r.deps.Node.ID) {
+			return nil, errs.New(errs.CoordinatorLoadInProgress, "group %q: this node is taking over %s-%d", groupID, OffsetsTopic, pid)
+		}
 		return nil, errs.New(errs.NotCoordinator, "node %d does not coordinate group %q; node %d at %s does",
 			r.deps.Node.ID, groupID, c.GetNodeId(), c.GetAddress()).
 			WithCoordinator(&edpb.CoordinatorHint{Key: groupID, NodeId: c.GetNodeId(), Address: c.GetAddress()})
@@ -315,19 +351,30 @@ func (r *GroupCoordinator) shardFor(groupID string) (*shard, *errs.Error) {
 	return s, nil
 }
 
+// groupCoordinatorRole is the role that coordinates the offsets topic.
+const groupCoordinatorRole = string(role.GroupCoordinator)
+
 // coordinatorOf says which node coordinates partition pid of the offsets
-// topic: its leader, when the leader runs this role.
+// topic (metadata.Image.CoordinatorOf: its leader when the leader runs this
+// role, otherwise one of the processes that run only coordinator roles).
 func (r *GroupCoordinator) coordinatorOf(img *metadata.Image, pid int32) *groupv1.Coordinator {
-	ps, ok := img.Partition(OffsetsTopic, pid)
-	if !ok || ps.GetLeaderId() < 0 {
-		return &groupv1.Coordinator{Error: errs.New(errs.CoordinatorNotAvailable, "%s-%d has no leader now", OffsetsTopic, pid).Proto()}
-	}
-	b, ok := img.Brokers[ps.GetLeaderId()]
-	if !ok || !hasRole(b.GetRoles(), role.GroupCoordinator) {
+	b, _ := img.CoordinatorOf(OffsetsTopic, pid, groupCoordinatorRole)
+	if b == nil {
 		return &groupv1.Coordinator{Error: errs.New(errs.CoordinatorNotAvailable,
-			"%s-%d is led by node %d, which does not run the group-coordinator role", OffsetsTopic, pid, ps.GetLeaderId()).Proto()}
+			"%s-%d has no coordinator now: its leader does not run the group-coordinator role (or there is none) and no live process runs that role alone", OffsetsTopic, pid).Proto()}
 	}
 	return &groupv1.Coordinator{NodeId: b.GetId(), Address: metadata.BrokerAddress(b)}
+}
+
+// sdk returns the process's client, for remote shards' replay.
+func (r *GroupCoordinator) sdk() *client.Client {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.client == nil {
+		// client.New fails only on an empty bootstrap list.
+		r.client, _ = client.New(client.Config{Bootstrap: []string{r.deps.Node.AdvertiseAddr()}, Logger: r.logger})
+	}
+	return r.client
 }
 
 func hasRole(roles []string, want role.Role) bool {

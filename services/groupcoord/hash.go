@@ -1,10 +1,14 @@
 package groupcoord
 
-import "unicode/utf16"
+import (
+	"unicode/utf16"
+
+	"github.com/sluice-io/sluice/libs/metadata"
+)
 
 // OffsetsTopic is the internal topic that holds committed offsets and group
 // metadata, named as Kafka names it so Kafka tools recognise it.
-const OffsetsTopic = "__consumer_offsets"
+const OffsetsTopic = metadata.OffsetsTopic
 
 // PartitionFor maps a group id onto one of n partitions of the offsets topic
 // exactly as Kafka does (Utils.abs(groupId.hashCode()) % n), so a Kafka

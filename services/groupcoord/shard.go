@@ -2,8 +2,6 @@ package groupcoord
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -14,14 +12,19 @@ import (
 )
 
 // shard is this process's coordinator for one partition of the offsets
-// topic, loaded in one leader epoch. Its mutex guards every group of the
-// partition; writes are appended under it (so the log order is the order of
-// validation) and applied when acknowledged.
+// topic. Its mutex guards every group of the partition; writes are appended
+// under it (so the log order is the order of validation) and applied when
+// acknowledged.
 type shard struct {
-	c     *GroupCoordinator
-	id    int32
-	p     *replica.Partition
-	epoch int32
+	c   *GroupCoordinator
+	id  int32
+	log shardLog
+	// local and epoch identify a shard on a partition led here (the
+	// replica and the leader epoch it loaded in); remote shards have
+	// local nil and revision, the metadata revision they took over at.
+	local    *replica.Partition
+	epoch    int32
+	revision int64
 
 	ctx    context.Context // ends when the shard is unloaded
 	cancel context.CancelFunc
@@ -34,9 +37,21 @@ type shard struct {
 	nextExpiry time.Time
 }
 
-func newShard(c *GroupCoordinator, id int32, p *replica.Partition, epoch int32) *shard {
+func newLocalShard(c *GroupCoordinator, id int32, p *replica.Partition, epoch int32) *shard {
+	s := newShard(c, id, &localLog{p: p, epoch: epoch})
+	s.local, s.epoch = p, epoch
+	return s
+}
+
+func newRemoteShard(c *GroupCoordinator, id int32, revision int64) *shard {
+	s := newShard(c, id, newRemoteLog(c, id, revision))
+	s.revision = revision
+	return s
+}
+
+func newShard(c *GroupCoordinator, id int32, l shardLog) *shard {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &shard{c: c, id: id, p: p, epoch: epoch, ctx: ctx, cancel: cancel,
+	return &shard{c: c, id: id, log: l, ctx: ctx, cancel: cancel,
 		groups: map[string]*group{}, builder: record.NewBuilder(record.CodecNone)}
 }
 
@@ -50,6 +65,7 @@ func (s *shard) isLoaded() bool {
 // find the new coordinator.
 func (s *shard) unload() {
 	s.cancel()
+	s.log.close()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.loaded = false
@@ -61,22 +77,32 @@ func (s *shard) unload() {
 	s.groups = map[string]*group{}
 }
 
-// load replays the partition from its log start to the log end it has when
-// loading starts, after waiting for the high watermark to reach that end:
+// load replays the partition from its log start to the end the log has
+// once earlier coordinators are fenced and their writes committed:
 // everything a previous coordinator acknowledged is then applied, and
 // nothing it did not. Only then does the shard serve.
-func (s *shard) load(ctx context.Context) {
+func (s *shard) load() {
 	start := s.c.now()
-	err := s.replay(ctx)
+	ctx := s.ctx
+	from, to, err := s.log.open(ctx)
+	if err == nil {
+		err = s.log.replay(ctx, from, to, func(key, value []byte, offset int64) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if err := s.applyRecordLocked(key, value, offset); err != nil {
+				s.c.logger.Warn("offsets topic record skipped", log.TopicPartition(OffsetsTopic, s.id), log.Offset(offset), log.Err(err))
+			}
+		})
+	}
 	if err != nil {
-		if s.ctx.Err() == nil && ctx.Err() == nil {
-			s.c.logger.Error("group coordinator shard failed to load; it stays unloaded until leadership changes", log.TopicPartition(OffsetsTopic, s.id), log.Err(err))
+		if ctx.Err() == nil {
+			s.c.logger.Error("group coordinator shard failed to load; it stays unloaded until its ownership changes", log.TopicPartition(OffsetsTopic, s.id), log.Err(err))
 		}
 		return
 	}
 	now := s.c.now()
 	s.mu.Lock()
-	if s.ctx.Err() != nil {
+	if ctx.Err() != nil {
 		s.mu.Unlock()
 		return
 	}
@@ -92,68 +118,7 @@ func (s *shard) load(ctx context.Context) {
 	s.mu.Unlock()
 	s.c.m.loadTime.Record(context.Background(), now.Sub(start).Seconds())
 	s.c.logger.Info("group coordinator shard loaded", log.TopicPartition(OffsetsTopic, s.id), log.Epoch(s.epoch),
-		groupsAttr(n), durationAttr(now.Sub(start)))
-}
-
-func (s *shard) replay(ctx context.Context) error {
-	v := s.p.View()
-	target := v.LogEnd
-	// Wait for the high watermark to cover the log end: records above it
-	// were written by the previous leader and are not known to be
-	// acknowledged until then.
-	for {
-		v = s.p.View()
-		if !v.IsLeader || v.LeaderEpoch != s.epoch {
-			return errors.New("leadership moved while loading")
-		}
-		if v.HighWatermark >= target {
-			break
-		}
-		ch := s.p.Changed()
-		if s.p.View().HighWatermark >= target {
-			break
-		}
-		select {
-		case <-ch:
-		case <-time.After(time.Second):
-		case <-s.ctx.Done():
-			return s.ctx.Err()
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	var it record.Iterator
-	offset := v.LogStart
-	epoch := s.epoch
-	for offset < target {
-		res, _, _, err := s.p.ReadForConsumer(offset, 1<<20, &epoch, nil)
-		if err != nil {
-			return fmt.Errorf("reading %s-%d at %d: %w", OffsetsTopic, s.id, offset, err)
-		}
-		buf := res.AppendTo(nil)
-		next := res.NextOffset
-		res.Release()
-		if next <= offset {
-			return fmt.Errorf("reading %s-%d at %d: no progress (log start %d, end %d)", OffsetsTopic, s.id, offset, v.LogStart, target)
-		}
-		it.Reset(buf)
-		s.mu.Lock()
-		for it.Next() {
-			if it.Batch().Attributes.Control() {
-				continue
-			}
-			r := it.Record()
-			if err := s.applyRecordLocked(r.Key, r.Value, r.Offset); err != nil {
-				s.c.logger.Warn("offsets topic record skipped", log.TopicPartition(OffsetsTopic, s.id), log.Offset(r.Offset), log.Err(err))
-			}
-		}
-		s.mu.Unlock()
-		if err := it.Err(); err != nil {
-			return fmt.Errorf("decoding %s-%d at %d: %w", OffsetsTopic, s.id, offset, err)
-		}
-		offset = next
-	}
-	return nil
+		groupsAttr(n), durationAttr(now.Sub(start)), log.Offset(to))
 }
 
 // kv is one record to write.
@@ -187,16 +152,11 @@ func (s *shard) writeLocked(recs []kv, apply func(base int64), failed func(err *
 		return done
 	}
 	batch = append([]byte(nil), batch...)
-	epoch := s.epoch
-	res, appendedIn, err := s.p.Append(batch, replica.AcksAll, &epoch, record.FromCoordinator)
-	if err != nil {
-		fail(s.writeError(err))
-		return done
-	}
+	wait := s.log.append(batch)
 	go func() {
 		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 		defer cancel()
-		err := s.p.AwaitAck(ctx, res, appendedIn, replica.AcksAll)
+		base, err := wait(ctx)
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if err != nil {
@@ -207,7 +167,7 @@ func (s *shard) writeLocked(recs []kv, apply func(base int64), failed func(err *
 			fail(errs.New(errs.NotCoordinator, "this node stopped coordinating %s-%d", OffsetsTopic, s.id))
 			return
 		}
-		apply(res.FirstOffset)
+		apply(base)
 		done <- nil
 	}()
 	return done
@@ -219,7 +179,7 @@ func (s *shard) writeLocked(recs []kv, apply func(base int64), failed func(err *
 // an unknown server error.
 func (s *shard) writeError(err error) *errs.Error {
 	switch errs.CodeOf(err) {
-	case errs.NotLeaderOrFollower, errs.FencedLeaderEpoch, errs.UnknownLeaderEpoch:
+	case errs.NotLeaderOrFollower, errs.FencedLeaderEpoch, errs.UnknownLeaderEpoch, errs.NotCoordinator:
 		return errs.New(errs.NotCoordinator, "this node no longer leads %s-%d: %v", OffsetsTopic, s.id, err)
 	case errs.NotEnoughReplicas, errs.NotEnoughReplicasAfterAppend, errs.RequestTimedOut, errs.UnknownTopicOrPartition, errs.StorageError:
 		return errs.New(errs.CoordinatorNotAvailable, "writing %s-%d: %v", OffsetsTopic, s.id, err)

@@ -19,6 +19,7 @@ import (
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/client/record"
+	"github.com/sluice-io/sluice/libs/metadata"
 	"github.com/sluice-io/sluice/libs/replica"
 	"github.com/sluice-io/sluice/libs/storage"
 )
@@ -112,7 +113,11 @@ func (r *StorageNode) appendAll(ctx context.Context, req *storagev1.ProduceReque
 			if batches, err = batchesOf(pp); err == nil {
 				var ar storage.AppendResult
 				var epoch int32
-				ar, epoch, err = part.Append(batches, acks, pp.CurrentLeaderEpoch, record.FromClient)
+				if metadata.CoordinatorRole(pp.GetTopic()) != "" {
+					ar, epoch, err = r.appendInternal(ctx, part, pp, req.GetCoordinator(), batches, acks)
+				} else {
+					ar, epoch, err = part.Append(batches, acks, pp.CurrentLeaderEpoch, record.FromClient)
+				}
 				if err == nil {
 					r.producedBytes.Add(ctx, int64(ar.Bytes))
 					r.producedRecords.Add(ctx, ar.Records)

@@ -429,16 +429,26 @@ func TestValidateCommitAndFetch(t *testing.T) {
 	require.Len(t, kept, 2)
 
 	// KIP-1251: a commit with epoch 1 is fine for partitions m1 still owns
-	// since epoch 1, stale for the ones it gave up.
-	require.NoError(t, g.ValidateCommit("m1", 1))
+	// since epoch 1, stale for the ones it gave up. ValidateCommit, which
+	// sees no partitions, keeps the strict rule.
+	requireCode(t, g.ValidateCommit("m1", 1), errs.StaleMemberEpoch)
+	check, err := g.CommitValidator("m1", 1)
+	require.NoError(t, err)
+	require.NotNil(t, check)
 	for p := int32(0); p < 4; p++ {
-		err := g.ValidateCommitPartition("m1", 1, "a", p)
+		err := check("a", p)
 		if c1.held[tp{"a", p}] {
 			require.NoError(t, err, "a-%d", p)
 		} else {
 			requireCode(t, err, errs.StaleMemberEpoch)
 		}
 	}
+	requireCode(t, check("b", 0), errs.StaleMemberEpoch)
+	check, err = g.CommitValidator("m1", 2)
+	require.NoError(t, err)
+	require.Nil(t, check, "the current epoch commits every partition")
+	_, err = g.CommitValidator("m1", 3)
+	requireCode(t, err, errs.FencedMemberEpoch)
 	// The fetch path keeps the strict rule.
 	requireCode(t, g.ValidateFetch("m1", 1), errs.StaleMemberEpoch)
 	requireCode(t, g.ValidateFetch("m1", 3), errs.FencedMemberEpoch)
@@ -447,7 +457,11 @@ func TestValidateCommitAndFetch(t *testing.T) {
 	// m2 got its partitions at epoch 2: an epoch-1 commit is stale for all.
 	beat(t, g, c2, topics, t0)
 	require.Len(t, c2.held, 2)
-	requireCode(t, g.ValidateCommit("m2", 1), errs.StaleMemberEpoch)
+	check, err = g.CommitValidator("m2", 1)
+	require.NoError(t, err)
+	for k := range c2.held {
+		requireCode(t, check(k.topic, k.partition), errs.StaleMemberEpoch)
+	}
 	require.NoError(t, g.ValidateCommit("m2", 2))
 }
 

@@ -18,56 +18,57 @@ var (
 	codeUnreleasedInstanceID = errs.FencedInstanceID
 )
 
-// ValidateCommit checks an OffsetCommit's member id and epoch as a whole
-// (Kafka's ConsumerGroup.validateOffsetCommit):
+// ValidateCommit checks an OffsetCommit's member id and epoch with the rule
+// that needs no partitions (Kafka's before KIP-1251):
 //
 //   - a negative epoch with no member id is accepted only while the group
 //     is empty (commits by an admin client or a consumer outside the group);
 //   - an unknown member gets UNKNOWN_MEMBER_ID;
 //   - an epoch newer than the member's gets FENCED_MEMBER_EPOCH;
-//   - an older epoch gets STALE_MEMBER_EPOCH unless the member still owns a
-//     partition it was assigned at that epoch or before (KIP-1251): then the
-//     request passes and each partition must pass ValidateCommitPartition.
+//   - an older one gets STALE_MEMBER_EPOCH.
+//
+// It cannot see the partitions, so it cannot accept the older-epoch commits
+// KIP-1251 allows without also accepting them for partitions the member no
+// longer owns; CommitValidator can, and is what an OffsetCommit handler
+// should use.
 func (g *Group) ValidateCommit(memberID string, memberEpoch int32) error {
-	if memberEpoch < 0 && memberID == "" && len(g.members) == 0 {
-		return nil
-	}
-	m, err := g.commitMember(memberID, memberEpoch)
-	if err != nil || memberEpoch == m.epoch {
+	check, err := g.CommitValidator(memberID, memberEpoch)
+	if err != nil || check == nil {
 		return err
 	}
-	for _, pe := range []partitionEpochs{m.assigned, m.pending} {
-		for _, ps := range pe {
-			for _, e := range ps {
-				if e <= memberEpoch {
-					return nil
-				}
-			}
-		}
-	}
-	return errs.New(errs.StaleMemberEpoch, "member %s of group %s committed with epoch %d but is at epoch %d and owns no partition assigned by then; heartbeat to learn the new epoch and commit again", memberID, g.id, memberEpoch, m.epoch)
+	m := g.members[memberID]
+	return errs.New(errs.StaleMemberEpoch, "member %s of group %s committed with epoch %d but is at epoch %d; heartbeat to learn the new epoch and commit again", memberID, g.id, memberEpoch, m.epoch)
 }
 
-// ValidateCommitPartition checks one partition of an OffsetCommit. With the
-// member's current epoch every partition passes; with an older epoch only a
-// partition the member still owns (assigned or pending revocation) and was
-// assigned at that epoch or before passes (KIP-1251): the commit is then
-// known to come from the partition's owner, so a heartbeat that bumped the
-// epoch meanwhile does not fail it.
-func (g *Group) ValidateCommitPartition(memberID string, memberEpoch int32, topic string, partition int32) error {
+// CommitValidator checks an OffsetCommit as Kafka's current coordinator
+// does (ConsumerGroup.validateOffsetCommit with KIP-1251 assignment
+// epochs). It returns the request-level error of ValidateCommit, except
+// that an epoch older than the member's is not refused outright: it returns
+// a check to run on each partition, which accepts a partition the member
+// still owns (assigned or pending revocation) and was assigned at that epoch
+// or before, and answers STALE_MEMBER_EPOCH for the others. The commit then
+// provably comes from the partition's owner, so a heartbeat that bumped the
+// epoch meanwhile does not fail it. A nil check means every partition
+// passes.
+//
+// The check reads the group when called: run it before the next call that
+// changes the group.
+func (g *Group) CommitValidator(memberID string, memberEpoch int32) (func(topic string, partition int32) error, error) {
 	if memberEpoch < 0 && memberID == "" && len(g.members) == 0 {
-		return nil
+		return nil, nil
 	}
 	m, err := g.commitMember(memberID, memberEpoch)
 	if err != nil || memberEpoch == m.epoch {
-		return err
+		return nil, err
 	}
-	for _, pe := range []partitionEpochs{m.assigned, m.pending} {
-		if e, ok := pe[topic][partition]; ok && e <= memberEpoch {
-			return nil
+	return func(topic string, partition int32) error {
+		for _, pe := range []partitionEpochs{m.assigned, m.pending} {
+			if e, ok := pe[topic][partition]; ok && e <= memberEpoch {
+				return nil
+			}
 		}
-	}
-	return errs.New(errs.StaleMemberEpoch, "member %s of group %s committed %s-%d with epoch %d but is at epoch %d and was not assigned that partition by epoch %d; heartbeat to learn the new epoch and commit again", memberID, g.id, topic, partition, memberEpoch, m.epoch, memberEpoch)
+		return errs.New(errs.StaleMemberEpoch, "member %s of group %s committed %s-%d with epoch %d but is at epoch %d and did not own that partition since epoch %d; heartbeat to learn the new epoch and commit again", memberID, g.id, topic, partition, memberEpoch, m.epoch, memberEpoch)
+	}, nil
 }
 
 // commitMember finds the committing member and rejects epochs newer than

@@ -420,7 +420,11 @@ type ProduceRequest struct {
 	// W3C trace context (traceparent, tracestate) of the client span that
 	// sends this request. On ProduceStream, gRPC metadata covers the whole
 	// stream; this carries each request's own trace.
-	TraceContext  map[string]string `protobuf:"bytes,5,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	TraceContext map[string]string `protobuf:"bytes,5,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Set by a group or transaction coordinator writing its internal topic
+	// from another process; required for internal topics, whose only
+	// writers are their coordinators.
+	Coordinator   *CoordinatorFence `protobuf:"bytes,6,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -490,6 +494,199 @@ func (x *ProduceRequest) GetTraceContext() map[string]string {
 	return nil
 }
 
+func (x *ProduceRequest) GetCoordinator() *CoordinatorFence {
+	if x != nil {
+		return x.Coordinator
+	}
+	return nil
+}
+
+// CoordinatorFence identifies the coordinator writing an internal topic.
+// The leader accepts the write only if, in metadata at least as new as
+// metadata_revision, node_id coordinates the partition.
+type CoordinatorFence struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Node id of the coordinator's process.
+	NodeId int32 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Metadata revision at which the coordinator took the partition over.
+	MetadataRevision int64 `protobuf:"varint,2,opt,name=metadata_revision,json=metadataRevision,proto3" json:"metadata_revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *CoordinatorFence) Reset() {
+	*x = CoordinatorFence{}
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoordinatorFence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoordinatorFence) ProtoMessage() {}
+
+func (x *CoordinatorFence) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoordinatorFence.ProtoReflect.Descriptor instead.
+func (*CoordinatorFence) Descriptor() ([]byte, []int) {
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CoordinatorFence) GetNodeId() int32 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *CoordinatorFence) GetMetadataRevision() int64 {
+	if x != nil {
+		return x.MetadataRevision
+	}
+	return 0
+}
+
+// FenceCoordinatorRequest is the request of StorageService.FenceCoordinator.
+type FenceCoordinatorRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Internal topic.
+	Topic string `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// Partition index.
+	Partition int32 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// The coordinator.
+	Coordinator   *CoordinatorFence `protobuf:"bytes,3,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FenceCoordinatorRequest) Reset() {
+	*x = FenceCoordinatorRequest{}
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FenceCoordinatorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FenceCoordinatorRequest) ProtoMessage() {}
+
+func (x *FenceCoordinatorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FenceCoordinatorRequest.ProtoReflect.Descriptor instead.
+func (*FenceCoordinatorRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *FenceCoordinatorRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *FenceCoordinatorRequest) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *FenceCoordinatorRequest) GetCoordinator() *CoordinatorFence {
+	if x != nil {
+		return x.Coordinator
+	}
+	return nil
+}
+
+// FenceCoordinatorResponse is the response of StorageService.FenceCoordinator.
+type FenceCoordinatorResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Log start offset.
+	LogStartOffset int64 `protobuf:"varint,1,opt,name=log_start_offset,json=logStartOffset,proto3" json:"log_start_offset,omitempty"`
+	// Log end offset when the fence took effect: every write of an earlier
+	// coordinator is below it.
+	LogEndOffset int64 `protobuf:"varint,2,opt,name=log_end_offset,json=logEndOffset,proto3" json:"log_end_offset,omitempty"`
+	// Leader epoch of the leader that answered.
+	LeaderEpoch   int32 `protobuf:"varint,3,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FenceCoordinatorResponse) Reset() {
+	*x = FenceCoordinatorResponse{}
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FenceCoordinatorResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FenceCoordinatorResponse) ProtoMessage() {}
+
+func (x *FenceCoordinatorResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FenceCoordinatorResponse.ProtoReflect.Descriptor instead.
+func (*FenceCoordinatorResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *FenceCoordinatorResponse) GetLogStartOffset() int64 {
+	if x != nil {
+		return x.LogStartOffset
+	}
+	return 0
+}
+
+func (x *FenceCoordinatorResponse) GetLogEndOffset() int64 {
+	if x != nil {
+		return x.LogEndOffset
+	}
+	return 0
+}
+
+func (x *FenceCoordinatorResponse) GetLeaderEpoch() int32 {
+	if x != nil {
+		return x.LeaderEpoch
+	}
+	return 0
+}
+
 // RecordError reports one record the server refused.
 type RecordError struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -503,7 +700,7 @@ type RecordError struct {
 
 func (x *RecordError) Reset() {
 	*x = RecordError{}
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[3]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -515,7 +712,7 @@ func (x *RecordError) String() string {
 func (*RecordError) ProtoMessage() {}
 
 func (x *RecordError) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[3]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -528,7 +725,7 @@ func (x *RecordError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordError.ProtoReflect.Descriptor instead.
 func (*RecordError) Descriptor() ([]byte, []int) {
-	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{3}
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RecordError) GetBatchIndex() int32 {
@@ -568,7 +765,7 @@ type ProducePartitionResult struct {
 
 func (x *ProducePartitionResult) Reset() {
 	*x = ProducePartitionResult{}
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[4]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -580,7 +777,7 @@ func (x *ProducePartitionResult) String() string {
 func (*ProducePartitionResult) ProtoMessage() {}
 
 func (x *ProducePartitionResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[4]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -593,7 +790,7 @@ func (x *ProducePartitionResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducePartitionResult.ProtoReflect.Descriptor instead.
 func (*ProducePartitionResult) Descriptor() ([]byte, []int) {
-	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{4}
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ProducePartitionResult) GetTopic() string {
@@ -658,7 +855,7 @@ type ProduceResponse struct {
 
 func (x *ProduceResponse) Reset() {
 	*x = ProduceResponse{}
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[5]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +867,7 @@ func (x *ProduceResponse) String() string {
 func (*ProduceResponse) ProtoMessage() {}
 
 func (x *ProduceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[5]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +880,7 @@ func (x *ProduceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProduceResponse.ProtoReflect.Descriptor instead.
 func (*ProduceResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{5}
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ProduceResponse) GetResults() []*ProducePartitionResult {
@@ -713,7 +910,7 @@ type ProduceStreamRequest struct {
 
 func (x *ProduceStreamRequest) Reset() {
 	*x = ProduceStreamRequest{}
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[6]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +922,7 @@ func (x *ProduceStreamRequest) String() string {
 func (*ProduceStreamRequest) ProtoMessage() {}
 
 func (x *ProduceStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[6]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +935,7 @@ func (x *ProduceStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProduceStreamRequest.ProtoReflect.Descriptor instead.
 func (*ProduceStreamRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{6}
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ProduceStreamRequest) GetRequestId() uint64 {
@@ -771,7 +968,7 @@ type ProduceStreamResponse struct {
 
 func (x *ProduceStreamResponse) Reset() {
 	*x = ProduceStreamResponse{}
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[7]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -783,7 +980,7 @@ func (x *ProduceStreamResponse) String() string {
 func (*ProduceStreamResponse) ProtoMessage() {}
 
 func (x *ProduceStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[7]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -796,7 +993,7 @@ func (x *ProduceStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProduceStreamResponse.ProtoReflect.Descriptor instead.
 func (*ProduceStreamResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{7}
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ProduceStreamResponse) GetRequestId() uint64 {
@@ -843,7 +1040,7 @@ type FetchPartition struct {
 
 func (x *FetchPartition) Reset() {
 	*x = FetchPartition{}
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[8]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -855,7 +1052,7 @@ func (x *FetchPartition) String() string {
 func (*FetchPartition) ProtoMessage() {}
 
 func (x *FetchPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[8]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -868,7 +1065,7 @@ func (x *FetchPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchPartition.ProtoReflect.Descriptor instead.
 func (*FetchPartition) Descriptor() ([]byte, []int) {
-	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{8}
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FetchPartition) GetTopic() string {
@@ -936,7 +1133,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[9]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -948,7 +1145,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[9]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -961,7 +1158,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{9}
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FetchRequest) GetPartitions() []*FetchPartition {
@@ -1026,7 +1223,7 @@ type AbortedTransaction struct {
 
 func (x *AbortedTransaction) Reset() {
 	*x = AbortedTransaction{}
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[10]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1235,7 @@ func (x *AbortedTransaction) String() string {
 func (*AbortedTransaction) ProtoMessage() {}
 
 func (x *AbortedTransaction) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[10]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +1248,7 @@ func (x *AbortedTransaction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortedTransaction.ProtoReflect.Descriptor instead.
 func (*AbortedTransaction) Descriptor() ([]byte, []int) {
-	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{10}
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AbortedTransaction) GetProducerId() int64 {
@@ -1081,7 +1278,7 @@ type EpochEndOffset struct {
 
 func (x *EpochEndOffset) Reset() {
 	*x = EpochEndOffset{}
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[11]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1093,7 +1290,7 @@ func (x *EpochEndOffset) String() string {
 func (*EpochEndOffset) ProtoMessage() {}
 
 func (x *EpochEndOffset) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[11]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1106,7 +1303,7 @@ func (x *EpochEndOffset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochEndOffset.ProtoReflect.Descriptor instead.
 func (*EpochEndOffset) Descriptor() ([]byte, []int) {
-	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{11}
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *EpochEndOffset) GetEpoch() int32 {
@@ -1159,7 +1356,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[12]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1171,7 +1368,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[12]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1184,7 +1381,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{12}
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FetchResponse) GetTopic() string {
@@ -1283,7 +1480,7 @@ type ListOffsetsPartition struct {
 
 func (x *ListOffsetsPartition) Reset() {
 	*x = ListOffsetsPartition{}
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[13]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1492,7 @@ func (x *ListOffsetsPartition) String() string {
 func (*ListOffsetsPartition) ProtoMessage() {}
 
 func (x *ListOffsetsPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[13]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +1505,7 @@ func (x *ListOffsetsPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOffsetsPartition.ProtoReflect.Descriptor instead.
 func (*ListOffsetsPartition) Descriptor() ([]byte, []int) {
-	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{13}
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListOffsetsPartition) GetTopic() string {
@@ -1359,7 +1556,7 @@ type ListOffsetsRequest struct {
 
 func (x *ListOffsetsRequest) Reset() {
 	*x = ListOffsetsRequest{}
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[14]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1371,7 +1568,7 @@ func (x *ListOffsetsRequest) String() string {
 func (*ListOffsetsRequest) ProtoMessage() {}
 
 func (x *ListOffsetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[14]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1384,7 +1581,7 @@ func (x *ListOffsetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOffsetsRequest.ProtoReflect.Descriptor instead.
 func (*ListOffsetsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{14}
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListOffsetsRequest) GetPartitions() []*ListOffsetsPartition {
@@ -1422,7 +1619,7 @@ type ListOffsetsResult struct {
 
 func (x *ListOffsetsResult) Reset() {
 	*x = ListOffsetsResult{}
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[15]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1434,7 +1631,7 @@ func (x *ListOffsetsResult) String() string {
 func (*ListOffsetsResult) ProtoMessage() {}
 
 func (x *ListOffsetsResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[15]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1447,7 +1644,7 @@ func (x *ListOffsetsResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOffsetsResult.ProtoReflect.Descriptor instead.
 func (*ListOffsetsResult) Descriptor() ([]byte, []int) {
-	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{15}
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListOffsetsResult) GetTopic() string {
@@ -1503,7 +1700,7 @@ type ListOffsetsResponse struct {
 
 func (x *ListOffsetsResponse) Reset() {
 	*x = ListOffsetsResponse{}
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[16]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1515,7 +1712,7 @@ func (x *ListOffsetsResponse) String() string {
 func (*ListOffsetsResponse) ProtoMessage() {}
 
 func (x *ListOffsetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[16]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1528,7 +1725,7 @@ func (x *ListOffsetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOffsetsResponse.ProtoReflect.Descriptor instead.
 func (*ListOffsetsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{16}
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListOffsetsResponse) GetResults() []*ListOffsetsResult {
@@ -1555,7 +1752,7 @@ type OffsetForLeaderEpochPartition struct {
 
 func (x *OffsetForLeaderEpochPartition) Reset() {
 	*x = OffsetForLeaderEpochPartition{}
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[17]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +1764,7 @@ func (x *OffsetForLeaderEpochPartition) String() string {
 func (*OffsetForLeaderEpochPartition) ProtoMessage() {}
 
 func (x *OffsetForLeaderEpochPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[17]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +1777,7 @@ func (x *OffsetForLeaderEpochPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetForLeaderEpochPartition.ProtoReflect.Descriptor instead.
 func (*OffsetForLeaderEpochPartition) Descriptor() ([]byte, []int) {
-	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{17}
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *OffsetForLeaderEpochPartition) GetTopic() string {
@@ -1623,7 +1820,7 @@ type OffsetForLeaderEpochRequest struct {
 
 func (x *OffsetForLeaderEpochRequest) Reset() {
 	*x = OffsetForLeaderEpochRequest{}
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[18]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1635,7 +1832,7 @@ func (x *OffsetForLeaderEpochRequest) String() string {
 func (*OffsetForLeaderEpochRequest) ProtoMessage() {}
 
 func (x *OffsetForLeaderEpochRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[18]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1648,7 +1845,7 @@ func (x *OffsetForLeaderEpochRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetForLeaderEpochRequest.ProtoReflect.Descriptor instead.
 func (*OffsetForLeaderEpochRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{18}
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *OffsetForLeaderEpochRequest) GetPartitions() []*OffsetForLeaderEpochPartition {
@@ -1675,7 +1872,7 @@ type OffsetForLeaderEpochResult struct {
 
 func (x *OffsetForLeaderEpochResult) Reset() {
 	*x = OffsetForLeaderEpochResult{}
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[19]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1687,7 +1884,7 @@ func (x *OffsetForLeaderEpochResult) String() string {
 func (*OffsetForLeaderEpochResult) ProtoMessage() {}
 
 func (x *OffsetForLeaderEpochResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[19]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1700,7 +1897,7 @@ func (x *OffsetForLeaderEpochResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetForLeaderEpochResult.ProtoReflect.Descriptor instead.
 func (*OffsetForLeaderEpochResult) Descriptor() ([]byte, []int) {
-	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{19}
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *OffsetForLeaderEpochResult) GetTopic() string {
@@ -1743,7 +1940,7 @@ type OffsetForLeaderEpochResponse struct {
 
 func (x *OffsetForLeaderEpochResponse) Reset() {
 	*x = OffsetForLeaderEpochResponse{}
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[20]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1755,7 +1952,7 @@ func (x *OffsetForLeaderEpochResponse) String() string {
 func (*OffsetForLeaderEpochResponse) ProtoMessage() {}
 
 func (x *OffsetForLeaderEpochResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[20]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1768,7 +1965,7 @@ func (x *OffsetForLeaderEpochResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetForLeaderEpochResponse.ProtoReflect.Descriptor instead.
 func (*OffsetForLeaderEpochResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{20}
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *OffsetForLeaderEpochResponse) GetResults() []*OffsetForLeaderEpochResult {
@@ -1793,7 +1990,7 @@ type DeleteRecordsPartition struct {
 
 func (x *DeleteRecordsPartition) Reset() {
 	*x = DeleteRecordsPartition{}
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[21]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1805,7 +2002,7 @@ func (x *DeleteRecordsPartition) String() string {
 func (*DeleteRecordsPartition) ProtoMessage() {}
 
 func (x *DeleteRecordsPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[21]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1818,7 +2015,7 @@ func (x *DeleteRecordsPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRecordsPartition.ProtoReflect.Descriptor instead.
 func (*DeleteRecordsPartition) Descriptor() ([]byte, []int) {
-	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{21}
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteRecordsPartition) GetTopic() string {
@@ -1855,7 +2052,7 @@ type DeleteRecordsRequest struct {
 
 func (x *DeleteRecordsRequest) Reset() {
 	*x = DeleteRecordsRequest{}
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[22]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1867,7 +2064,7 @@ func (x *DeleteRecordsRequest) String() string {
 func (*DeleteRecordsRequest) ProtoMessage() {}
 
 func (x *DeleteRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[22]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1880,7 +2077,7 @@ func (x *DeleteRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRecordsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{22}
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeleteRecordsRequest) GetPartitions() []*DeleteRecordsPartition {
@@ -1914,7 +2111,7 @@ type DeleteRecordsResult struct {
 
 func (x *DeleteRecordsResult) Reset() {
 	*x = DeleteRecordsResult{}
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[23]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1926,7 +2123,7 @@ func (x *DeleteRecordsResult) String() string {
 func (*DeleteRecordsResult) ProtoMessage() {}
 
 func (x *DeleteRecordsResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[23]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1939,7 +2136,7 @@ func (x *DeleteRecordsResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRecordsResult.ProtoReflect.Descriptor instead.
 func (*DeleteRecordsResult) Descriptor() ([]byte, []int) {
-	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{23}
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeleteRecordsResult) GetTopic() string {
@@ -1981,7 +2178,7 @@ type DeleteRecordsResponse struct {
 
 func (x *DeleteRecordsResponse) Reset() {
 	*x = DeleteRecordsResponse{}
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[24]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1993,7 +2190,7 @@ func (x *DeleteRecordsResponse) String() string {
 func (*DeleteRecordsResponse) ProtoMessage() {}
 
 func (x *DeleteRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[24]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2006,7 +2203,7 @@ func (x *DeleteRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRecordsResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{24}
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeleteRecordsResponse) GetResults() []*DeleteRecordsResult {
@@ -2035,7 +2232,7 @@ type TxnMarker struct {
 
 func (x *TxnMarker) Reset() {
 	*x = TxnMarker{}
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[25]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2047,7 +2244,7 @@ func (x *TxnMarker) String() string {
 func (*TxnMarker) ProtoMessage() {}
 
 func (x *TxnMarker) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[25]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2060,7 +2257,7 @@ func (x *TxnMarker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnMarker.ProtoReflect.Descriptor instead.
 func (*TxnMarker) Descriptor() ([]byte, []int) {
-	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{25}
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TxnMarker) GetProducerId() int64 {
@@ -2109,7 +2306,7 @@ type WriteTxnMarkersRequest struct {
 
 func (x *WriteTxnMarkersRequest) Reset() {
 	*x = WriteTxnMarkersRequest{}
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[26]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2121,7 +2318,7 @@ func (x *WriteTxnMarkersRequest) String() string {
 func (*WriteTxnMarkersRequest) ProtoMessage() {}
 
 func (x *WriteTxnMarkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[26]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2134,7 +2331,7 @@ func (x *WriteTxnMarkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteTxnMarkersRequest.ProtoReflect.Descriptor instead.
 func (*WriteTxnMarkersRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{26}
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WriteTxnMarkersRequest) GetMarkers() []*TxnMarker {
@@ -2159,7 +2356,7 @@ type TxnMarkerResult struct {
 
 func (x *TxnMarkerResult) Reset() {
 	*x = TxnMarkerResult{}
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[27]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2171,7 +2368,7 @@ func (x *TxnMarkerResult) String() string {
 func (*TxnMarkerResult) ProtoMessage() {}
 
 func (x *TxnMarkerResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[27]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2184,7 +2381,7 @@ func (x *TxnMarkerResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnMarkerResult.ProtoReflect.Descriptor instead.
 func (*TxnMarkerResult) Descriptor() ([]byte, []int) {
-	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{27}
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TxnMarkerResult) GetProducerId() int64 {
@@ -2219,7 +2416,7 @@ type WriteTxnMarkersResponse struct {
 
 func (x *WriteTxnMarkersResponse) Reset() {
 	*x = WriteTxnMarkersResponse{}
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[28]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2231,7 +2428,7 @@ func (x *WriteTxnMarkersResponse) String() string {
 func (*WriteTxnMarkersResponse) ProtoMessage() {}
 
 func (x *WriteTxnMarkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_storage_v1_messages_proto_msgTypes[28]
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2244,7 +2441,7 @@ func (x *WriteTxnMarkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteTxnMarkersResponse.ProtoReflect.Descriptor instead.
 func (*WriteTxnMarkersResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{28}
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WriteTxnMarkersResponse) GetResults() []*TxnMarkerResult {
@@ -2274,7 +2471,7 @@ const file_sluice_storage_v1_messages_proto_rawDesc = "" +
 	"\vcompression\x18\x06 \x01(\x0e2\x1d.sluice.common.v1.CompressionR\vcompression\x12;\n" +
 	"\bproducer\x18\a \x01(\v2\x1f.sluice.storage.v1.ProducerInfoR\bproducerB\x06\n" +
 	"\x04dataB\x17\n" +
-	"\x15_current_leader_epoch\"\xe7\x02\n" +
+	"\x15_current_leader_epoch\"\xae\x03\n" +
 	"\x0eProduceRequest\x12+\n" +
 	"\x04acks\x18\x01 \x01(\x0e2\x17.sluice.storage.v1.AcksR\x04acks\x12\x1d\n" +
 	"\n" +
@@ -2283,10 +2480,22 @@ const file_sluice_storage_v1_messages_proto_rawDesc = "" +
 	"partitions\x18\x03 \x03(\v2#.sluice.storage.v1.ProducePartitionR\n" +
 	"partitions\x12)\n" +
 	"\x10transactional_id\x18\x04 \x01(\tR\x0ftransactionalId\x12X\n" +
-	"\rtrace_context\x18\x05 \x03(\v23.sluice.storage.v1.ProduceRequest.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\rtrace_context\x18\x05 \x03(\v23.sluice.storage.v1.ProduceRequest.TraceContextEntryR\ftraceContext\x12E\n" +
+	"\vcoordinator\x18\x06 \x01(\v2#.sluice.storage.v1.CoordinatorFenceR\vcoordinator\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"H\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"X\n" +
+	"\x10CoordinatorFence\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x05R\x06nodeId\x12+\n" +
+	"\x11metadata_revision\x18\x02 \x01(\x03R\x10metadataRevision\"\x94\x01\n" +
+	"\x17FenceCoordinatorRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12E\n" +
+	"\vcoordinator\x18\x03 \x01(\v2#.sluice.storage.v1.CoordinatorFenceR\vcoordinator\"\x8d\x01\n" +
+	"\x18FenceCoordinatorResponse\x12(\n" +
+	"\x10log_start_offset\x18\x01 \x01(\x03R\x0elogStartOffset\x12$\n" +
+	"\x0elog_end_offset\x18\x02 \x01(\x03R\flogEndOffset\x12!\n" +
+	"\fleader_epoch\x18\x03 \x01(\x05R\vleaderEpoch\"H\n" +
 	"\vRecordError\x12\x1f\n" +
 	"\vbatch_index\x18\x01 \x01(\x05R\n" +
 	"batchIndex\x12\x18\n" +
@@ -2458,7 +2667,7 @@ func file_sluice_storage_v1_messages_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_storage_v1_messages_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_sluice_storage_v1_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_sluice_storage_v1_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_sluice_storage_v1_messages_proto_goTypes = []any{
 	(Acks)(0),                             // 0: sluice.storage.v1.Acks
 	(RecordFormat)(0),                     // 1: sluice.storage.v1.RecordFormat
@@ -2466,81 +2675,86 @@ var file_sluice_storage_v1_messages_proto_goTypes = []any{
 	(*ProducerInfo)(nil),                  // 3: sluice.storage.v1.ProducerInfo
 	(*ProducePartition)(nil),              // 4: sluice.storage.v1.ProducePartition
 	(*ProduceRequest)(nil),                // 5: sluice.storage.v1.ProduceRequest
-	(*RecordError)(nil),                   // 6: sluice.storage.v1.RecordError
-	(*ProducePartitionResult)(nil),        // 7: sluice.storage.v1.ProducePartitionResult
-	(*ProduceResponse)(nil),               // 8: sluice.storage.v1.ProduceResponse
-	(*ProduceStreamRequest)(nil),          // 9: sluice.storage.v1.ProduceStreamRequest
-	(*ProduceStreamResponse)(nil),         // 10: sluice.storage.v1.ProduceStreamResponse
-	(*FetchPartition)(nil),                // 11: sluice.storage.v1.FetchPartition
-	(*FetchRequest)(nil),                  // 12: sluice.storage.v1.FetchRequest
-	(*AbortedTransaction)(nil),            // 13: sluice.storage.v1.AbortedTransaction
-	(*EpochEndOffset)(nil),                // 14: sluice.storage.v1.EpochEndOffset
-	(*FetchResponse)(nil),                 // 15: sluice.storage.v1.FetchResponse
-	(*ListOffsetsPartition)(nil),          // 16: sluice.storage.v1.ListOffsetsPartition
-	(*ListOffsetsRequest)(nil),            // 17: sluice.storage.v1.ListOffsetsRequest
-	(*ListOffsetsResult)(nil),             // 18: sluice.storage.v1.ListOffsetsResult
-	(*ListOffsetsResponse)(nil),           // 19: sluice.storage.v1.ListOffsetsResponse
-	(*OffsetForLeaderEpochPartition)(nil), // 20: sluice.storage.v1.OffsetForLeaderEpochPartition
-	(*OffsetForLeaderEpochRequest)(nil),   // 21: sluice.storage.v1.OffsetForLeaderEpochRequest
-	(*OffsetForLeaderEpochResult)(nil),    // 22: sluice.storage.v1.OffsetForLeaderEpochResult
-	(*OffsetForLeaderEpochResponse)(nil),  // 23: sluice.storage.v1.OffsetForLeaderEpochResponse
-	(*DeleteRecordsPartition)(nil),        // 24: sluice.storage.v1.DeleteRecordsPartition
-	(*DeleteRecordsRequest)(nil),          // 25: sluice.storage.v1.DeleteRecordsRequest
-	(*DeleteRecordsResult)(nil),           // 26: sluice.storage.v1.DeleteRecordsResult
-	(*DeleteRecordsResponse)(nil),         // 27: sluice.storage.v1.DeleteRecordsResponse
-	(*TxnMarker)(nil),                     // 28: sluice.storage.v1.TxnMarker
-	(*WriteTxnMarkersRequest)(nil),        // 29: sluice.storage.v1.WriteTxnMarkersRequest
-	(*TxnMarkerResult)(nil),               // 30: sluice.storage.v1.TxnMarkerResult
-	(*WriteTxnMarkersResponse)(nil),       // 31: sluice.storage.v1.WriteTxnMarkersResponse
-	nil,                                   // 32: sluice.storage.v1.ProduceRequest.TraceContextEntry
-	(*v1.Records)(nil),                    // 33: sluice.common.v1.Records
-	(v1.Compression)(0),                   // 34: sluice.common.v1.Compression
-	(*v11.Error)(nil),                     // 35: sluice.errordetails.v1.Error
-	(v1.IsolationLevel)(0),                // 36: sluice.common.v1.IsolationLevel
-	(*v1.TopicPartition)(nil),             // 37: sluice.common.v1.TopicPartition
+	(*CoordinatorFence)(nil),              // 6: sluice.storage.v1.CoordinatorFence
+	(*FenceCoordinatorRequest)(nil),       // 7: sluice.storage.v1.FenceCoordinatorRequest
+	(*FenceCoordinatorResponse)(nil),      // 8: sluice.storage.v1.FenceCoordinatorResponse
+	(*RecordError)(nil),                   // 9: sluice.storage.v1.RecordError
+	(*ProducePartitionResult)(nil),        // 10: sluice.storage.v1.ProducePartitionResult
+	(*ProduceResponse)(nil),               // 11: sluice.storage.v1.ProduceResponse
+	(*ProduceStreamRequest)(nil),          // 12: sluice.storage.v1.ProduceStreamRequest
+	(*ProduceStreamResponse)(nil),         // 13: sluice.storage.v1.ProduceStreamResponse
+	(*FetchPartition)(nil),                // 14: sluice.storage.v1.FetchPartition
+	(*FetchRequest)(nil),                  // 15: sluice.storage.v1.FetchRequest
+	(*AbortedTransaction)(nil),            // 16: sluice.storage.v1.AbortedTransaction
+	(*EpochEndOffset)(nil),                // 17: sluice.storage.v1.EpochEndOffset
+	(*FetchResponse)(nil),                 // 18: sluice.storage.v1.FetchResponse
+	(*ListOffsetsPartition)(nil),          // 19: sluice.storage.v1.ListOffsetsPartition
+	(*ListOffsetsRequest)(nil),            // 20: sluice.storage.v1.ListOffsetsRequest
+	(*ListOffsetsResult)(nil),             // 21: sluice.storage.v1.ListOffsetsResult
+	(*ListOffsetsResponse)(nil),           // 22: sluice.storage.v1.ListOffsetsResponse
+	(*OffsetForLeaderEpochPartition)(nil), // 23: sluice.storage.v1.OffsetForLeaderEpochPartition
+	(*OffsetForLeaderEpochRequest)(nil),   // 24: sluice.storage.v1.OffsetForLeaderEpochRequest
+	(*OffsetForLeaderEpochResult)(nil),    // 25: sluice.storage.v1.OffsetForLeaderEpochResult
+	(*OffsetForLeaderEpochResponse)(nil),  // 26: sluice.storage.v1.OffsetForLeaderEpochResponse
+	(*DeleteRecordsPartition)(nil),        // 27: sluice.storage.v1.DeleteRecordsPartition
+	(*DeleteRecordsRequest)(nil),          // 28: sluice.storage.v1.DeleteRecordsRequest
+	(*DeleteRecordsResult)(nil),           // 29: sluice.storage.v1.DeleteRecordsResult
+	(*DeleteRecordsResponse)(nil),         // 30: sluice.storage.v1.DeleteRecordsResponse
+	(*TxnMarker)(nil),                     // 31: sluice.storage.v1.TxnMarker
+	(*WriteTxnMarkersRequest)(nil),        // 32: sluice.storage.v1.WriteTxnMarkersRequest
+	(*TxnMarkerResult)(nil),               // 33: sluice.storage.v1.TxnMarkerResult
+	(*WriteTxnMarkersResponse)(nil),       // 34: sluice.storage.v1.WriteTxnMarkersResponse
+	nil,                                   // 35: sluice.storage.v1.ProduceRequest.TraceContextEntry
+	(*v1.Records)(nil),                    // 36: sluice.common.v1.Records
+	(v1.Compression)(0),                   // 37: sluice.common.v1.Compression
+	(*v11.Error)(nil),                     // 38: sluice.errordetails.v1.Error
+	(v1.IsolationLevel)(0),                // 39: sluice.common.v1.IsolationLevel
+	(*v1.TopicPartition)(nil),             // 40: sluice.common.v1.TopicPartition
 }
 var file_sluice_storage_v1_messages_proto_depIdxs = []int32{
-	33, // 0: sluice.storage.v1.ProducePartition.records:type_name -> sluice.common.v1.Records
-	34, // 1: sluice.storage.v1.ProducePartition.compression:type_name -> sluice.common.v1.Compression
+	36, // 0: sluice.storage.v1.ProducePartition.records:type_name -> sluice.common.v1.Records
+	37, // 1: sluice.storage.v1.ProducePartition.compression:type_name -> sluice.common.v1.Compression
 	3,  // 2: sluice.storage.v1.ProducePartition.producer:type_name -> sluice.storage.v1.ProducerInfo
 	0,  // 3: sluice.storage.v1.ProduceRequest.acks:type_name -> sluice.storage.v1.Acks
 	4,  // 4: sluice.storage.v1.ProduceRequest.partitions:type_name -> sluice.storage.v1.ProducePartition
-	32, // 5: sluice.storage.v1.ProduceRequest.trace_context:type_name -> sluice.storage.v1.ProduceRequest.TraceContextEntry
-	35, // 6: sluice.storage.v1.ProducePartitionResult.error:type_name -> sluice.errordetails.v1.Error
-	6,  // 7: sluice.storage.v1.ProducePartitionResult.record_errors:type_name -> sluice.storage.v1.RecordError
-	7,  // 8: sluice.storage.v1.ProduceResponse.results:type_name -> sluice.storage.v1.ProducePartitionResult
-	5,  // 9: sluice.storage.v1.ProduceStreamRequest.request:type_name -> sluice.storage.v1.ProduceRequest
-	8,  // 10: sluice.storage.v1.ProduceStreamResponse.response:type_name -> sluice.storage.v1.ProduceResponse
-	35, // 11: sluice.storage.v1.ProduceStreamResponse.error:type_name -> sluice.errordetails.v1.Error
-	11, // 12: sluice.storage.v1.FetchRequest.partitions:type_name -> sluice.storage.v1.FetchPartition
-	36, // 13: sluice.storage.v1.FetchRequest.isolation_level:type_name -> sluice.common.v1.IsolationLevel
-	1,  // 14: sluice.storage.v1.FetchRequest.format:type_name -> sluice.storage.v1.RecordFormat
-	35, // 15: sluice.storage.v1.FetchResponse.error:type_name -> sluice.errordetails.v1.Error
-	13, // 16: sluice.storage.v1.FetchResponse.aborted_transactions:type_name -> sluice.storage.v1.AbortedTransaction
-	14, // 17: sluice.storage.v1.FetchResponse.diverging_epoch:type_name -> sluice.storage.v1.EpochEndOffset
-	33, // 18: sluice.storage.v1.FetchResponse.records:type_name -> sluice.common.v1.Records
-	2,  // 19: sluice.storage.v1.ListOffsetsPartition.spec:type_name -> sluice.storage.v1.OffsetSpec
-	16, // 20: sluice.storage.v1.ListOffsetsRequest.partitions:type_name -> sluice.storage.v1.ListOffsetsPartition
-	36, // 21: sluice.storage.v1.ListOffsetsRequest.isolation_level:type_name -> sluice.common.v1.IsolationLevel
-	35, // 22: sluice.storage.v1.ListOffsetsResult.error:type_name -> sluice.errordetails.v1.Error
-	18, // 23: sluice.storage.v1.ListOffsetsResponse.results:type_name -> sluice.storage.v1.ListOffsetsResult
-	20, // 24: sluice.storage.v1.OffsetForLeaderEpochRequest.partitions:type_name -> sluice.storage.v1.OffsetForLeaderEpochPartition
-	35, // 25: sluice.storage.v1.OffsetForLeaderEpochResult.error:type_name -> sluice.errordetails.v1.Error
-	14, // 26: sluice.storage.v1.OffsetForLeaderEpochResult.end:type_name -> sluice.storage.v1.EpochEndOffset
-	22, // 27: sluice.storage.v1.OffsetForLeaderEpochResponse.results:type_name -> sluice.storage.v1.OffsetForLeaderEpochResult
-	24, // 28: sluice.storage.v1.DeleteRecordsRequest.partitions:type_name -> sluice.storage.v1.DeleteRecordsPartition
-	35, // 29: sluice.storage.v1.DeleteRecordsResult.error:type_name -> sluice.errordetails.v1.Error
-	26, // 30: sluice.storage.v1.DeleteRecordsResponse.results:type_name -> sluice.storage.v1.DeleteRecordsResult
-	37, // 31: sluice.storage.v1.TxnMarker.partitions:type_name -> sluice.common.v1.TopicPartition
-	28, // 32: sluice.storage.v1.WriteTxnMarkersRequest.markers:type_name -> sluice.storage.v1.TxnMarker
-	37, // 33: sluice.storage.v1.TxnMarkerResult.partition:type_name -> sluice.common.v1.TopicPartition
-	35, // 34: sluice.storage.v1.TxnMarkerResult.error:type_name -> sluice.errordetails.v1.Error
-	30, // 35: sluice.storage.v1.WriteTxnMarkersResponse.results:type_name -> sluice.storage.v1.TxnMarkerResult
-	36, // [36:36] is the sub-list for method output_type
-	36, // [36:36] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	35, // 5: sluice.storage.v1.ProduceRequest.trace_context:type_name -> sluice.storage.v1.ProduceRequest.TraceContextEntry
+	6,  // 6: sluice.storage.v1.ProduceRequest.coordinator:type_name -> sluice.storage.v1.CoordinatorFence
+	6,  // 7: sluice.storage.v1.FenceCoordinatorRequest.coordinator:type_name -> sluice.storage.v1.CoordinatorFence
+	38, // 8: sluice.storage.v1.ProducePartitionResult.error:type_name -> sluice.errordetails.v1.Error
+	9,  // 9: sluice.storage.v1.ProducePartitionResult.record_errors:type_name -> sluice.storage.v1.RecordError
+	10, // 10: sluice.storage.v1.ProduceResponse.results:type_name -> sluice.storage.v1.ProducePartitionResult
+	5,  // 11: sluice.storage.v1.ProduceStreamRequest.request:type_name -> sluice.storage.v1.ProduceRequest
+	11, // 12: sluice.storage.v1.ProduceStreamResponse.response:type_name -> sluice.storage.v1.ProduceResponse
+	38, // 13: sluice.storage.v1.ProduceStreamResponse.error:type_name -> sluice.errordetails.v1.Error
+	14, // 14: sluice.storage.v1.FetchRequest.partitions:type_name -> sluice.storage.v1.FetchPartition
+	39, // 15: sluice.storage.v1.FetchRequest.isolation_level:type_name -> sluice.common.v1.IsolationLevel
+	1,  // 16: sluice.storage.v1.FetchRequest.format:type_name -> sluice.storage.v1.RecordFormat
+	38, // 17: sluice.storage.v1.FetchResponse.error:type_name -> sluice.errordetails.v1.Error
+	16, // 18: sluice.storage.v1.FetchResponse.aborted_transactions:type_name -> sluice.storage.v1.AbortedTransaction
+	17, // 19: sluice.storage.v1.FetchResponse.diverging_epoch:type_name -> sluice.storage.v1.EpochEndOffset
+	36, // 20: sluice.storage.v1.FetchResponse.records:type_name -> sluice.common.v1.Records
+	2,  // 21: sluice.storage.v1.ListOffsetsPartition.spec:type_name -> sluice.storage.v1.OffsetSpec
+	19, // 22: sluice.storage.v1.ListOffsetsRequest.partitions:type_name -> sluice.storage.v1.ListOffsetsPartition
+	39, // 23: sluice.storage.v1.ListOffsetsRequest.isolation_level:type_name -> sluice.common.v1.IsolationLevel
+	38, // 24: sluice.storage.v1.ListOffsetsResult.error:type_name -> sluice.errordetails.v1.Error
+	21, // 25: sluice.storage.v1.ListOffsetsResponse.results:type_name -> sluice.storage.v1.ListOffsetsResult
+	23, // 26: sluice.storage.v1.OffsetForLeaderEpochRequest.partitions:type_name -> sluice.storage.v1.OffsetForLeaderEpochPartition
+	38, // 27: sluice.storage.v1.OffsetForLeaderEpochResult.error:type_name -> sluice.errordetails.v1.Error
+	17, // 28: sluice.storage.v1.OffsetForLeaderEpochResult.end:type_name -> sluice.storage.v1.EpochEndOffset
+	25, // 29: sluice.storage.v1.OffsetForLeaderEpochResponse.results:type_name -> sluice.storage.v1.OffsetForLeaderEpochResult
+	27, // 30: sluice.storage.v1.DeleteRecordsRequest.partitions:type_name -> sluice.storage.v1.DeleteRecordsPartition
+	38, // 31: sluice.storage.v1.DeleteRecordsResult.error:type_name -> sluice.errordetails.v1.Error
+	29, // 32: sluice.storage.v1.DeleteRecordsResponse.results:type_name -> sluice.storage.v1.DeleteRecordsResult
+	40, // 33: sluice.storage.v1.TxnMarker.partitions:type_name -> sluice.common.v1.TopicPartition
+	31, // 34: sluice.storage.v1.WriteTxnMarkersRequest.markers:type_name -> sluice.storage.v1.TxnMarker
+	40, // 35: sluice.storage.v1.TxnMarkerResult.partition:type_name -> sluice.common.v1.TopicPartition
+	38, // 36: sluice.storage.v1.TxnMarkerResult.error:type_name -> sluice.errordetails.v1.Error
+	33, // 37: sluice.storage.v1.WriteTxnMarkersResponse.results:type_name -> sluice.storage.v1.TxnMarkerResult
+	38, // [38:38] is the sub-list for method output_type
+	38, // [38:38] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_sluice_storage_v1_messages_proto_init() }
@@ -2552,17 +2766,17 @@ func file_sluice_storage_v1_messages_proto_init() {
 		(*ProducePartition_Batches)(nil),
 		(*ProducePartition_Records)(nil),
 	}
-	file_sluice_storage_v1_messages_proto_msgTypes[8].OneofWrappers = []any{}
-	file_sluice_storage_v1_messages_proto_msgTypes[12].OneofWrappers = []any{}
-	file_sluice_storage_v1_messages_proto_msgTypes[13].OneofWrappers = []any{}
-	file_sluice_storage_v1_messages_proto_msgTypes[17].OneofWrappers = []any{}
+	file_sluice_storage_v1_messages_proto_msgTypes[11].OneofWrappers = []any{}
+	file_sluice_storage_v1_messages_proto_msgTypes[15].OneofWrappers = []any{}
+	file_sluice_storage_v1_messages_proto_msgTypes[16].OneofWrappers = []any{}
+	file_sluice_storage_v1_messages_proto_msgTypes[20].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_storage_v1_messages_proto_rawDesc), len(file_sluice_storage_v1_messages_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   30,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -29,6 +29,7 @@ const (
 	StorageService_OffsetForLeaderEpoch_FullMethodName = "/sluice.storage.v1.StorageService/OffsetForLeaderEpoch"
 	StorageService_DeleteRecords_FullMethodName        = "/sluice.storage.v1.StorageService/DeleteRecords"
 	StorageService_WriteTxnMarkers_FullMethodName      = "/sluice.storage.v1.StorageService/WriteTxnMarkers"
+	StorageService_FenceCoordinator_FullMethodName     = "/sluice.storage.v1.StorageService/FenceCoordinator"
 )
 
 // StorageServiceClient is the client API for StorageService service.
@@ -72,6 +73,14 @@ type StorageServiceClient interface {
 	// WriteTxnMarkers appends transaction commit or abort markers. It is sent
 	// by the transaction coordinator to partition leaders.
 	WriteTxnMarkers(ctx context.Context, in *WriteTxnMarkersRequest, opts ...grpc.CallOption) (*WriteTxnMarkersResponse, error)
+	// FenceCoordinator is sent by a coordinator that runs in a process of its
+	// own before it replays a partition of an internal topic
+	// (__consumer_offsets): the leader waits until its metadata is as new as
+	// the coordinator's, checks that the caller coordinates the partition,
+	// and returns the log end offset to replay up to. From then on, and under
+	// the same lock as every internal-topic append, a write from any other
+	// coordinator is refused with NOT_COORDINATOR.
+	FenceCoordinator(ctx context.Context, in *FenceCoordinatorRequest, opts ...grpc.CallOption) (*FenceCoordinatorResponse, error)
 }
 
 type storageServiceClient struct {
@@ -164,6 +173,16 @@ func (c *storageServiceClient) WriteTxnMarkers(ctx context.Context, in *WriteTxn
 	return out, nil
 }
 
+func (c *storageServiceClient) FenceCoordinator(ctx context.Context, in *FenceCoordinatorRequest, opts ...grpc.CallOption) (*FenceCoordinatorResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FenceCoordinatorResponse)
+	err := c.cc.Invoke(ctx, StorageService_FenceCoordinator_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StorageServiceServer is the server API for StorageService service.
 // All implementations must embed UnimplementedStorageServiceServer
 // for forward compatibility.
@@ -205,6 +224,14 @@ type StorageServiceServer interface {
 	// WriteTxnMarkers appends transaction commit or abort markers. It is sent
 	// by the transaction coordinator to partition leaders.
 	WriteTxnMarkers(context.Context, *WriteTxnMarkersRequest) (*WriteTxnMarkersResponse, error)
+	// FenceCoordinator is sent by a coordinator that runs in a process of its
+	// own before it replays a partition of an internal topic
+	// (__consumer_offsets): the leader waits until its metadata is as new as
+	// the coordinator's, checks that the caller coordinates the partition,
+	// and returns the log end offset to replay up to. From then on, and under
+	// the same lock as every internal-topic append, a write from any other
+	// coordinator is refused with NOT_COORDINATOR.
+	FenceCoordinator(context.Context, *FenceCoordinatorRequest) (*FenceCoordinatorResponse, error)
 	mustEmbedUnimplementedStorageServiceServer()
 }
 
@@ -235,6 +262,9 @@ func (UnimplementedStorageServiceServer) DeleteRecords(context.Context, *DeleteR
 }
 func (UnimplementedStorageServiceServer) WriteTxnMarkers(context.Context, *WriteTxnMarkersRequest) (*WriteTxnMarkersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method WriteTxnMarkers not implemented")
+}
+func (UnimplementedStorageServiceServer) FenceCoordinator(context.Context, *FenceCoordinatorRequest) (*FenceCoordinatorResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FenceCoordinator not implemented")
 }
 func (UnimplementedStorageServiceServer) mustEmbedUnimplementedStorageServiceServer() {}
 func (UnimplementedStorageServiceServer) testEmbeddedByValue()                        {}
@@ -365,6 +395,24 @@ func _StorageService_WriteTxnMarkers_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _StorageService_FenceCoordinator_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FenceCoordinatorRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StorageServiceServer).FenceCoordinator(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StorageService_FenceCoordinator_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StorageServiceServer).FenceCoordinator(ctx, req.(*FenceCoordinatorRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // StorageService_ServiceDesc is the grpc.ServiceDesc for StorageService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -391,6 +439,10 @@ var StorageService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "WriteTxnMarkers",
 			Handler:    _StorageService_WriteTxnMarkers_Handler,
+		},
+		{
+			MethodName: "FenceCoordinator",
+			Handler:    _StorageService_FenceCoordinator_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
