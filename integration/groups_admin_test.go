@@ -249,4 +249,35 @@ func TestGroupsAdmin(t *testing.T) {
 	})
 }
 
+// After a SIGKILL of the node coordinating a group, admin calls from a
+// client that cached it find the new coordinator on their own and see the
+// offsets committed before the kill (the new coordinator replayed them).
+func TestGroupAdminFollowsCoordinatorMove(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 3})
+	cl := cluster.Client(t, c)
+	ctx := context.Background()
+	_, err := cl.CreateTopic(ctx, "t", 1, 3, nil)
+	require.NoError(t, err)
+	t0 := client.TopicPartition{Topic: "t", Partition: 0}
+	require.NoError(t, cl.CommitOffsets(ctx, "g", map[client.TopicPartition]int64{t0: 5}))
+	before, _, err := cl.FindCoordinator(ctx, "g")
+	require.NoError(t, err)
+	victim := nodeByID(c, before)
+	require.NotNil(t, victim, "coordinator %d is not a process of the cluster", before)
+	require.NoError(t, victim.Kill())
+
+	start := time.Now()
+	require.Equal(t, map[client.TopicPartition]int64{t0: 5}, committedOffsets(t, cl, "g", t0), "offsets committed before the kill")
+	require.NoError(t, cl.CommitOffsets(ctx, "g", map[client.TopicPartition]int64{t0: 6}))
+	t.Logf("coordinator moved away from node %d; the calls took %v", before, time.Since(start))
+	after, _, err := cl.FindCoordinator(ctx, "g")
+	require.NoError(t, err)
+	require.NotEqual(t, before, after)
+	require.Equal(t, map[client.TopicPartition]int64{t0: 6}, committedOffsets(t, cl, "g", t0))
+
+	out, stderr, err := groupCLI(t, c, "group", "describe", "g")
+	require.NoError(t, err, stderr)
+	require.Regexp(t, `(?m)^t\s+0\s+6\s+`, out)
+}
+
 func protoJSON(s string, m proto.Message) error { return protojson.Unmarshal([]byte(s), m) }
