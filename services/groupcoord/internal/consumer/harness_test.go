@@ -43,6 +43,9 @@ type client struct {
 	// told is the last assignment received and not yet applied (nil when
 	// applied).
 	told map[tp]bool
+	// toldEpoch and heldEpoch are the member epochs that came with told
+	// and with held: a commit of held still in flight carries heldEpoch.
+	toldEpoch, heldEpoch int32
 }
 
 func newClient(id string, topics ...string) *client {
@@ -66,7 +69,7 @@ func (c *client) ownedProto() []*groupv1.TopicPartitions {
 // apply makes the consumer hold what it was last told.
 func (c *client) apply() {
 	if c.told != nil {
-		c.held = c.told
+		c.held, c.heldEpoch = c.told, c.toldEpoch
 		c.told = nil
 	}
 }
@@ -98,6 +101,7 @@ func (c *client) take(resp *groupv1.ConsumerGroupHeartbeatResponse) {
 	c.id = resp.GetMemberId()
 	c.epoch = resp.GetMemberEpoch()
 	if resp.Assignment != nil {
+		c.toldEpoch = c.epoch
 		c.told = map[tp]bool{}
 		for _, t := range resp.GetAssignment().GetTopicPartitions() {
 			for _, p := range t.GetPartitions() {

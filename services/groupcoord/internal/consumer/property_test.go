@@ -168,11 +168,13 @@ func (s *sim) check(before map[string]map[tp]bool) {
 		if s.away[key] || len(c.held) == 0 {
 			continue
 		}
-		check, err := s.g.CommitValidator(c.id, c.epoch)
-		require.NoError(t, err, "commit by %s", c.id)
-		for k := range c.held {
-			if check != nil {
-				require.NoError(t, check(k.topic, k.partition), "commit by %s", c.id)
+		for _, epoch := range []int32{c.heldEpoch, c.epoch} {
+			check, err := s.g.CommitValidator(c.id, epoch)
+			require.NoError(t, err, "commit by %s with epoch %d", c.id, epoch)
+			for k := range c.held {
+				if check != nil {
+					require.NoError(t, check(k.topic, k.partition), "commit by %s with epoch %d", c.id, epoch)
+				}
 			}
 		}
 	}
