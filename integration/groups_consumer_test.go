@@ -400,3 +400,43 @@ func (l *lockedBuffer) String() string {
 }
 
 func (l *lockedBuffer) lines() int { return strings.Count(l.String(), "\n") }
+
+// Members that join one by one, each while the group is reading, take
+// partitions over from the commits made as they are revoked: with
+// automatic commits too rare to help (one a minute), every record is still
+// returned exactly once, for each rebalance protocol.
+func TestGroupConsumersJoinOneByOne(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{Combined: true, ExtraArgs: groupArgs})
+	cl := cluster.Client(t, c)
+	for _, v := range groupVariants {
+		t.Run(v.name, func(t *testing.T) {
+			const parts, n, per = 6, 3, 300
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			topic := "one-by-one-" + v.name
+			_, err := cl.CreateTopic(ctx, topic, parts, 1, nil)
+			require.NoError(t, err)
+			cfg := client.GroupConsumerConfig{
+				GroupID: topic, Topics: []string{topic}, Protocol: v.protocol, Assignors: v.assignors,
+				SessionTimeout: 6 * time.Second, HeartbeatInterval: 300 * time.Millisecond, RebalanceTimeout: 20 * time.Second,
+				AutoCommit: true, AutoCommitInterval: time.Minute, Reset: client.ResetEarliest,
+			}
+			led := newLedger()
+			var members []*groupMember
+			for k := range n {
+				produceSpread(t, ctx, cl, topic, parts, k*per, (k+1)*per)
+				members = append(members, startGroupMember(t, cl, cfg, led))
+				awaitGroup(t, time.Minute, fmt.Sprintf("%d records with %d members", (k+1)*per, k+1), members,
+					func() bool { return led.distinct() >= (k+1)*per })
+			}
+			awaitGroup(t, 30*time.Second, "an even split", members, func() bool { return split(members, parts) })
+			produceSpread(t, ctx, cl, topic, parts, n*per, (n+1)*per)
+			awaitGroup(t, time.Minute, "the last records", members, func() bool { return led.distinct() >= (n+1)*per })
+			for _, m := range members {
+				require.NoError(t, m.close())
+			}
+			require.Empty(t, led.duplicates(), "records returned twice")
+			require.Equal(t, (n+1)*per, led.distinct())
+		})
+	}
+}
