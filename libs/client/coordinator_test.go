@@ -20,6 +20,7 @@ import (
 	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
 	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
 	metadatav1 "github.com/sluice-io/sluice/gen/go/sluice/metadata/v1"
+	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
 	"github.com/sluice-io/sluice/libs/client/errs"
 )
 
@@ -82,6 +83,7 @@ func TestCoordinatorGaveUp(t *testing.T) {
 type fakeGroupNode struct {
 	metadatav1.UnimplementedMetadataServiceServer
 	groupv1.UnimplementedGroupCoordinatorServiceServer
+	storagev1.UnimplementedStorageServiceServer
 
 	id      int32
 	cluster *fakeGroupCluster
@@ -93,12 +95,27 @@ type fakeGroupNode struct {
 	list func(*groupv1.ListGroupsRequest) (*groupv1.ListGroupsResponse, error)
 	// commit answers OffsetCommit.
 	commit func(*groupv1.OffsetCommitRequest) (*groupv1.OffsetCommitResponse, error)
+	// listOffsets answers ListOffsets.
+	listOffsets func(*storagev1.ListOffsetsRequest) (*storagev1.ListOffsetsResponse, error)
 
 	findCalls, describeCalls atomic.Int32
 }
 
-func (f *fakeGroupNode) GetMetadata(context.Context, *metadatav1.GetMetadataRequest) (*metadatav1.GetMetadataResponse, error) {
+func (f *fakeGroupNode) GetMetadata(_ context.Context, req *metadatav1.GetMetadataRequest) (*metadatav1.GetMetadataResponse, error) {
 	resp := &metadatav1.GetMetadataResponse{}
+	// Topic "t" has one partition per node, partition i led by node i+1.
+	for _, name := range req.GetTopics() {
+		ti := &metadatav1.TopicInfo{Name: name}
+		if name != "t" {
+			ti.Error = errs.New(errs.UnknownTopicOrPartition, "topic %q does not exist", name).Proto()
+		}
+		for i, n := range f.cluster.nodes {
+			if name == "t" {
+				ti.Partitions = append(ti.Partitions, &commonv1.PartitionState{Topic: name, Partition: int32(i), LeaderId: n.id})
+			}
+		}
+		resp.Topics = append(resp.Topics, ti)
+	}
 	for _, n := range f.cluster.nodes {
 		resp.Brokers = append(resp.Brokers, &commonv1.Broker{
 			Id: n.id, Roles: []string{"storage-node", roleGroupCoordinator}, State: commonv1.BrokerState_BROKER_STATE_ALIVE,
@@ -134,6 +151,10 @@ func (f *fakeGroupNode) OffsetCommit(_ context.Context, req *groupv1.OffsetCommi
 	return f.commit(req)
 }
 
+func (f *fakeGroupNode) ListOffsets(_ context.Context, req *storagev1.ListOffsetsRequest) (*storagev1.ListOffsetsResponse, error) {
+	return f.listOffsets(req)
+}
+
 func fakeHost(id int32) string { return "node" + string(rune('0'+id)) }
 func fakeAddr(id int32) string { return fakeHost(id) + ":1" }
 
@@ -157,6 +178,7 @@ func startGroupCluster(t *testing.T, n int, cfg Config) (*fakeGroupCluster, *Cli
 		srv := grpc.NewServer()
 		metadatav1.RegisterMetadataServiceServer(srv, node)
 		groupv1.RegisterGroupCoordinatorServiceServer(srv, node)
+		storagev1.RegisterStorageServiceServer(srv, node)
 		servers = append(servers, srv)
 		wg.Go(func() { _ = srv.Serve(lis) })
 	}
