@@ -216,11 +216,11 @@ func insertSorted(list []tp, k tp) []tp {
 
 // RangeAssignor gives each member subscribed to a topic a contiguous range of
 // its partitions: with n partitions and m members, every member gets n/m and
-// the first n%m members (by id) one more, so members subscribed to
-// co-partitioned topics get the same partition numbers of each (a join of
-// topic A partition 3 with topic B partition 3 stays on one member). Like
-// Kafka's server-side RangeAssignor it is sticky: a member keeps the current
-// partitions that fit its quota, and only the rest is redistributed.
+// n%m members one more, so members subscribed to co-partitioned topics get
+// the same partition numbers of each (a join of topic A partition 3 with
+// topic B partition 3 stays on one member). Like Kafka's server-side
+// RangeAssignor it is sticky: a member keeps the current partitions that fit
+// its quota, and only the rest is redistributed (see assignRangeTopic).
 type RangeAssignor struct{}
 
 // Name implements Assignor.
@@ -253,27 +253,53 @@ func (RangeAssignor) Assign(spec Spec) map[string]map[string][]int32 {
 	return out
 }
 
-// assignRangeTopic assigns one topic's partitions among members (sorted by id).
+// assignRangeTopic assigns one topic's partitions among members (sorted by
+// id).
 //
-// Quotas follow the range rule, so the first count%len(members) members get
-// one partition more. A member first keeps its current partitions up to its
-// quota; the freed and never-owned partitions then fill the members below
-// quota in ascending order, which gives contiguous ranges whenever nobody
-// holds anything yet (the first assignment, or after a topic grew from 0).
+// Every member gets count/len(members) partitions, and count%len(members)
+// of them one more: first those that already held more than that (so they
+// keep it), then the others in member order. A member keeps its current
+// partitions up to its quota; the freed and never-owned partitions then
+// fill the members below quota in member order, lowest partitions first.
+// Without current partitions this is exactly the range rule: contiguous
+// ranges with the extra partitions on the first members. The result depends
+// only on the partition numbers involved, so topics with the same count,
+// the same subscribers and the same current assignment get the same
+// partition numbers (co-partitioning survives rebalances).
 func assignRangeTopic(topic string, count int32, members []MemberSpec, out map[string]map[string][]int32) {
 	m := int32(len(members))
-	quota := func(i int) int32 {
-		q := count / m
-		if int32(i) < count%m {
-			q++
+	base, extra := count/m, count%m
+	current := make([][]int32, len(members))
+	for i, ms := range members {
+		for _, p := range ms.Current[topic] {
+			if p >= 0 && p < count {
+				current[i] = append(current[i], p)
+			}
 		}
-		return q
+		slices.Sort(current[i])
+		current[i] = slices.Compact(current[i])
+	}
+	quota := make([]int32, len(members))
+	for i := range members {
+		quota[i] = base
+	}
+	for i := range members {
+		if extra > 0 && int32(len(current[i])) > base {
+			quota[i]++
+			extra--
+		}
+	}
+	for i := range members {
+		if extra > 0 && quota[i] == base {
+			quota[i]++
+			extra--
+		}
 	}
 	taken := make([]bool, count)
 	got := make([][]int32, len(members))
-	for i, ms := range members {
-		for _, p := range ms.Current[topic] {
-			if p < 0 || p >= count || taken[p] || int32(len(got[i])) >= quota(i) {
+	for i := range members {
+		for _, p := range current[i] {
+			if taken[p] || int32(len(got[i])) >= quota[i] {
 				continue
 			}
 			taken[p] = true
@@ -282,7 +308,7 @@ func assignRangeTopic(topic string, count int32, members []MemberSpec, out map[s
 	}
 	next := int32(0)
 	for i := range members {
-		for int32(len(got[i])) < quota(i) {
+		for int32(len(got[i])) < quota[i] {
 			for taken[next] {
 				next++
 			}

@@ -427,3 +427,28 @@ func TestPropertyAssignors(t *testing.T) {
 		}
 	})
 }
+
+// TestPropertyRangeKeepsCoPartitioning feeds the range assignor its own
+// output through random membership changes and checks that two topics with
+// the same partition count always give each member the same partitions.
+func TestPropertyRangeKeepsCoPartitioning(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		count := int32(rapid.IntRange(1, 30).Draw(rt, "count"))
+		spec := Spec{Partitions: map[string]int32{"left": count, "right": count}}
+		prev := map[string]map[string][]int32{}
+		for range rapid.IntRange(1, 8).Draw(rt, "rebalances") {
+			spec.Members = nil
+			for i := range 8 {
+				if rapid.Bool().Draw(rt, "present") {
+					id := fmt.Sprintf("m%d", i)
+					spec.Members = append(spec.Members, MemberSpec{ID: id, Topics: map[string]bool{"left": true, "right": true}, Current: prev[id]})
+				}
+			}
+			out := RangeAssignor{}.Assign(spec)
+			for _, ms := range spec.Members {
+				require.Equal(rt, out[ms.ID]["left"], out[ms.ID]["right"], "member %s", ms.ID)
+			}
+			prev = out
+		}
+	})
+}
