@@ -83,6 +83,10 @@ func (r *GroupCoordinator) ConsumerGroupHeartbeat(ctx context.Context, req *grou
 	resp, err := cg.Heartbeat(req, imageTopics{img}, now)
 	s.noteConsumerEpochLocked(ctx, cg, now)
 	if err != nil {
+		if cg.Empty() && len(g.offsets) == 0 && wasEmpty {
+			// A refused first join leaves no group behind.
+			delete(s.groups, g.id)
+		}
 		return &groupv1.ConsumerGroupHeartbeatResponse{MemberId: req.GetMemberId(), Error: errs.From(err).Proto()}, nil
 	}
 	if cg.Empty() && !wasEmpty {

@@ -38,7 +38,8 @@ func (r *GroupCoordinator) OffsetCommit(ctx context.Context, req *groupv1.Offset
 	now := r.now()
 	s.mu.Lock()
 	g := s.groupLocked(req.GetGroupId(), false)
-	if e := s.validateCommitLocked(g, req); e != nil {
+	partitionCheck, e := s.validateCommitLocked(g, req)
+	if e != nil {
 		s.mu.Unlock()
 		return failAll(e)
 	}
@@ -54,6 +55,8 @@ func (r *GroupCoordinator) OffsetCommit(ctx context.Context, req *groupv1.Offset
 			res.Error = errs.Invalid(errs.InvalidRequest, "offset", "offset %d for %s-%d is negative; commit the next offset to consume", p.GetOffset(), p.GetTopic(), p.GetPartition()).Proto()
 		case len(p.GetMetadata()) > r.cfg.OffsetMetadataMaxBytes:
 			res.Error = errs.New(errs.OffsetMetadataTooLarge, "metadata of %s-%d has %d bytes, more than offset.metadata.max.bytes=%d", p.GetTopic(), p.GetPartition(), len(p.GetMetadata()), r.cfg.OffsetMetadataMaxBytes).Proto()
+		case partitionCheck != nil && partitionCheck(p.GetTopic(), p.GetPartition()) != nil:
+			res.Error = errs.From(partitionCheck(p.GetTopic(), p.GetPartition())).Proto()
 		default:
 			epoch := int32(-1)
 			if p.LeaderEpoch != nil {
@@ -82,29 +85,33 @@ func (r *GroupCoordinator) OffsetCommit(ctx context.Context, req *groupv1.Offset
 	return resp, nil
 }
 
-// validateCommitLocked applies Kafka's fencing rules to a commit.
-func (s *shard) validateCommitLocked(g *group, req *groupv1.OffsetCommitRequest) *errs.Error {
+// validateCommitLocked applies Kafka's fencing rules to a commit. For a
+// consumer-protocol member committing with an older epoch it returns a
+// per-partition check instead (KIP-1251: partitions it still owns since
+// that epoch pass, the others are stale).
+func (s *shard) validateCommitLocked(g *group, req *groupv1.OffsetCommitRequest) (func(string, int32) error, *errs.Error) {
 	gen, memberID := req.GetGenerationIdOrMemberEpoch(), req.GetMemberId()
 	if g != nil && g.consumer != nil {
 		if gen < 0 && memberID == "" && g.consumer.Empty() {
-			return nil
+			return nil, nil
 		}
-		return errsFrom(g.consumer.ValidateCommit(memberID, gen))
+		check, err := g.consumer.CommitValidator(memberID, gen)
+		return check, errsFrom(err)
 	}
 	if g == nil || g.classic == nil || len(g.classic.members) == 0 {
 		if gen < 0 {
-			return nil // a group with no members: simple commits are allowed
+			return nil, nil // a group with no members: simple commits are allowed
 		}
-		return errs.New(errs.IllegalGeneration, "group %q has no active members, so generation %d is stale; commit with generation -1 and no member id, or join the group first", req.GetGroupId(), gen)
+		return nil, errs.New(errs.IllegalGeneration, "group %q has no active members, so generation %d is stale; commit with generation -1 and no member id, or join the group first", req.GetGroupId(), gen)
 	}
 	if gen < 0 && memberID == "" {
-		return errs.New(errs.UnknownMemberID, "group %q has active members; only they can commit (stop them first to reset offsets)", g.id)
+		return nil, errs.New(errs.UnknownMemberID, "group %q has active members; only they can commit (stop them first to reset offsets)", g.id)
 	}
 	if g.classic.state == stateCompletingRebalance {
-		return errs.New(errs.RebalanceInProgress, "group %q is completing a rebalance; commit after SyncGroup", g.id)
+		return nil, errs.New(errs.RebalanceInProgress, "group %q is completing a rebalance; commit after SyncGroup", g.id)
 	}
 	_, e := s.classicMemberLocked(g, memberID, req.GetGroupInstanceId(), gen)
-	return e
+	return nil, e
 }
 
 // errsFrom converts an error from the consumer-protocol state machine.
