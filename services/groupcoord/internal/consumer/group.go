@@ -127,6 +127,9 @@ func randomMemberID() string {
 // everything unable to say so. A client must therefore send what it owns on
 // every heartbeat; a partition it leaves out counts as released.
 //
+// topics may be nil when the caller has no topic view; the group then keeps
+// the partition counts it saw last.
+//
 // subscribed_topic_names and subscribed_topic_regex replace the
 // subscription when either is set; when both are empty the subscription is
 // unchanged (to drop every topic, a member leaves). rebalance_timeout_ms and

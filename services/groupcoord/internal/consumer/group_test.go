@@ -542,3 +542,43 @@ func TestStaticMemberAwayCannotCommit(t *testing.T) {
 	requireCode(t, g.ValidateFetch("m1", 1), errs.FencedMemberEpoch)
 	require.Equal(t, int32(-2), g.Describe().GetMembers()[0].GetMemberEpoch())
 }
+
+// TestStaticRejoinDuringRevocation: a static member that left while it had
+// partitions pending revocation comes back owning nothing, so the
+// revocation completes and its new owner can take them.
+func TestStaticRejoinDuringRevocation(t *testing.T) {
+	g := NewGroup(testGroup, Config{})
+	topics := fakeTopics{"a": 4}
+	c1, c2 := newClient("m1", "a"), newClient("m2", "a")
+	c1.instance = "i1"
+	join(t, g, c1, topics, t0)
+	join(t, g, c2, topics, t0)
+	beat(t, g, c1, topics, t0) // Told to revoke two.
+	require.Equal(t, stateUnrevoked, g.members["m1"].state)
+	_, err := g.Heartbeat(&groupv1.ConsumerGroupHeartbeatRequest{GroupId: testGroup, MemberId: "m1", InstanceId: "i1", MemberEpoch: -2}, topics, t0)
+	require.NoError(t, err)
+	require.True(t, g.members["m1"].revokeDeadline.IsZero(), "while away, only the session timeout counts")
+	require.Equal(t, t0.Add(45*time.Second), g.NextDeadline())
+
+	c1b := newClient("m1b", "a")
+	c1b.instance = "i1"
+	resp := join(t, g, c1b, topics, t0.Add(time.Second))
+	require.Equal(t, int32(2), resp.GetMemberEpoch())
+	require.Len(t, c1b.held, 2)
+	beat(t, g, c2, topics, t0.Add(time.Second))
+	require.Len(t, c2.held, 2)
+	require.Equal(t, "Stable", g.State())
+	checkOwners(t, g)
+}
+
+// TestHeartbeatWithoutTopicView: a nil Topics keeps the last partition
+// counts (the caller may have no view yet).
+func TestHeartbeatWithoutTopicView(t *testing.T) {
+	g := NewGroup(testGroup, Config{})
+	c := newClient("m1", "a")
+	join(t, g, c, fakeTopics{"a": 2}, t0)
+	resp := beat(t, g, c, nil, t0)
+	require.Nil(t, resp.Assignment)
+	require.Len(t, c.held, 2)
+	require.Equal(t, int32(1), g.Epoch())
+}
