@@ -199,7 +199,7 @@ func TestGroupsAdmin(t *testing.T) {
 			Executed   bool `json:"executed"`
 			Partitions []struct {
 				Partition int32 `json:"partition"`
-				New       int64 `json:"new_offset"`
+				New       int64 `json:"newOffset"`
 			} `json:"partitions"`
 		}
 		require.NoError(t, json.Unmarshal([]byte(out), &plan), out)

@@ -103,15 +103,16 @@ func groupMissing(d *groupv1.GroupDescription) bool {
 	return d.GetError().GetCode() == errs.GroupIDNotFound || (d.GetError() == nil && d.GetState() == "Dead")
 }
 
-// lagJSON is a row of describe's JSON output.
+// lagJSON is a row of describe's JSON output, named in protojson's style
+// as the rest of the CLI's JSON.
 type lagJSON struct {
 	Topic         string `json:"topic"`
 	Partition     int32  `json:"partition"`
-	CurrentOffset int64  `json:"current_offset"`
-	LogEndOffset  int64  `json:"log_end_offset"`
+	CurrentOffset int64  `json:"currentOffset"`
+	LogEndOffset  int64  `json:"logEndOffset"`
 	Lag           int64  `json:"lag"`
-	MemberID      string `json:"member_id,omitempty"`
-	ClientID      string `json:"client_id,omitempty"`
+	MemberID      string `json:"memberId,omitempty"`
+	ClientID      string `json:"clientId,omitempty"`
 	Host          string `json:"host,omitempty"`
 }
 
@@ -142,7 +143,7 @@ func newGroupDescribeCmd(g *globals) *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			if g.output == "json" {
-				b, err := protojson.Marshal(d)
+				b, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(d)
 				if err != nil {
 					return err
 				}
@@ -187,8 +188,14 @@ func writeGroupDescription(w io.Writer, d *groupv1.GroupDescription, lag []clien
 	} else {
 		fmt.Fprintln(w, "MEMBER-ID\tINSTANCE-ID\tCLIENT-ID\tHOST\tEPOCH\tPARTITIONS")
 		for _, m := range d.GetMembers() {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", m.GetMemberId(), dash(m.GetGroupInstanceId()), dash(m.GetClientId()),
-				dash(m.GetClientHost()), m.GetMemberEpoch(), assignmentText(m.GetAssignment()))
+			// Member epochs belong to the consumer protocol; classic
+			// members have the group's generation only.
+			epoch := "-"
+			if d.GetType() == "consumer" {
+				epoch = fmt.Sprint(m.GetMemberEpoch())
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", m.GetMemberId(), dash(m.GetGroupInstanceId()), dash(m.GetClientId()),
+				dash(m.GetClientHost()), epoch, assignmentText(m.GetAssignment()))
 		}
 	}
 	fmt.Fprintln(w)

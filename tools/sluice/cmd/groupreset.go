@@ -152,8 +152,8 @@ type resetRow struct {
 	Topic     string `json:"topic"`
 	Partition int32  `json:"partition"`
 	// Current is the committed offset, -1 if none.
-	Current int64 `json:"current_offset"`
-	New     int64 `json:"new_offset"`
+	Current int64 `json:"currentOffset"`
+	New     int64 `json:"newOffset"`
 }
 
 // resetInputs are the offsets a reset plan is computed from.
