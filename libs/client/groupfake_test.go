@@ -10,6 +10,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
@@ -398,4 +402,125 @@ func TestConsumerProtocolMemberReconciles(t *testing.T) {
 
 	require.NoError(t, g.Close(context.Background()))
 	f.with(func() { require.Equal(t, int32(-1), f.cghb[len(f.cghb)-1].GetMemberEpoch()) })
+}
+
+// spanRecorder is a TracerProvider (OTel API only) that records the names
+// of the spans started.
+type spanRecorder struct {
+	tracenoop.TracerProvider
+	mu    sync.Mutex
+	names []string
+}
+
+func (r *spanRecorder) Tracer(string, ...trace.TracerOption) trace.Tracer {
+	return recordingTracer{r: r}
+}
+
+func (r *spanRecorder) count(name string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, s := range r.names {
+		if s == name {
+			n++
+		}
+	}
+	return n
+}
+
+type recordingTracer struct {
+	tracenoop.Tracer
+	r *spanRecorder
+}
+
+func (t recordingTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	t.r.mu.Lock()
+	t.r.names = append(t.r.names, name)
+	t.r.mu.Unlock()
+	return t.Tracer.Start(ctx, name, opts...)
+}
+
+// meterRecorder is a MeterProvider (OTel API only) that sums Int64Counter
+// additions and counts histogram records, by instrument name.
+type meterRecorder struct {
+	metricnoop.MeterProvider
+	mu     sync.Mutex
+	counts map[string]int64
+}
+
+func (r *meterRecorder) Meter(string, ...metric.MeterOption) metric.Meter {
+	return recordingMeter{r: r}
+}
+
+func (r *meterRecorder) get(name string) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.counts[name]
+}
+
+func (r *meterRecorder) add(name string, n int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.counts[name] += n
+}
+
+type recordingMeter struct {
+	metricnoop.Meter
+	r *meterRecorder
+}
+
+func (m recordingMeter) Int64Counter(name string, _ ...metric.Int64CounterOption) (metric.Int64Counter, error) {
+	return recordingCounter{r: m.r, name: name}, nil
+}
+
+func (m recordingMeter) Float64Histogram(name string, _ ...metric.Float64HistogramOption) (metric.Float64Histogram, error) {
+	return recordingHistogram{r: m.r, name: name}, nil
+}
+
+type recordingCounter struct {
+	metricnoop.Int64Counter
+	r    *meterRecorder
+	name string
+}
+
+func (c recordingCounter) Add(_ context.Context, n int64, _ ...metric.AddOption) { c.r.add(c.name, n) }
+
+type recordingHistogram struct {
+	metricnoop.Float64Histogram
+	r    *meterRecorder
+	name string
+}
+
+func (h recordingHistogram) Record(context.Context, float64, ...metric.RecordOption) {
+	h.r.add(h.name, 1)
+}
+
+// Joins and syncs are traced, routine heartbeats are not but one that
+// starts a rebalance is, and each completed rebalance is counted and timed.
+func TestGroupTelemetry(t *testing.T) {
+	f, c := startGroupFake(t)
+	spans := &spanRecorder{}
+	meters := &meterRecorder{counts: map[string]int64{}}
+	c.cfg.Telemetry = &Telemetry{TracerProvider: spans, MeterProvider: meters}
+	g, err := c.NewGroupConsumer(GroupConsumerConfig{GroupID: "g", Topics: []string{"t"},
+		HeartbeatInterval: 20 * time.Millisecond, SessionTimeout: time.Second})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, g.Close(context.Background())) }()
+	pollUntil(t, g, "the first generation", func() bool { return g.Generation() == 1 })
+	pollUntil(t, g, "a few heartbeats", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.heartbeats >= 3
+	})
+	require.Equal(t, 2, spans.count("join"), "the KIP-394 join and the real one")
+	require.Equal(t, 1, spans.count("sync"))
+	require.Zero(t, spans.count("heartbeat"), "routine heartbeats are not traced")
+	require.Equal(t, int64(1), meters.get("sluice.client.group.rebalances"))
+	require.Equal(t, int64(1), meters.get("sluice.client.group.rebalance.duration"))
+
+	f.with(func() { f.heartbeat = errs.RebalanceInProgress })
+	pollUntil(t, g, "the second generation", func() bool { return g.Generation() == 2 })
+	require.Equal(t, 1, spans.count("heartbeat"))
+	require.Equal(t, 3, spans.count("join"))
+	require.Equal(t, int64(2), meters.get("sluice.client.group.rebalances"))
 }
