@@ -316,7 +316,7 @@ func (m *classicMember) joinAndSync(ctx context.Context, id string, gen int32, t
 		GroupInstanceId: cfg.InstanceID, ProtocolType: "consumer", ProtocolName: resp.GetProtocolName(),
 		Assignments: assignments,
 	}
-	sctx, span := m.g.tel.span(ctx, "sync", cfg.GroupID, attribute.String("member", resp.GetMemberId()),
+	sctx, span := m.g.tel.span(ctx, "group.sync", cfg.GroupID, attribute.String("member", resp.GetMemberId()),
 		attribute.Int("generation", int(resp.GetGenerationId())), attribute.String("protocol", resp.GetProtocolName()))
 	var sresp *groupv1.SyncGroupResponse
 	sctx, cancel := m.callCtx(sctx)
@@ -357,7 +357,7 @@ func (m *classicMember) callCtx(ctx context.Context) (context.Context, context.C
 // join sends one JoinGroup. On error, the response (if any) is returned too,
 // for the member id it may carry.
 func (m *classicMember) join(ctx context.Context, req *groupv1.JoinGroupRequest) (*groupv1.JoinGroupResponse, error) {
-	jctx, span := m.g.tel.span(ctx, "join", req.GetGroupId(), attribute.String("member", req.GetMemberId()),
+	jctx, span := m.g.tel.span(ctx, "group.join", req.GetGroupId(), attribute.String("member", req.GetMemberId()),
 		attribute.String("reason", req.GetReason()))
 	var resp *groupv1.JoinGroupResponse
 	jctx, cancel := m.callCtx(jctx)
@@ -503,7 +503,7 @@ func (m *classicMember) heartbeat(ctx context.Context, id string, gen int32) {
 // traceHeartbeat records a span for a heartbeat whose answer starts a
 // rebalance; routine heartbeats are not traced.
 func (m *classicMember) traceHeartbeat(ctx context.Context, start time.Time, id string, gen int32, code errs.Code) {
-	_, span := m.g.tel.tracer.Start(ctx, "heartbeat", trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindClient),
+	_, span := m.g.tel.tracer.Start(ctx, "group.heartbeat", trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("group", m.g.cfg.GroupID), attribute.String("member", id),
 			attribute.Int("generation", int(gen)), attribute.String("answer", errs.Name(code))))
 	span.End()

@@ -512,15 +512,15 @@ func TestGroupTelemetry(t *testing.T) {
 		defer f.mu.Unlock()
 		return f.heartbeats >= 3
 	})
-	require.Equal(t, 2, spans.count("join"), "the KIP-394 join and the real one")
-	require.Equal(t, 1, spans.count("sync"))
-	require.Zero(t, spans.count("heartbeat"), "routine heartbeats are not traced")
+	require.Equal(t, 2, spans.count("group.join"), "the KIP-394 join and the real one")
+	require.Equal(t, 1, spans.count("group.sync"))
+	require.Zero(t, spans.count("group.heartbeat"), "routine heartbeats are not traced")
 	require.Equal(t, int64(1), meters.get("sluice.client.group.rebalances"))
 	require.Equal(t, int64(1), meters.get("sluice.client.group.rebalance.duration"))
 
 	f.with(func() { f.heartbeat = errs.RebalanceInProgress })
 	pollUntil(t, g, "the second generation", func() bool { return g.Generation() == 2 })
-	require.Equal(t, 1, spans.count("heartbeat"))
-	require.Equal(t, 3, spans.count("join"))
+	require.Equal(t, 1, spans.count("group.heartbeat"))
+	require.Equal(t, 3, spans.count("group.join"))
 	require.Equal(t, int64(2), meters.get("sluice.client.group.rebalances"))
 }

@@ -286,7 +286,7 @@ func (m *nextMember) call(ctx context.Context, req *groupv1.ConsumerGroupHeartbe
 // traceHeartbeat records a span for a heartbeat that changed the member's
 // assignment or fenced it; routine heartbeats are not traced.
 func (m *nextMember) traceHeartbeat(ctx context.Context, start time.Time, req *groupv1.ConsumerGroupHeartbeatRequest, epoch int32, outcome string) {
-	_, span := m.g.tel.tracer.Start(ctx, "heartbeat", trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindClient),
+	_, span := m.g.tel.tracer.Start(ctx, "group.heartbeat", trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("group", req.GetGroupId()), attribute.String("member", req.GetMemberId()),
 			attribute.Int("epoch", int(epoch)), attribute.String("answer", outcome)))
 	span.End()
