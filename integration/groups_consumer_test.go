@@ -440,3 +440,36 @@ func TestGroupConsumersJoinOneByOne(t *testing.T) {
 		})
 	}
 }
+
+// A pattern subscription reads every topic whose whole name matches, and
+// no other, with either protocol (the classic member resolves the pattern
+// itself, the consumer protocol sends it to the coordinator).
+func TestGroupConsumerTopicPattern(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{Combined: true, ExtraArgs: groupArgs})
+	cl := cluster.Client(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for _, v := range []groupVariant{groupVariants[0], groupVariants[2]} {
+		t.Run(v.name, func(t *testing.T) {
+			prefix := "pat-" + v.name
+			for _, topic := range []string{prefix + "-a", prefix + "-b", prefix + "-a-not"} {
+				_, err := cl.CreateTopic(ctx, topic, 2, 1, nil)
+				require.NoError(t, err)
+				produceSpread(t, ctx, cl, topic, 2, 0, 50)
+			}
+			led := newLedger()
+			m := startGroupMember(t, cl, client.GroupConsumerConfig{
+				GroupID: prefix, TopicPattern: prefix + "-[ab]", Protocol: v.protocol, Assignors: v.assignors,
+				SessionTimeout: 6 * time.Second, HeartbeatInterval: 300 * time.Millisecond,
+				AutoCommit: true, Reset: client.ResetEarliest,
+			}, led)
+			awaitGroup(t, time.Minute, "the records of both matching topics", []*groupMember{m}, func() bool { return led.distinct() >= 100 })
+			require.Len(t, m.gc.Assignment(), 4)
+			require.NoError(t, m.close())
+			require.Equal(t, 100, led.distinct())
+			for v := range led.seen {
+				require.NotContains(t, v, "-not-", "a topic the pattern does not match in full")
+			}
+		})
+	}
+}
