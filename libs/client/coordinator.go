@@ -94,7 +94,9 @@ func (c *Client) FindCoordinator(ctx context.Context, groupID string) (nodeID in
 			c.groups.put(groupID, co)
 			return co.id, co.addr, nil
 		}
-		last = err
+		if ctx.Err() == nil || last == nil {
+			last = err
+		}
 		if server {
 			answered = err
 		}
@@ -142,7 +144,11 @@ func (c *Client) onGroupCoordinator(ctx context.Context, groupID string, fn func
 				return nil
 			}
 		}
-		last = err
+		if ctx.Err() == nil || last == nil {
+			// An error caused by the deadline itself says less than the
+			// one before it.
+			last = err
+		}
 		if server {
 			answered = err
 		}
@@ -274,17 +280,24 @@ func (c *Client) callCoordinator(ctx context.Context, co coordinator, fn func(ct
 	return false, nil
 }
 
-// lookupCoordinator asks the group-coordinator nodes metadata lists, then
-// the bootstrap addresses, for groupID's coordinator: one pass, passing
-// over nodes that cannot be reached, are not ready or do not serve the
-// group API. server says whether the error, if any, is a server's answer.
+// lookupCoordinator asks the group-coordinator nodes metadata lists (the
+// bootstrap addresses if metadata cannot be had or lists none) for
+// groupID's coordinator: one pass, passing over nodes that cannot be
+// reached, are not ready or do not serve the group API. server says
+// whether the error, if any, is a server's answer.
 func (c *Client) lookupCoordinator(ctx context.Context, groupID string) (co coordinator, server bool, err error) {
 	addrs, merr := c.groupCoordinatorAddrs(ctx)
 	if merr != nil && !errs.IsRetriable(merr) {
 		return coordinator{}, serverAnswer(merr), merr
 	}
-	addrs = appendNew(addrs, c.bootstrapOrder()...)
+	if len(addrs) == 0 {
+		// Any bootstrap node may serve the group API; one that does not
+		// answers UNIMPLEMENTED and is passed over.
+		addrs = c.bootstrapOrder()
+	}
 	var resp *groupv1.FindCoordinatorResponse
+	// last is the failure worth reporting: not a node without the group
+	// API, nor the end of ctx, which would hide why the pass failed.
 	last := merr
 	for _, addr := range addrs {
 		if ctx.Err() != nil {
@@ -292,7 +305,9 @@ func (c *Client) lookupCoordinator(ctx context.Context, groupID string) (co coor
 		}
 		conn, err := c.readyConn(ctx, addr)
 		if err != nil {
-			last = err
+			if ctx.Err() == nil {
+				last = err
+			}
 			continue
 		}
 		resp, err = groupv1.NewGroupCoordinatorServiceClient(conn).FindCoordinator(ctx, &groupv1.FindCoordinatorRequest{
@@ -302,15 +317,23 @@ func (c *Client) lookupCoordinator(ctx context.Context, groupID string) (co coor
 			break
 		}
 		switch errs.CodeOf(err) {
-		case errs.NodeUnreachable, errs.NodeNotReady, errs.Unimplemented, errs.RequestTimedOut:
-			last = fmt.Errorf("%s: %w", addr, err)
+		case errs.Unimplemented:
+			continue
+		case errs.NodeUnreachable, errs.NodeNotReady, errs.RequestTimedOut:
+			if ctx.Err() == nil {
+				last = fmt.Errorf("%s: %w", addr, err)
+			}
 			continue
 		}
 		return coordinator{}, serverAnswer(err), errs.From(err)
 	}
 	if resp == nil {
-		if last == nil {
-			last = errs.New(errs.CoordinatorNotAvailable, "no node serves the group coordinator API")
+		switch {
+		case last != nil:
+		case ctx.Err() != nil:
+			last = ctx.Err()
+		default:
+			last = errs.New(errs.CoordinatorNotAvailable, "no node serves the group coordinator API (asked %v)", addrs)
 		}
 		return coordinator{}, false, fmt.Errorf("finding the coordinator of group %q: %w", groupID, last)
 	}

@@ -99,6 +99,12 @@ type fakeGroupNode struct {
 	listOffsets func(*storagev1.ListOffsetsRequest) (*storagev1.ListOffsetsResponse, error)
 
 	findCalls, describeCalls atomic.Int32
+	// noRole leaves the group-coordinator role out of this node's metadata
+	// entry, and its group API unserved.
+	noRole atomic.Bool
+	// silent makes connections to the node hang: it accepts them and never
+	// answers, as a paused process does.
+	silent atomic.Bool
 }
 
 func (f *fakeGroupNode) GetMetadata(_ context.Context, req *metadatav1.GetMetadataRequest) (*metadatav1.GetMetadataResponse, error) {
@@ -117,8 +123,12 @@ func (f *fakeGroupNode) GetMetadata(_ context.Context, req *metadatav1.GetMetada
 		resp.Topics = append(resp.Topics, ti)
 	}
 	for _, n := range f.cluster.nodes {
+		roles := []string{"storage-node", roleGroupCoordinator}
+		if n.noRole.Load() {
+			roles = roles[:1]
+		}
 		resp.Brokers = append(resp.Brokers, &commonv1.Broker{
-			Id: n.id, Roles: []string{"storage-node", roleGroupCoordinator}, State: commonv1.BrokerState_BROKER_STATE_ALIVE,
+			Id: n.id, Roles: roles, State: commonv1.BrokerState_BROKER_STATE_ALIVE,
 			Endpoints: []*commonv1.Endpoint{{Name: "grpc", Host: fakeHost(n.id), Port: 1}},
 		})
 	}
@@ -126,6 +136,9 @@ func (f *fakeGroupNode) GetMetadata(_ context.Context, req *metadatav1.GetMetada
 }
 
 func (f *fakeGroupNode) FindCoordinator(_ context.Context, req *groupv1.FindCoordinatorRequest) (*groupv1.FindCoordinatorResponse, error) {
+	if f.noRole.Load() {
+		return nil, status.Error(codes.Unimplemented, "unknown service sluice.group.v1.GroupCoordinatorService")
+	}
 	f.findCalls.Add(1)
 	co := &groupv1.Coordinator{NodeId: 1, Address: fakeAddr(1)}
 	if f.find != nil {
@@ -163,6 +176,11 @@ func fakeAddr(id int32) string { return fakeHost(id) + ":1" }
 type fakeGroupCluster struct {
 	nodes []*fakeGroupNode
 	lis   map[string]*bufconn.Listener
+
+	mu sync.Mutex
+	// hung are the server ends of connections to silent nodes, closed
+	// when the test ends.
+	hung []net.Conn
 }
 
 func startGroupCluster(t *testing.T, n int, cfg Config) (*fakeGroupCluster, *Client) {
@@ -189,6 +207,15 @@ func startGroupCluster(t *testing.T, n int, cfg Config) (*fakeGroupCluster, *Cli
 			if !ok {
 				return nil, errors.New("no such node: " + addr)
 			}
+			for _, n := range fc.nodes {
+				if fakeAddr(n.id) == addr && n.silent.Load() {
+					client, server := net.Pipe()
+					fc.mu.Lock()
+					fc.hung = append(fc.hung, server)
+					fc.mu.Unlock()
+					return client, nil
+				}
+			}
 			return lis.DialContext(ctx)
 		}),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -197,6 +224,11 @@ func startGroupCluster(t *testing.T, n int, cfg Config) (*fakeGroupCluster, *Cli
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_ = c.Close()
+		fc.mu.Lock()
+		for _, h := range fc.hung {
+			_ = h.Close()
+		}
+		fc.mu.Unlock()
 		for _, s := range servers {
 			s.Stop()
 		}
@@ -312,4 +344,19 @@ func TestGroupCallRefindsCoordinator(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 2, nodeID)
 	require.Equal(t, fakeAddr(2), addr)
+}
+
+// A coordinator that accepts connections and never answers is passed over
+// after BootstrapTimeout and looked up again until the request timeout;
+// the error then names it. A bootstrap node without the group API is no
+// reason to give up early (it once ended the call with UNIMPLEMENTED).
+func TestGroupCallSilentCoordinator(t *testing.T) {
+	fc, c := startGroupCluster(t, 2, Config{RequestTimeout: time.Second, BootstrapTimeout: 100 * time.Millisecond})
+	fc.nodes[0].noRole.Store(true)
+	fc.nodes[1].silent.Store(true)
+	start := time.Now()
+	err := describeGroup(context.Background(), c, "g")
+	require.Equal(t, errs.RequestTimedOut, errs.CodeOf(err), "got %v", err)
+	require.ErrorContains(t, err, fakeAddr(2)+" did not answer within 100ms")
+	require.GreaterOrEqual(t, time.Since(start), time.Second, "retried until the request timeout")
 }

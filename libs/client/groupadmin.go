@@ -45,14 +45,16 @@ func (c *Client) ListGroups(ctx context.Context, states, types []string) ([]*gro
 	return mergeGroupListings(answers...), errors.Join(failures...)
 }
 
-// listGroupsAt asks one node for its groups, retrying retriable failures.
+// listGroupsAt asks one node for its groups, retrying retriable failures
+// until ctx ends; then the node's last answer, or else its last transport
+// failure, is returned.
 func (c *Client) listGroupsAt(ctx context.Context, addr string, req *groupv1.ListGroupsRequest) ([]*groupv1.GroupListing, error) {
 	var b backoff
-	var answered error
+	var answered, last error
 	for {
-		var resp *groupv1.ListGroupsResponse
 		conn, err := c.readyConn(ctx, addr)
 		if err == nil {
+			var resp *groupv1.ListGroupsResponse
 			resp, err = groupv1.NewGroupCoordinatorServiceClient(conn).ListGroups(ctx, req)
 			if err == nil {
 				return resp.GetGroups(), nil
@@ -61,14 +63,17 @@ func (c *Client) listGroupsAt(ctx context.Context, addr string, req *groupv1.Lis
 				answered = err
 			}
 		}
+		if ctx.Err() == nil || last == nil {
+			last = err
+		}
 		if !errs.IsRetriable(err) {
 			return nil, fmt.Errorf("listing groups at %s: %w", addr, errs.From(err))
 		}
 		if !b.wait(ctx) {
 			if answered != nil {
-				err = answered
+				return nil, fmt.Errorf("listing groups at %s: %w", addr, errs.From(answered))
 			}
-			return nil, fmt.Errorf("listing groups at %s: %w", addr, errs.From(err))
+			return nil, timedOut(fmt.Sprintf("listing groups at %s", addr), last)
 		}
 	}
 }

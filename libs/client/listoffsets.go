@@ -50,6 +50,13 @@ func (c *Client) ListOffsets(ctx context.Context, spec OffsetSpec, timestampMs i
 // moves the partition to out, a final error to failed; a retriable one
 // stays pending with its error.
 func (c *Client) listOffsetsPass(ctx context.Context, spec OffsetSpec, timestampMs int64, pending map[TopicPartition]error, out map[TopicPartition]int64, failed map[TopicPartition]error) {
+	// An error caused by the end of ctx says less than the one it
+	// replaces.
+	setErr := func(tp TopicPartition, err error) {
+		if ctx.Err() == nil || pending[tp] == nil {
+			pending[tp] = err
+		}
+	}
 	topics := map[string]bool{}
 	for tp := range pending {
 		topics[tp.Topic] = true
@@ -61,7 +68,7 @@ func (c *Client) listOffsetsPass(ctx context.Context, spec OffsetSpec, timestamp
 	md, err := c.Metadata(ctx, names...)
 	if err != nil {
 		for tp := range pending {
-			pending[tp] = err
+			setErr(tp, err)
 		}
 		if !errs.IsRetriable(err) {
 			for tp := range pending {
@@ -85,7 +92,7 @@ func (c *Client) listOffsetsPass(ctx context.Context, spec OffsetSpec, timestamp
 			}
 			if e := errs.FromProto(ti.GetError()); e != nil {
 				// Metadata's word that a topic is absent is final.
-				pending[tp] = e
+				setErr(tp, e)
 				if !retryMetadata(e) {
 					failed[tp] = e
 					delete(pending, tp)
@@ -99,7 +106,7 @@ func (c *Client) listOffsetsPass(ctx context.Context, spec OffsetSpec, timestamp
 			}
 			addr := addrs[ti.GetPartitions()[tp.Partition].GetLeaderId()]
 			if addr == "" {
-				pending[tp] = errs.New(errs.LeaderNotAvailable, "%s-%d has no leader at the moment", tp.Topic, tp.Partition)
+				setErr(tp, errs.New(errs.LeaderNotAvailable, "%s-%d has no leader at the moment", tp.Topic, tp.Partition))
 				continue
 			}
 			byLeader[addr] = append(byLeader[addr], &storagev1.ListOffsetsPartition{Topic: tp.Topic, Partition: tp.Partition, Spec: spec, TimestampMs: timestampMs})
@@ -110,7 +117,7 @@ func (c *Client) listOffsetsPass(ctx context.Context, spec OffsetSpec, timestamp
 		if err != nil {
 			for _, p := range parts {
 				tp := TopicPartition{p.GetTopic(), p.GetPartition()}
-				pending[tp] = err
+				setErr(tp, err)
 				if !errs.IsRetriable(err) {
 					failed[tp] = err
 					delete(pending, tp)
@@ -124,7 +131,7 @@ func (c *Client) listOffsetsPass(ctx context.Context, spec OffsetSpec, timestamp
 				continue
 			}
 			if e := errs.FromProto(r.GetError()); e != nil {
-				pending[tp] = e
+				setErr(tp, e)
 				if !e.Retriable() {
 					failed[tp] = e
 					delete(pending, tp)

@@ -76,7 +76,8 @@ func newGroupListCmd(g *globals) *cobra.Command {
 			defer c.Close()
 			groups, lerr := c.ListGroups(cmd.Context(), states, types)
 			if lerr != nil && len(groups) == 0 {
-				return lerr
+				// Every node's error, each with its address.
+				return errors.New(errText(lerr))
 			}
 			if err := g.print(cmd.OutOrStdout(), &groupv1.ListGroupsResponse{Groups: groups}, func(w io.Writer) error {
 				fmt.Fprintln(w, "GROUP\tTYPE\tPROTOCOL-TYPE\tSTATE")
