@@ -213,8 +213,8 @@ func (g *Group) join(req *groupv1.ConsumerGroupHeartbeatRequest, topics Topics, 
 		if prevID, ok := g.static[instance]; ok && prevID != id {
 			prev := g.members[prevID]
 			if !prev.leftStatic {
-				return nil, errs.New(codeUnreleasedInstanceID,
-					"UNRELEASED_INSTANCE_ID: instance id %q is still used by live member %s of group %s; stop that consumer (or let its session of %s end) before starting another with the same group.instance.id",
+				return nil, errs.New(errs.UnreleasedInstanceID,
+					"instance id %q is still used by live member %s of group %s; stop that consumer (or let its session of %s end) before starting another with the same group.instance.id",
 					instance, prevID, g.id, g.cfg.SessionTimeout)
 			}
 			if m != nil {
@@ -228,8 +228,8 @@ func (g *Group) join(req *groupv1.ConsumerGroupHeartbeatRequest, topics Topics, 
 	}
 	if m == nil {
 		if g.cfg.MaxSize > 0 && len(g.members) >= g.cfg.MaxSize {
-			return nil, errs.New(codeGroupMaxSizeReached,
-				"GROUP_MAX_SIZE_REACHED: group %s already has %d members, its group.consumer.max.size; stop a member or raise the limit",
+			return nil, errs.New(errs.GroupMaxSizeReached,
+				"group %s already has %d members, its group.consumer.max.size; stop a member or raise the limit",
 				g.id, len(g.members))
 		}
 		m = &member{id: id, assigned: make(partitionEpochs), pending: make(partitionEpochs)}

@@ -162,8 +162,8 @@ func TestStaticMemberRejoinsWithItsAssignment(t *testing.T) {
 	dup := newClient("m1-dup", "a")
 	dup.instance = "i1"
 	_, err = g.Heartbeat(dup.joinRequest(), topics, t0.Add(time.Second))
-	requireCode(t, err, codeUnreleasedInstanceID)
-	require.Contains(t, err.Error(), "UNRELEASED_INSTANCE_ID")
+	requireCode(t, err, errs.UnreleasedInstanceID)
+	require.Contains(t, err.Error(), "still used by live member")
 }
 
 func TestStaticTemporaryLeaveEndsWithSession(t *testing.T) {
@@ -380,7 +380,7 @@ func TestMaxSize(t *testing.T) {
 	join(t, g, newClient("m1", "a"), topics, t0)
 	join(t, g, newClient("m2", "a"), topics, t0)
 	_, err := g.Heartbeat(newClient("m3", "a").joinRequest(), topics, t0)
-	requireCode(t, err, codeGroupMaxSizeReached)
+	requireCode(t, err, errs.GroupMaxSizeReached)
 	require.Contains(t, err.Error(), "group.consumer.max.size")
 	// A known member may still rejoin.
 	join(t, g, newClient("m2", "a"), topics, t0)

@@ -7,17 +7,6 @@ import (
 	"github.com/sluice-io/sluice/libs/client/errs"
 )
 
-// Error codes Kafka has and the errs catalog lacks so far. The messages
-// carry Kafka's name so a person can still tell them apart; switch to the
-// catalog codes once they exist.
-var (
-	// codeGroupMaxSizeReached stands for GROUP_MAX_SIZE_REACHED (81): like
-	// it, POLICY_VIOLATION is not retriable.
-	codeGroupMaxSizeReached = errs.PolicyViolation
-	// codeUnreleasedInstanceID stands for UNRELEASED_INSTANCE_ID (111).
-	codeUnreleasedInstanceID = errs.FencedInstanceID
-)
-
 // ValidateCommit checks an OffsetCommit's member id and epoch with the rule
 // that needs no partitions (Kafka's before KIP-1251):
 //

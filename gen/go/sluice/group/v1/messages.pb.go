@@ -1246,8 +1246,10 @@ type ConsumerGroupHeartbeatRequest struct {
 	// Server-side assignor to use ("uniform" or "range"); empty uses the
 	// default.
 	ServerAssignor string `protobuf:"bytes,9,opt,name=server_assignor,json=serverAssignor,proto3" json:"server_assignor,omitempty"`
-	// Partitions the member owns now; sent when joining and after it revoked
-	// or took partitions.
+	// Partitions the member owns now, complete, on every heartbeat: proto3
+	// cannot tell an empty list from an absent one, so an empty list means the
+	// member owns nothing. The coordinator hands a member new partitions only
+	// after it reported here that it revoked those it had to give up.
 	OwnedPartitions []*TopicPartitions `protobuf:"bytes,10,rep,name=owned_partitions,json=ownedPartitions,proto3" json:"owned_partitions,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
