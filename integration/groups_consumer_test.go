@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	"github.com/sluice-io/sluice/integration/cluster"
 	"github.com/sluice-io/sluice/libs/client"
 	"github.com/sluice-io/sluice/libs/client/assign"
@@ -470,6 +471,45 @@ func TestGroupConsumerTopicPattern(t *testing.T) {
 			for v := range led.seen {
 				require.NotContains(t, v, "-not-", "a topic the pattern does not match in full")
 			}
+		})
+	}
+}
+
+// When a topic grows, the group assigns the new partitions: the classic
+// leader notices on its periodic metadata check and rebalances, the
+// consumer protocol's coordinator on its own; records produced to them are
+// read, once.
+func TestGroupConsumersFollowNewPartitions(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{Combined: true, ExtraArgs: groupArgs})
+	cl := cluster.Client(t, c)
+	for _, v := range groupVariants {
+		t.Run(v.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			topic := "grow-" + v.name
+			_, err := cl.CreateTopic(ctx, topic, 2, 1, nil)
+			require.NoError(t, err)
+			cfg := client.GroupConsumerConfig{
+				GroupID: topic, Topics: []string{topic}, Protocol: v.protocol, Assignors: v.assignors,
+				SessionTimeout: 6 * time.Second, HeartbeatInterval: 300 * time.Millisecond,
+				AutoCommit: true, AutoCommitInterval: 200 * time.Millisecond, Reset: client.ResetEarliest,
+			}
+			led := newLedger()
+			members := []*groupMember{startGroupMember(t, cl, cfg, led), startGroupMember(t, cl, cfg, led)}
+			produceSpread(t, ctx, cl, topic, 2, 0, 100)
+			awaitGroup(t, time.Minute, "the first records", members, func() bool { return led.distinct() >= 100 })
+
+			resp, err := cl.CreatePartitions(ctx, &controllerv1.CreatePartitionsRequest{Topics: []*controllerv1.PartitionIncrease{{Topic: topic, TotalCount: 4}}})
+			require.NoError(t, err)
+			require.Nil(t, resp.GetResults()[0].GetError())
+			awaitGroup(t, time.Minute, "the new partitions assigned", members, func() bool { return split(members, 4) })
+			produceSpread(t, ctx, cl, topic, 4, 100, 200)
+			awaitGroup(t, time.Minute, "the records of every partition", members, func() bool { return led.distinct() >= 200 })
+			for _, m := range members {
+				require.NoError(t, m.close())
+			}
+			require.Empty(t, led.duplicates())
+			require.Equal(t, 200, led.distinct())
 		})
 	}
 }

@@ -38,6 +38,11 @@ type classicMember struct {
 	topics    []string        // subscription sent in the last join
 	retry     backoff
 	checked   time.Time // last subscription check (patterns)
+	// counts are the partition counts the leader assigned, nil on other
+	// members: the leader watches them and rebalances the group when a
+	// topic grows (as Kafka's leader does on a metadata refresh).
+	counts        map[string]int32
+	countsChecked time.Time
 
 	mu         sync.Mutex
 	id         string
@@ -57,7 +62,9 @@ type joinResult struct {
 	id, protocol string
 	gen          int32
 	assignment   map[TopicPartition]bool
-	err          error
+	// counts are the partition counts the assignment used (leader only).
+	counts map[string]int32
+	err    error
 }
 
 func newClassicMember(g *GroupConsumer) (*classicMember, error) {
@@ -152,6 +159,13 @@ func (m *classicMember) needsJoin(ctx context.Context) (bool, error) {
 	m.mu.Lock()
 	need := m.gen < 0 || m.needRejoin
 	m.mu.Unlock()
+	if !need && m.counts != nil && time.Since(m.countsChecked) >= patternRecheck {
+		m.countsChecked = time.Now()
+		if topic, changed := m.countsChanged(ctx); changed {
+			m.requestRejoin(fmt.Sprintf("the partition count of topic %q changed", topic))
+			return true, nil
+		}
+	}
 	if need || m.g.pattern == nil || time.Since(m.checked) < patternRecheck {
 		return need, nil
 	}
@@ -166,6 +180,20 @@ func (m *classicMember) needsJoin(ctx context.Context) (bool, error) {
 		return true, nil
 	}
 	return false, nil
+}
+
+// countsChanged refreshes the metadata of the topics the leader assigned
+// and reports the first whose partition count differs.
+func (m *classicMember) countsChanged(ctx context.Context) (string, bool) {
+	for topic, n := range m.counts {
+		if err := m.g.k.md.refresh(ctx, topic); err != nil {
+			continue // checked again next time
+		}
+		if now, ok := m.g.k.md.known(topic); ok && now != n {
+			return topic, true
+		}
+	}
+	return "", false
 }
 
 // patternRecheck is how often a pattern subscription looks for new or
@@ -257,6 +285,7 @@ func (m *classicMember) joined(ctx context.Context, r joinResult) {
 	m.mu.Lock()
 	m.id, m.gen, m.protocol = r.id, r.gen, r.protocol
 	m.mu.Unlock()
+	m.counts, m.countsChecked = r.counts, time.Now()
 	owned := map[TopicPartition]bool{}
 	for _, tp := range m.g.owned() {
 		owned[tp] = true
@@ -305,9 +334,10 @@ func (m *classicMember) joinAndSync(ctx context.Context, id string, gen int32, t
 		break
 	}
 	var assignments []*groupv1.SyncGroupAssignment
+	var counts map[string]int32
 	if resp.GetLeader() == resp.GetMemberId() {
 		var err error
-		if assignments, err = m.lead(ctx, resp); err != nil {
+		if assignments, counts, err = m.lead(ctx, resp); err != nil {
 			return joinResult{err: err}
 		}
 	}
@@ -343,7 +373,7 @@ func (m *classicMember) joinAndSync(ctx context.Context, id string, gen int32, t
 			set[TopicPartition{topic, p}] = true
 		}
 	}
-	return joinResult{id: resp.GetMemberId(), gen: resp.GetGenerationId(), protocol: resp.GetProtocolName(), assignment: set}
+	return joinResult{id: resp.GetMemberId(), gen: resp.GetGenerationId(), protocol: resp.GetProtocolName(), assignment: set, counts: counts}
 }
 
 // callCtx bounds a JoinGroup or SyncGroup: the coordinator holds them until
@@ -383,7 +413,7 @@ func (m *classicMember) join(ctx context.Context, req *groupv1.JoinGroupRequest)
 
 // lead runs the assignor the coordinator chose over every member's
 // subscription and returns the assignments to send with SyncGroup.
-func (m *classicMember) lead(ctx context.Context, resp *groupv1.JoinGroupResponse) ([]*groupv1.SyncGroupAssignment, error) {
+func (m *classicMember) lead(ctx context.Context, resp *groupv1.JoinGroupResponse) ([]*groupv1.SyncGroupAssignment, map[string]int32, error) {
 	var assignor assign.Assignor
 	for _, a := range m.g.cfg.Assignors {
 		if a.Name() == resp.GetProtocolName() {
@@ -391,14 +421,14 @@ func (m *classicMember) lead(ctx context.Context, resp *groupv1.JoinGroupRespons
 		}
 	}
 	if assignor == nil {
-		return nil, errs.New(errs.InconsistentGroupProtocol, "the coordinator chose assignor %q, which this member does not have", resp.GetProtocolName())
+		return nil, nil, errs.New(errs.InconsistentGroupProtocol, "the coordinator chose assignor %q, which this member does not have", resp.GetProtocolName())
 	}
 	members := make([]assign.Member, 0, len(resp.GetMembers()))
 	topics := map[string]bool{}
 	for _, jm := range resp.GetMembers() {
 		mem, err := assign.DecodeSubscription(jm.GetMemberId(), jm.GetGroupInstanceId(), jm.GetMetadata())
 		if err != nil {
-			return nil, errs.New(errs.InconsistentGroupProtocol, "decoding the subscription of member %s: %w", jm.GetMemberId(), err)
+			return nil, nil, errs.New(errs.InconsistentGroupProtocol, "decoding the subscription of member %s: %w", jm.GetMemberId(), err)
 		}
 		members = append(members, mem)
 		for _, t := range mem.Topics {
@@ -412,7 +442,7 @@ func (m *classicMember) lead(ctx context.Context, resp *groupv1.JoinGroupRespons
 		case errs.Is(err, errs.UnknownTopicOrPartition):
 			continue // subscribed but not created (yet): nothing to assign
 		case err != nil:
-			return nil, fmt.Errorf("partition count of topic %q for the assignment: %w", t, err)
+			return nil, nil, fmt.Errorf("partition count of topic %q for the assignment: %w", t, err)
 		}
 		counts[t] = n
 	}
@@ -422,7 +452,7 @@ func (m *classicMember) lead(ctx context.Context, resp *groupv1.JoinGroupRespons
 		out = append(out, &groupv1.SyncGroupAssignment{MemberId: mem.ID, Assignment: assign.EncodeAssignment(plan[mem.ID], nil)})
 	}
 	trace.SpanFromContext(ctx).SetAttributes(attribute.Int("members", len(members)))
-	return out, nil
+	return out, counts, nil
 }
 
 // startHeartbeat starts heartbeating in generation gen.
