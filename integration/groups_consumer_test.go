@@ -513,3 +513,72 @@ func TestGroupConsumersFollowNewPartitions(t *testing.T) {
 		})
 	}
 }
+
+// A member that stops calling Poll for longer than the rebalance timeout
+// (max.poll.interval.ms) leaves the group, so the others take its
+// partitions; when it polls again it reports them lost (not revoked: they
+// may have been read by others already) and joins again.
+func TestGroupMemberThatStopsPollingLeaves(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{Combined: true, ExtraArgs: groupArgs})
+	cl := cluster.Client(t, c)
+	for _, v := range []groupVariant{groupVariants[1], groupVariants[2]} {
+		t.Run(v.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			const parts = 6
+			topic := "stall-" + v.name
+			_, err := cl.CreateTopic(ctx, topic, parts, 1, nil)
+			require.NoError(t, err)
+			var mu sync.Mutex
+			var lost, revoked []client.TopicPartition
+			cfg := client.GroupConsumerConfig{
+				GroupID: topic, Topics: []string{topic}, Protocol: v.protocol, Assignors: v.assignors,
+				SessionTimeout: 6 * time.Second, HeartbeatInterval: 300 * time.Millisecond, RebalanceTimeout: 3 * time.Second,
+				AutoCommit: true, Reset: client.ResetEarliest,
+			}
+			other := startGroupMember(t, cl, cfg, newLedger())
+			cfg.OnLost = func(_ context.Context, tps []client.TopicPartition) {
+				mu.Lock()
+				lost = append(lost, tps...)
+				mu.Unlock()
+			}
+			cfg.OnRevoked = func(_ context.Context, tps []client.TopicPartition) {
+				mu.Lock()
+				revoked = append(revoked, tps...)
+				mu.Unlock()
+			}
+			stalled, err := cl.NewGroupConsumer(cfg)
+			require.NoError(t, err)
+			defer func() { _ = stalled.Close(context.Background()) }() // the test's checks come first
+			poll := func() {
+				pctx, pcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				_, err := stalled.Poll(pctx)
+				pcancel()
+				if !errors.Is(err, context.DeadlineExceeded) {
+					require.NoError(t, err)
+				}
+			}
+			deadline := time.Now().Add(time.Minute)
+			for len(stalled.Assignment()) != parts/2 || len(other.gc.Assignment()) != parts/2 {
+				require.True(t, time.Now().Before(deadline), "no even split: %v / %v", stalled.Assignment(), other.gc.Assignment())
+				poll()
+			}
+			mine := stalled.Assignment()
+			revokedBefore := len(revoked)
+
+			// Stop polling: the other member ends up with every partition.
+			awaitGroup(t, 30*time.Second, "the other member to take every partition", []*groupMember{other},
+				func() bool { return len(other.gc.Assignment()) == parts })
+
+			deadline = time.Now().Add(time.Minute)
+			for len(stalled.Assignment()) != parts/2 || len(other.gc.Assignment()) != parts/2 {
+				require.True(t, time.Now().Before(deadline), "no split after the stalled member came back")
+				poll()
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			require.ElementsMatch(t, mine, lost, "the partitions held while stalled are reported lost")
+			require.Len(t, revoked, revokedBefore, "lost partitions are not reported revoked")
+		})
+	}
+}
