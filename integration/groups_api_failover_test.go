@@ -42,9 +42,22 @@ func TestGroupAPICoordinatorFailover(t *testing.T) {
 	// Session 30 s: longer than the failover, so members survive it.
 	a := gapiNewMember(gc, group, 30000, "range")
 	b := gapiNewMember(gc, group, 30000, "range")
-	gapiFormGroup(t, e.ctx, a, b)
+	s := gapiNewMember(gc, group, 30000, "range")
+	s.instance = "static-1"
+	formed := time.Now()
+	gapiFormGroup(t, e.ctx, a, b, s)
+	t.Logf("three members formed generation %d in %v", s.gen, time.Since(formed).Round(time.Millisecond))
 	ctx, cancel := e.call()
 	defer cancel()
+	// The static member restarts: a new member id, same generation, which
+	// must survive the failover too.
+	restarted := *s
+	restarted.id = ""
+	jr, err := gc.JoinGroup(ctx, restarted.joinRequest())
+	require.NoError(t, err)
+	gapiNoErr(t, jr.GetError(), "static rejoin")
+	require.Equal(t, s.gen, jr.GetGenerationId())
+	restarted.id = jr.GetMemberId()
 	p0, p1 := gapiPart("orders", 0, 42), gapiPart("orders", 1, 7)
 	p0.Metadata = "from a"
 	p0.LeaderEpoch = ptrInt32(3)
@@ -81,12 +94,18 @@ func TestGroupAPICoordinatorFailover(t *testing.T) {
 		require.Equal(t, before.GetMembers()[i].GetAssignment().GetTopicPartitions(), m.GetAssignment().GetTopicPartitions(),
 			"member %s keeps its assignment", m.GetMemberId())
 	}
-	for _, m := range []*gapiMember{a, b} {
+	require.Contains(t, gapiMemberIDs(after), restarted.id, "the restarted static member's id survives")
+	require.NotContains(t, gapiMemberIDs(after), s.id)
+	for _, m := range []*gapiMember{a, b, &restarted} {
 		m.gc = gc2
 		pe, err := m.heartbeat(ctx2)
 		require.NoError(t, err)
 		gapiNoErr(t, pe, "heartbeat in the old generation at the new coordinator")
 	}
+	s.gc = gc2
+	pe, err := s.heartbeat(ctx2)
+	require.NoError(t, err)
+	gapiErr(t, pe, errs.FencedInstanceID, "static-1")
 	oc, err = gc2.OffsetCommit(ctx2, gapiCommit(group, b.gen, b.id, gapiPart("orders", 1, 8)))
 	require.NoError(t, err)
 	gapiNoErr(t, oc.GetResults()[0].GetError(), "member commit at the new coordinator")
@@ -164,6 +183,7 @@ func gapiReadOffsetsTopic(t *testing.T, e *gapiEnv) gapiOffsetsRecords {
 		}
 	}
 	require.NotEmpty(t, want)
+	start := time.Now()
 	k.Assign(want...)
 	out := gapiOffsetsRecords{offsets: map[string]map[string]kmsg.OffsetCommitValue{}, groups: map[string]*kmsg.GroupMetadataValue{}}
 	n := 0
@@ -215,7 +235,7 @@ func gapiReadOffsetsTopic(t *testing.T, e *gapiEnv) gapiOffsetsRecords {
 			}
 		}
 	}
-	t.Logf("decoded %d records of __consumer_offsets with kmsg", n)
+	t.Logf("decoded %d records of __consumer_offsets with kmsg in %v", n, time.Since(start).Round(time.Millisecond))
 	return out
 }
 

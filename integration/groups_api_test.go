@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -399,6 +398,8 @@ func TestGroupAPIBadInput(t *testing.T) {
 	t.Logf("cluster up")
 	_, err := e.cl.CreateTopic(e.ctx, "orders", 2, 1, nil)
 	require.NoError(t, err)
+	_, err = e.cl.CreateTopic(e.ctx, "other", 1, 1, nil)
+	require.NoError(t, err)
 
 	// A stable classic group with one member that committed orders-0=5.
 	co := e.coordinator("classic-1", -1)
@@ -614,6 +615,76 @@ func TestGroupAPIBadInput(t *testing.T) {
 
 	})
 
+	t.Run("consumer protocol commit with an older epoch", func(t *testing.T) {
+		// KIP-1251: a member that committed with the epoch it had before a
+		// heartbeat bumped it may commit the partitions it has owned since
+		// that epoch; any other partition is STALE_MEMBER_EPOCH.
+		ctx, cancel := e.call()
+		defer cancel()
+		gcc := e.at(e.coordinator("consumer-2", -1).Addr)
+		type cmember struct {
+			id    string
+			epoch int32
+			owned []*groupv1.TopicPartitions
+		}
+		hb := func(m *cmember, topics ...string) {
+			t.Helper()
+			req := &groupv1.ConsumerGroupHeartbeatRequest{GroupId: "consumer-2", MemberId: m.id, MemberEpoch: m.epoch,
+				SubscribedTopicNames: topics, OwnedPartitions: m.owned}
+			if m.epoch == 0 {
+				req.RebalanceTimeoutMs, req.OwnedPartitions = 30000, nil
+			}
+			resp, err := gcc.ConsumerGroupHeartbeat(ctx, req)
+			require.NoError(t, err)
+			gapiNoErr(t, resp.GetError(), "ConsumerGroupHeartbeat")
+			m.id, m.epoch = resp.GetMemberId(), resp.GetMemberEpoch()
+			if resp.Assignment != nil {
+				m.owned = resp.GetAssignment().GetTopicPartitions()
+			}
+		}
+		y := &cmember{}
+		hb(y, "orders")
+		require.Eventually(t, func() bool {
+			hb(y)
+			return len(y.owned) == 1 && len(y.owned[0].GetPartitions()) == 2
+		}, 10*time.Second, 50*time.Millisecond, "Y, alone, owns both partitions of orders")
+		owningEpoch := y.epoch
+		z := &cmember{}
+		hb(z, "absent")
+		require.Eventually(t, func() bool {
+			hb(y)
+			return y.epoch > owningEpoch
+		}, 10*time.Second, 50*time.Millisecond, "Y moves to the epoch Z's join started")
+		oc, err := gcc.OffsetCommit(ctx, gapiCommit("consumer-2", owningEpoch, y.id, gapiPart("orders", 0, 11), gapiPart("other", 0, 12)))
+		require.NoError(t, err)
+		gapiNoErr(t, oc.GetResults()[0].GetError(), "a partition Y has owned since the epoch it commits with")
+		gapiErr(t, oc.GetResults()[1].GetError(), errs.StaleMemberEpoch, "other-0", "heartbeat")
+		require.Equal(t, map[string]int64{"orders-0": 11}, gapiOffsets(t, ctx, gcc, "consumer-2"))
+		oc, err = gcc.OffsetCommit(ctx, gapiCommit("consumer-2", y.epoch+1, y.id, gapiPart("orders", 0, 13)))
+		require.NoError(t, err)
+		gapiErr(t, oc.GetResults()[0].GetError(), errs.FencedMemberEpoch, "rejoin")
+		require.Equal(t, map[string]int64{"orders-0": 11}, gapiOffsets(t, ctx, gcc, "consumer-2"))
+	})
+
+	t.Run("refused first join leaves no group", func(t *testing.T) {
+		// As in Kafka, where a heartbeat is validated before any group is
+		// looked up or created.
+		ctx, cancel := e.call()
+		defer cancel()
+		gcn := e.at(e.coordinator("consumer-new", -1).Addr)
+		resp, err := gcn.ConsumerGroupHeartbeat(ctx, &groupv1.ConsumerGroupHeartbeatRequest{GroupId: "consumer-new", RebalanceTimeoutMs: 30000,
+			SubscribedTopicNames: []string{"orders"}, ServerAssignor: "nonesuch"})
+		require.NoError(t, err)
+		gapiErr(t, resp.GetError(), errs.UnsupportedAssignor, `"nonesuch"`)
+		lg, err := gcn.ListGroups(ctx, &groupv1.ListGroupsRequest{})
+		require.NoError(t, err)
+		for _, l := range lg.GetGroups() {
+			require.NotEqual(t, "consumer-new", l.GetGroupId(), "ListGroups lists a group no member ever joined: %v", l)
+		}
+		d := gapiDescribe(t, ctx, gcn, "consumer-new")
+		require.Equal(t, "Dead", d.GetState(), "a join refused for its assignor must not create the group (got type %s)", d.GetType())
+	})
+
 	t.Run("delete groups and offsets", func(t *testing.T) {
 		ctx, cancel := e.call()
 		defer cancel()
@@ -666,41 +737,6 @@ func TestGroupAPIBadInput(t *testing.T) {
 		hint(of.GetError())
 		unchanged(t)
 	})
-}
-
-// gapiKnownDefect skips a test that reproduces a server defect not fixed
-// yet, unless SLUICE_TEST_DEFECTS is set: the test stays runnable as the
-// defect's reproduction without failing every run until it is fixed.
-func gapiKnownDefect(t *testing.T, defect string) {
-	t.Helper()
-	if os.Getenv("SLUICE_TEST_DEFECTS") == "" {
-		t.Skipf("known server defect (set SLUICE_TEST_DEFECTS=1 to run): %s", defect)
-	}
-}
-
-// TestGroupAPIRefusedJoinCreatesNoGroup checks that a consumer-protocol
-// join refused for its request (here an unknown server assignor) leaves no
-// group behind, as in Kafka, where the heartbeat is validated before any
-// group is looked up or created.
-func TestGroupAPIRefusedJoinCreatesNoGroup(t *testing.T) {
-	gapiKnownDefect(t, "ConsumerGroupHeartbeat creates an empty consumer group before validating the request")
-	e := gapiStart(t, 1)
-	_, err := e.cl.CreateTopic(e.ctx, "orders", 2, 1, nil)
-	require.NoError(t, err)
-	ctx, cancel := e.call()
-	defer cancel()
-	gcn := e.at(e.coordinator("consumer-new", -1).Addr)
-	resp, err := gcn.ConsumerGroupHeartbeat(ctx, &groupv1.ConsumerGroupHeartbeatRequest{GroupId: "consumer-new", RebalanceTimeoutMs: 30000,
-		SubscribedTopicNames: []string{"orders"}, ServerAssignor: "nonesuch"})
-	require.NoError(t, err)
-	gapiErr(t, resp.GetError(), errs.UnsupportedAssignor, `"nonesuch"`)
-	lg, err := gcn.ListGroups(ctx, &groupv1.ListGroupsRequest{})
-	require.NoError(t, err)
-	for _, l := range lg.GetGroups() {
-		require.NotEqual(t, "consumer-new", l.GetGroupId(), "ListGroups lists a group no member ever joined: %v", l)
-	}
-	d := gapiDescribe(t, ctx, gcn, "consumer-new")
-	require.Equal(t, "Dead", d.GetState(), "a join refused for its assignor must not create the group (got type %s)", d.GetType())
 }
 
 // TestGroupAPIClassicProtocol checks Kafka's classic group protocol on the
