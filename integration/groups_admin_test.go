@@ -72,7 +72,9 @@ func committedOffsets(t *testing.T, cl *client.Client, group string, tps ...clie
 // describe with lag, reset-offsets as a dry run and executed, refusals for
 // a group with members, delete-offsets and delete.
 func TestGroupsAdmin(t *testing.T) {
-	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 2})
+	// A short initial rebalance delay: the test's groups have one member
+	// each, so Kafka's 3 s wait for more members only slows it down.
+	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 2, ExtraArgs: []string{"--group.initial-rebalance-delay=200ms"}})
 	cl := cluster.Client(t, c)
 	ctx := context.Background()
 	_, err := cl.CreateTopic(ctx, "t", 3, 1, nil)
