@@ -208,6 +208,10 @@ func (m *nextMember) request(epoch int32) *groupv1.ConsumerGroupHeartbeatRequest
 	}
 	if epoch > 0 { // a join must come with nothing owned
 		req.OwnedPartitions = topicPartitionsProto(m.owned)
+		// Let the coordinator hold the answer while nothing changes, so a
+		// new target reaches this member at once; the next heartbeat then
+		// goes out as soon as the held one is answered (see beat).
+		req.MaxWaitMs = int32(m.interval.Milliseconds())
 	}
 	return req
 }
@@ -248,7 +252,10 @@ func (m *nextMember) beat(ctx context.Context, b *backoff) time.Duration {
 			m.traceHeartbeat(ctx, start, req, resp.GetMemberEpoch(), "assignment changed")
 			m.g.wake()
 		}
-		return interval
+		// A coordinator that held the heartbeat (max_wait_ms) has already
+		// spent the interval: go again at once. One that answered at once
+		// (or a server without held heartbeats) gets the interval.
+		return max(interval-time.Since(start), 0)
 	case code == errs.FencedMemberEpoch || code == errs.UnknownMemberID:
 		m.traceHeartbeat(ctx, start, req, epoch, errs.Name(code))
 		m.markLost(code)

@@ -3,6 +3,8 @@ package groupcoord
 import (
 	"context"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -27,6 +29,16 @@ type consumerGroup struct {
 	// revision is the metadata revision the subscriptions were resolved at.
 	revision int64
 	epoch    int32
+	// changed is closed (and replaced) whenever something changes that a
+	// held heartbeat may be waiting for; owned is each member's last
+	// reported partitions (ownedKey).
+	changed chan struct{}
+	owned   map[string]string
+}
+
+func (cg *consumerGroup) wake() {
+	close(cg.changed)
+	cg.changed = make(chan struct{})
 }
 
 // imageTopics resolves subscriptions against a metadata image. Internal
@@ -47,16 +59,60 @@ func (r *GroupCoordinator) consumerConfig() consumer.Config {
 		DefaultAssignor: consumer.UniformAssignorName, MaxSize: r.cfg.ConsumerMaxSize}
 }
 
-// ConsumerGroupHeartbeat is the consumer protocol's one call.
+// ConsumerGroupHeartbeat is the consumer protocol's one call. With
+// max_wait_ms set, a heartbeat that brings the member nothing new is held
+// until something changes for it (or the wait ends), so a new target or a
+// released partition reaches it at once rather than one heartbeat interval
+// later.
 func (r *GroupCoordinator) ConsumerGroupHeartbeat(ctx context.Context, req *groupv1.ConsumerGroupHeartbeatRequest) (*groupv1.ConsumerGroupHeartbeatResponse, error) {
 	s, e := r.shardFor(req.GetGroupId())
 	if e != nil {
 		return &groupv1.ConsumerGroupHeartbeatResponse{Error: e.Proto(), MemberId: req.GetMemberId()}, nil
 	}
-	img := r.deps.Metadata.Load()
-	now := r.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	resp, cg := s.consumerHeartbeatLocked(ctx, req)
+	if cg == nil || resp.GetError() != nil || req.GetMaxWaitMs() <= 0 || req.GetMemberEpoch() <= 0 ||
+		resp.Assignment != nil || resp.GetMemberEpoch() != req.GetMemberEpoch() {
+		return resp, nil
+	}
+	wait := min(time.Duration(req.GetMaxWaitMs())*time.Millisecond, r.cfg.ConsumerHeartbeatInterval)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		changed := cg.changed
+		s.mu.Unlock()
+		select {
+		case <-changed:
+		case <-timer.C:
+		case <-ctx.Done():
+		case <-s.ctx.Done():
+		}
+		s.mu.Lock()
+		g := s.groups[req.GetGroupId()]
+		if g == nil || g.consumer != cg || ctx.Err() != nil || s.ctx.Err() != nil {
+			return resp, nil
+		}
+		next, _ := s.consumerHeartbeatLocked(ctx, req)
+		select {
+		case <-timer.C:
+			return next, nil
+		default:
+		}
+		if next.GetError() != nil || next.Assignment != nil || next.GetMemberEpoch() != req.GetMemberEpoch() {
+			return next, nil
+		}
+		resp = next
+	}
+}
+
+// consumerHeartbeatLocked runs one heartbeat through the group's state
+// machine, creating the group on a first join, and wakes held heartbeats
+// of the group when it changed anything.
+func (s *shard) consumerHeartbeatLocked(ctx context.Context, req *groupv1.ConsumerGroupHeartbeatRequest) (*groupv1.ConsumerGroupHeartbeatResponse, *consumerGroup) {
+	r := s.c
+	img := r.deps.Metadata.Load()
+	now := r.now()
 	g := s.groupLocked(req.GetGroupId(), req.GetMemberEpoch() == 0)
 	if g == nil {
 		return &groupv1.ConsumerGroupHeartbeatResponse{MemberId: req.GetMemberId(),
@@ -72,7 +128,8 @@ func (r *GroupCoordinator) ConsumerGroupHeartbeat(ctx context.Context, req *grou
 				Error: errs.New(errs.UnknownMemberID, "group %q has no member %q; join again with member epoch 0", g.id, req.GetMemberId()).Proto()}, nil
 		}
 		g.classic = nil
-		g.consumer = &consumerGroup{Group: consumer.NewGroup(g.id, r.consumerConfig()), revision: img.Revision}
+		g.consumer = &consumerGroup{Group: consumer.NewGroup(g.id, r.consumerConfig()), revision: img.Revision,
+			changed: make(chan struct{}), owned: map[string]string{}}
 	}
 	cg := g.consumer
 	if img.Revision != cg.revision {
@@ -87,12 +144,36 @@ func (r *GroupCoordinator) ConsumerGroupHeartbeat(ctx context.Context, req *grou
 			// A refused first join leaves no group behind.
 			delete(s.groups, g.id)
 		}
-		return &groupv1.ConsumerGroupHeartbeatResponse{MemberId: req.GetMemberId(), Error: errs.From(err).Proto()}, nil
+		cg.wake()
+		return &groupv1.ConsumerGroupHeartbeatResponse{MemberId: req.GetMemberId(), Error: errs.From(err).Proto()}, cg
 	}
 	if cg.Empty() && !wasEmpty {
 		cg.emptySince = now
 	}
-	return resp, nil
+	owned := ownedKey(req.GetOwnedPartitions())
+	if resp.Assignment != nil || resp.GetMemberEpoch() != req.GetMemberEpoch() || cg.owned[resp.GetMemberId()] != owned || req.GetMemberEpoch() < 0 {
+		cg.owned[resp.GetMemberId()] = owned
+		cg.wake()
+	}
+	if req.GetMemberEpoch() < 0 {
+		delete(cg.owned, resp.GetMemberId())
+	}
+	return resp, cg
+}
+
+// ownedKey is a compact form of a member's reported partitions, to tell
+// whether they changed since its previous heartbeat.
+func ownedKey(tps []*groupv1.TopicPartitions) string {
+	var b strings.Builder
+	for _, tp := range tps {
+		b.WriteString(tp.GetTopic())
+		for _, p := range tp.GetPartitions() {
+			b.WriteByte(',')
+			b.WriteString(strconv.Itoa(int(p)))
+		}
+		b.WriteByte(';')
+	}
+	return b.String()
 }
 
 // noteConsumerEpochLocked counts a group epoch bump as a rebalance.
@@ -105,6 +186,7 @@ func (s *shard) noteConsumerEpochLocked(ctx context.Context, cg *consumerGroup, 
 			span.End()
 		}
 		cg.epoch = e
+		cg.wake()
 	}
 	if cg.Empty() && cg.emptySince.IsZero() {
 		cg.emptySince = now
@@ -123,6 +205,8 @@ func (s *shard) consumerTickLocked(g *group, now time.Time) {
 	if d := cg.NextDeadline(); !d.IsZero() && !now.Before(d) {
 		for _, id := range cg.Expire(now) {
 			s.c.logger.Info("group member fenced", slog.String("group", g.id), slog.String("member", id))
+			delete(cg.owned, id)
+			cg.wake()
 		}
 	}
 	s.noteConsumerEpochLocked(context.Background(), cg, now)

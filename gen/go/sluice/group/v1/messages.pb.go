@@ -1251,8 +1251,16 @@ type ConsumerGroupHeartbeatRequest struct {
 	// member owns nothing. The coordinator hands a member new partitions only
 	// after it reported here that it revoked those it had to give up.
 	OwnedPartitions []*TopicPartitions `protobuf:"bytes,10,rep,name=owned_partitions,json=ownedPartitions,proto3" json:"owned_partitions,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// If positive, the coordinator may hold its answer up to this long (at
+	// most the heartbeat interval) while nothing changes for the member, and
+	// answers as soon as something does: a new target assignment, or
+	// partitions it waits for being released. A client that sets it sends its
+	// next heartbeat as soon as it has the answer, so changes reach it at
+	// once instead of at its next interval. 0 answers at once (Kafka's
+	// behaviour).
+	MaxWaitMs     int32 `protobuf:"varint,11,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ConsumerGroupHeartbeatRequest) Reset() {
@@ -1353,6 +1361,13 @@ func (x *ConsumerGroupHeartbeatRequest) GetOwnedPartitions() []*TopicPartitions 
 		return x.OwnedPartitions
 	}
 	return nil
+}
+
+func (x *ConsumerGroupHeartbeatRequest) GetMaxWaitMs() int32 {
+	if x != nil {
+		return x.MaxWaitMs
+	}
+	return 0
 }
 
 // ConsumerGroupHeartbeatResponse is the response of
@@ -2969,7 +2984,7 @@ const file_sluice_group_v1_messages_proto_rawDesc = "" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x02 \x03(\x05R\n" +
-	"partitions\"\xc8\x03\n" +
+	"partitions\"\xe8\x03\n" +
 	"\x1dConsumerGroupHeartbeatRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\tR\bmemberId\x12!\n" +
@@ -2982,7 +2997,8 @@ const file_sluice_group_v1_messages_proto_rawDesc = "" +
 	"\x16subscribed_topic_regex\x18\b \x01(\tR\x14subscribedTopicRegex\x12'\n" +
 	"\x0fserver_assignor\x18\t \x01(\tR\x0eserverAssignor\x12K\n" +
 	"\x10owned_partitions\x18\n" +
-	" \x03(\v2 .sluice.group.v1.TopicPartitionsR\x0fownedPartitions\"\x9a\x02\n" +
+	" \x03(\v2 .sluice.group.v1.TopicPartitionsR\x0fownedPartitions\x12\x1e\n" +
+	"\vmax_wait_ms\x18\v \x01(\x05R\tmaxWaitMs\"\x9a\x02\n" +
 	"\x1eConsumerGroupHeartbeatResponse\x123\n" +
 	"\x05error\x18\x01 \x01(\v2\x1d.sluice.errordetails.v1.ErrorR\x05error\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\tR\bmemberId\x12!\n" +
