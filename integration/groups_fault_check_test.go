@@ -100,6 +100,7 @@ func (h *workerHistory) stall(from, to time.Time) time.Duration {
 // to its revoked or lost line, or to its death.
 type ownership struct {
 	worker     string
+	gen        int32
 	start, end int64
 	ended      string // revoked, lost, killed or open
 }
@@ -193,7 +194,7 @@ func checkGroupHistory(h *workerHistory, acked []ack, final map[client.TopicPart
 					o := &ownership{worker: name, start: l.T, ended: "open"}
 					open[p] = o
 					owns[p] = append(owns[p], o)
-					assignedAt[p] = append(assignedAt[p], ownership{worker: name, start: l.T})
+					assignedAt[p] = append(assignedAt[p], ownership{worker: name, gen: l.Gen, start: l.T})
 				}
 			case "revoked", "lost":
 				r.assignmentEvents++
@@ -290,17 +291,31 @@ func checkGroupHistory(h *workerHistory, acked []ack, final map[client.TopicPart
 				switch {
 				case !w.killedAt.IsZero() && cur.t >= w.killedAt.UnixNano():
 					cause = "killed"
+				case slices.ContainsFunc(lostAt[prev.worker][p], func(x int64) bool { return x > prev.t && x <= cur.t && x >= lo && x <= hi }):
+					// Fenced because the coordinator died (a new one may not
+					// know the member).
+					cause = "coordinator"
 				case slices.ContainsFunc(lostAt[prev.worker][p], func(x int64) bool { return x > prev.t && x <= cur.t }):
 					cause = "fenced"
+				}
+				// The second processor read its start offset when it was
+				// assigned the partition: a commit past the record accepted
+				// before then must have been seen, whatever else happened.
+				// (One accepted later raced a fence: at least once allows it.)
+				var taken int64
+				for _, o := range owns[p] {
+					if o.worker == cur.worker && o.start <= cur.t {
+						taken = max(taken, o.start)
+					}
 				}
 				var failedInWindow bool
 				for _, c := range commits[prev.worker][p] {
 					if c.T < prev.t || c.T > cur.t {
 						continue
 					}
-					if c.OK && c.Offset > off {
-						r.violate("c", "partition %d offset %d: %s committed %d at %s, yet %s processed it again at %s",
-							p, off, prev.worker, c.Offset, fmtNanos(c.T), cur.worker, fmtNanos(cur.t))
+					if c.OK && c.Offset > off && c.T < taken {
+						r.violate("c", "partition %d offset %d: %s committed %d at %s, yet %s, assigned the partition at %s, processed it again at %s",
+							p, off, prev.worker, c.Offset, fmtNanos(c.T), cur.worker, fmtNanos(taken), fmtNanos(cur.t))
 					}
 					if !c.OK && c.T0 >= lo && c.T0 <= hi {
 						failedInWindow = true
@@ -339,23 +354,37 @@ func checkGroupHistory(h *workerHistory, acked []ack, final map[client.TopicPart
 	}
 
 	// (e) No commit of a member that no longer owned the partition was
-	// accepted: when it started, the latest owner assigned was the
-	// committer, which had not lost it since.
+	// accepted: when it started, the committer held the partition and no
+	// member assigned it later (a new owner after a fence) still held it.
 	for p, list := range okByPartition {
 		as := assignedAt[p]
 		for _, c := range list {
+			var mine *ownership
+			for _, o := range owns[p] {
+				if o.worker == c.worker && o.start <= c.l.T0 && (mine == nil || o.start > mine.start) {
+					mine = o
+				}
+			}
+			if mine == nil || mine.end < c.l.T0 {
+				r.violate("e", "partition %d: %s's commit of %d started at %s was accepted though it did not hold the partition", p, c.worker, c.l.Offset, fmtNanos(c.l.T0))
+				continue
+			}
+			for _, o := range owns[p] {
+				if o.worker != c.worker && o.start > mine.start && o.start < c.l.T0 && o.end > c.l.T0 {
+					r.violate("e", "partition %d: %s's commit of %d (gen %d) started at %s was accepted, though %s was assigned it at %s",
+						p, c.worker, c.l.Offset, c.l.Gen, fmtNanos(c.l.T0), o.worker, fmtNanos(o.start))
+				}
+			}
 			i := sort.Search(len(as), func(i int) bool { return as[i].start >= c.l.T0 }) - 1
 			if i < 0 {
-				r.violate("e", "partition %d: %s's commit of %d at %s was accepted before anyone was assigned it", p, c.worker, c.l.Offset, fmtNanos(c.l.T0))
 				continue
 			}
-			if owner := as[i]; owner.worker != c.worker {
-				r.violate("e", "partition %d: %s's commit of %d (gen %d) started at %s was accepted, though %s was assigned it at %s",
-					p, c.worker, c.l.Offset, c.l.Gen, fmtNanos(c.l.T0), owner.worker, fmtNanos(owner.start))
-				continue
-			}
-			if slices.ContainsFunc(lostAt[c.worker][p], func(x int64) bool { return x > as[i].start && x < c.l.T0 }) {
-				r.violate("e", "partition %d: %s's commit of %d started at %s was accepted after it lost the partition", p, c.worker, c.l.Offset, fmtNanos(c.l.T0))
+			// A classic generation only grows; a commit from an older one
+			// than the partition's latest assignment is stale. (Member
+			// epochs of the consumer protocol are per member.)
+			if classic && c.l.Gen >= 0 && c.l.Gen < as[i].gen {
+				r.violate("e", "partition %d: %s's commit of %d with generation %d was accepted after the partition was assigned in generation %d",
+					p, c.worker, c.l.Offset, c.l.Gen, as[i].gen)
 			}
 		}
 	}
@@ -477,9 +506,14 @@ func TestGroupHistoryCheckerFindsViolations(t *testing.T) {
 		{"committed record processed again", "c", func(x *history) {
 			x.h.records[0][2] = append(x.h.records[0][2], processing{worker: "b", t: 21, key: "k2"})
 		}},
+		{"commit from an older generation than the assignment", "e", func(x *history) { x.h.events["b"][1].Gen = 1 }},
 		{"commit goes backwards", "d", func(x *history) { x.h.events["b"][1].Offset = 2 }},
 		{"group ends below the last commit", "d", func(x *history) { x.final = 3 }},
-		{"commit accepted after another member took the partition", "e", func(x *history) {
+		{"fenced member's commit accepted while the new owner holds the partition", "e", func(x *history) {
+			x.h.events["a"] = append(x.h.events["a"][:2], workerLine{Kind: "commit", T0: 25, T: 26, Gen: 1, Offset: 3, OK: true},
+				workerLine{Kind: "lost", T: 27, Partitions: []int32{0}})
+		}},
+		{"commit accepted after giving the partition up", "e", func(x *history) {
 			x.h.events["a"] = append(x.h.events["a"], workerLine{Kind: "commit", T0: 25, T: 26, Gen: 1, Offset: 3, OK: true})
 		}},
 	} {
