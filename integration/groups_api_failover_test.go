@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -357,7 +356,6 @@ func TestGroupAPIDeposedCoordinator(t *testing.T) {
 // record is stored, and reverts the id if storing fails) must be known
 // there, with the old id fenced.
 func TestGroupAPIStaticRejoinIsDurable(t *testing.T) {
-	gapiKnownDefect(t, "JoinGroup of a restarted static member in a stable group is answered before the group record with its new member id is committed")
 	e := gapiStart(t, 3)
 	_, err := e.cl.CreateTopic(e.ctx, "orders", 2, 3, nil)
 	require.NoError(t, err)
@@ -436,15 +434,5 @@ func TestGroupAPIStaticRejoinIsDurable(t *testing.T) {
 		pe, err := s.heartbeat(ctx)
 		require.NoError(t, err)
 		gapiNoErr(t, pe, "the old member id, never replaced")
-	}
-}
-
-// gapiKnownDefect skips a test that reproduces a server defect not fixed
-// yet, unless SLUICE_TEST_DEFECTS is set: the reproduction stays in the
-// tree and runnable without failing every run until the fix lands.
-func gapiKnownDefect(t *testing.T, defect string) {
-	t.Helper()
-	if os.Getenv("SLUICE_TEST_DEFECTS") == "" {
-		t.Skipf("known server defect (set SLUICE_TEST_DEFECTS=1 to run): %s", defect)
 	}
 }

@@ -198,13 +198,19 @@ func (r *GroupCoordinator) JoinGroup(ctx context.Context, req *groupv1.JoinGroup
 	switch {
 	case memberID == "" && instance != "":
 		if old, ok := c.static[instance]; ok {
-			m = s.replaceStaticLocked(g, old, req, session, rebalance, ctx, now)
+			var stored <-chan *groupv1.JoinGroupResponse
+			m, stored = s.replaceStaticLocked(g, old, req, session, rebalance, ctx, now)
 			if m == nil {
-				// The group stays stable: answer at once (KIP-345).
-				resp := &groupv1.JoinGroupResponse{GenerationId: c.generation, ProtocolType: c.protocolType,
-					ProtocolName: c.protocol, Leader: c.leader, MemberId: c.static[instance]}
+				// The group stays stable (KIP-345): answer once the new
+				// member id is stored, so a coordinator that takes over
+				// knows it.
 				s.mu.Unlock()
-				return resp, nil
+				select {
+				case resp := <-stored:
+					return resp, nil
+				case <-ctx.Done():
+					return fail(errs.New(errs.RequestTimedOut, "the rejoin of static member %q was not stored before the call ended; join again", instance))
+				}
 			}
 		} else {
 			if e := r.checkSizeLocked(c); e != nil {
@@ -311,10 +317,11 @@ func (s *shard) addMemberLocked(g *group, id string, req *groupv1.JoinGroupReque
 }
 
 // replaceStaticLocked handles a static member that restarted (KIP-345): it
-// takes a new member id and the old one is fenced. It returns nil when the
-// group stays stable and the caller answers at once, or the member to wait
-// with when a rebalance is needed.
-func (s *shard) replaceStaticLocked(g *group, oldID string, req *groupv1.JoinGroupRequest, session, rebalance time.Duration, ctx context.Context, now time.Time) *member {
+// takes a new member id and the old one is fenced. When the group stays
+// stable it returns a nil member and a channel that receives the JoinGroup
+// answer once the new member id is stored (the change is undone if storing
+// fails); otherwise it returns the member to wait in the rebalance with.
+func (s *shard) replaceStaticLocked(g *group, oldID string, req *groupv1.JoinGroupRequest, session, rebalance time.Duration, ctx context.Context, now time.Time) (*member, <-chan *groupv1.JoinGroupResponse) {
 	c := g.classic
 	old := c.members[oldID]
 	newID := newMemberID(req.GetGroupInstanceId())
@@ -335,18 +342,37 @@ func (s *shard) replaceStaticLocked(g *group, oldID string, req *groupv1.JoinGro
 	m.protocols = req.GetProtocols()
 	c.members[newID] = &m
 	c.static[m.instanceID] = newID
-	if c.leader == oldID {
+	wasLeader := c.leader == oldID
+	if wasLeader {
 		c.leader = newID
 	}
 	if c.state == stateStable && !changed {
-		// Persist the new member id so a coordinator failover keeps it.
-		s.persistGroupLocked(g, nil)
-		return nil
+		out := make(chan *groupv1.JoinGroupResponse, 1)
+		gen := c.generation
+		s.persistGroupLocked(g, func(err *errs.Error) {
+			if err == nil {
+				out <- &groupv1.JoinGroupResponse{GenerationId: c.generation, ProtocolType: c.protocolType,
+					ProtocolName: c.protocol, Leader: c.leader, MemberId: newID}
+				return
+			}
+			// Undo, unless the group moved on meanwhile: the old member
+			// id stays the stored (and so the real) one.
+			if g.classic == c && c.generation == gen && c.static[m.instanceID] == newID {
+				delete(c.members, newID)
+				c.members[oldID] = old
+				c.static[m.instanceID] = oldID
+				if wasLeader {
+					c.leader = oldID
+				}
+			}
+			out <- &groupv1.JoinGroupResponse{Error: err.Proto(), MemberId: ""}
+		})
+		return nil, out
 	}
 	if c.state != statePreparingRebalance {
 		s.prepareRebalanceLocked(g, now, "static member "+m.instanceID+" rejoined with new metadata")
 	}
-	return &m
+	return &m, nil
 }
 
 // clientIDOf returns the client id a caller sent in the "client-id" gRPC
