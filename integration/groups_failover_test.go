@@ -80,6 +80,7 @@ type gfoHistory struct {
 	failed    map[string]int   // group: commits not acknowledged
 	pollErrs  map[string]int   // group: Poll errors other than its deadline
 	lastErr   map[string]string
+	polls     []time.Duration // how long each Poll took
 }
 
 func newGfoHistory() *gfoHistory {
@@ -169,8 +170,12 @@ func gfoStartCommitter(t *testing.T, cl *client.Client, topic, group string, h *
 			// Short polls keep the commit rate, and with it the
 			// resolution of the measured outages, high.
 			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			polled := time.Now()
 			_, err := gc.Poll(ctx)
 			cancel()
+			h.mu.Lock()
+			h.polls = append(h.polls, time.Since(polled))
+			h.mu.Unlock()
 			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 				h.fail(group, err, true)
 			}
@@ -406,6 +411,7 @@ func TestGroupCoordinatorFailover(t *testing.T) {
 	h.mu.Lock()
 	attempted := maps.Clone(h.attempted)
 	acked, failed, pollErrs := len(h.acks), sumValues(h.failed), sumValues(h.pollErrs)
+	pollP50 := percentile(h.polls, 0.5)
 	gens := map[string]map[int32]bool{}
 	var latencies []time.Duration
 	for _, a := range h.acks {
@@ -441,11 +447,11 @@ func TestGroupCoordinatorFailover(t *testing.T) {
 	for _, id := range ids {
 		genCounts = append(genCounts, fmt.Sprintf("%s=%d", id, len(gens[id])))
 	}
-	t.Logf("GROUPS-FAILOVER: kills=%d chosen-group unavailability p50=%v max=%v; every affected group p50=%v max=%v (n=%d); per kill (node/groups affected/chosen/slowest): %s; commits acked=%d (latency p50 %v p99 %v) not-acked=%d poll-errors=%d; generations per group: %s",
+	t.Logf("GROUPS-FAILOVER: kills=%d chosen-group unavailability p50=%v max=%v; every affected group p50=%v max=%v (n=%d); per kill (node/groups affected/chosen/slowest): %s; commits acked=%d (latency p50 %v p99 %v) not-acked=%d poll-errors=%d (Poll p50 %v); generations per group: %s",
 		kills, percentile(chosen, 0.5).Round(time.Millisecond), slices.Max(chosen).Round(time.Millisecond),
 		percentile(allOutages, 0.5).Round(time.Millisecond), slices.Max(allOutages).Round(time.Millisecond), len(allOutages),
 		strings.Join(perKill, " "), acked, percentile(latencies, 0.5).Round(time.Millisecond), percentile(latencies, 0.99).Round(time.Millisecond),
-		failed, pollErrs, strings.Join(genCounts, " "))
+		failed, pollErrs, pollP50.Round(time.Millisecond), strings.Join(genCounts, " "))
 }
 
 func sumValues(m map[string]int) int {
