@@ -3,7 +3,9 @@ package client
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -223,8 +225,14 @@ func (m *nextMember) beat(ctx context.Context, b *backoff) time.Duration {
 	m.mu.Unlock()
 	req := m.request(epoch)
 	start := time.Now()
-	resp, err := m.call(ctx, req)
+	resp, kicked, err := m.callInterruptible(ctx, req)
 	if ctx.Err() != nil {
+		return 0
+	}
+	if kicked && err != nil {
+		// A held heartbeat was cut short to report what Poll just
+		// reconciled; a response lost that way is sent again on the next
+		// one, which the coordinator accepts with the previous epoch.
 		return 0
 	}
 	code := errs.CodeOf(err)
@@ -255,6 +263,13 @@ func (m *nextMember) beat(ctx context.Context, b *backoff) time.Duration {
 		// A coordinator that held the heartbeat (max_wait_ms) has already
 		// spent the interval: go again at once. One that answered at once
 		// (or a server without held heartbeats) gets the interval.
+		if kicked || epoch == epochJoin || resp.GetMemberEpoch() != epoch {
+			// After a join or an epoch bump (a coordinator answers those
+			// at once, without holding), the next heartbeat goes now and
+			// is held, so partitions their previous owners release reach
+			// this member the moment they do.
+			return 0
+		}
 		return max(interval-time.Since(start), 0)
 	case code == errs.FencedMemberEpoch || code == errs.UnknownMemberID:
 		m.traceHeartbeat(ctx, start, req, epoch, errs.Name(code))
@@ -270,6 +285,50 @@ func (m *nextMember) beat(ctx context.Context, b *backoff) time.Duration {
 		m.g.wake()
 		return max(interval, b.next())
 	}
+}
+
+// callInterruptible sends a heartbeat that the coordinator may hold (up to
+// max_wait_ms) and cuts it short when Poll asks for a heartbeat now (after
+// a revocation, the coordinator waits for the member to report it before it
+// hands the partitions on). kicked says such a request came during the
+// call: the next heartbeat is due at once.
+func (m *nextMember) callInterruptible(ctx context.Context, req *groupv1.ConsumerGroupHeartbeatRequest) (*groupv1.ConsumerGroupHeartbeatResponse, bool, error) {
+	if req.GetMaxWaitMs() <= 0 {
+		resp, err := m.call(ctx, req)
+		return resp, false, err
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sent := ownedKeyOf(req.GetOwnedPartitions())
+	var kicked atomic.Bool
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case <-m.send:
+				// Only news for the coordinator is worth cutting the held
+				// heartbeat short: a reconciliation that left the owned
+				// partitions as this heartbeat reports them is not.
+				m.mu.Lock()
+				same := ownedKeyOf(topicPartitionsProto(m.owned)) == sent && !m.lost
+				m.mu.Unlock()
+				if same {
+					continue
+				}
+				kicked.Store(true)
+				cancel()
+				return
+			case <-stop:
+				return
+			}
+		}
+	}()
+	resp, err := m.call(cctx, req)
+	close(stop)
+	<-watched
+	return resp, kicked.Load(), err
 }
 
 func (m *nextMember) call(ctx context.Context, req *groupv1.ConsumerGroupHeartbeatRequest) (*groupv1.ConsumerGroupHeartbeatResponse, error) {
@@ -347,6 +406,15 @@ func (m *nextMember) leave(ctx context.Context) error {
 		return fmt.Errorf("leaving group %q: %w", m.g.cfg.GroupID, err)
 	}
 	return nil
+}
+
+// ownedKeyOf is a comparable form of owned partitions.
+func ownedKeyOf(tps []*groupv1.TopicPartitions) string {
+	var b strings.Builder
+	for _, tp := range tps {
+		fmt.Fprintf(&b, "%s:%v;", tp.GetTopic(), tp.GetPartitions())
+	}
+	return b.String()
 }
 
 func assignmentSet(a *groupv1.Assignment) map[TopicPartition]bool {
