@@ -35,6 +35,9 @@ type Partition struct {
 	// one step, and a fence's log end covers every write checked before
 	// it.
 	coordMu sync.Mutex
+	// coordFence is the highest metadata revision a coordinator fenced
+	// this partition at (FenceCoordinator); guarded by coordMu.
+	coordFence int64
 
 	mu             sync.Mutex
 	isLeader       bool
@@ -90,6 +93,14 @@ func (p *Partition) LockCoordinator() { p.coordMu.Lock() }
 
 // UnlockCoordinator releases the lock LockCoordinator took.
 func (p *Partition) UnlockCoordinator() { p.coordMu.Unlock() }
+
+// CoordinatorFence returns the highest metadata revision a coordinator
+// fenced the partition at. Called with the coordinator lock held.
+func (p *Partition) CoordinatorFence() int64 { return p.coordFence }
+
+// RaiseCoordinatorFence records a coordinator's fence revision, if higher.
+// Called with the coordinator lock held.
+func (p *Partition) RaiseCoordinatorFence(rev int64) { p.coordFence = max(p.coordFence, rev) }
 
 // TP returns the partition's name.
 func (p *Partition) TP() TP { return p.tp }

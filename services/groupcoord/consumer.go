@@ -82,9 +82,11 @@ func (r *GroupCoordinator) ConsumerGroupHeartbeat(ctx context.Context, req *grou
 	for {
 		changed := cg.changed
 		s.mu.Unlock()
+		expired := false
 		select {
 		case <-changed:
 		case <-timer.C:
+			expired = true
 		case <-ctx.Done():
 		case <-s.ctx.Done():
 		}
@@ -93,13 +95,10 @@ func (r *GroupCoordinator) ConsumerGroupHeartbeat(ctx context.Context, req *grou
 		if g == nil || g.consumer != cg || ctx.Err() != nil || s.ctx.Err() != nil {
 			return resp, nil
 		}
+		// Run the heartbeat again: it refreshes the session (the member
+		// was silent while held) and reconciles against the group now.
 		next, _ := s.consumerHeartbeatLocked(ctx, req)
-		select {
-		case <-timer.C:
-			return next, nil
-		default:
-		}
-		if next.GetError() != nil || next.Assignment != nil || next.GetMemberEpoch() != req.GetMemberEpoch() {
+		if expired || next.GetError() != nil || next.Assignment != nil || next.GetMemberEpoch() != req.GetMemberEpoch() {
 			return next, nil
 		}
 		resp = next

@@ -118,3 +118,22 @@ func TestHeldHeartbeatAnswersOnChange(t *testing.T) {
 func noopMeter() metric.Meter { return metricnoop.NewMeterProvider().Meter("") }
 
 func noopTracer() trace.Tracer { return tracenoop.NewTracerProvider().Tracer("") }
+
+// A held heartbeat with nothing new is answered when the heartbeat
+// interval ends (it once waited for the call's deadline instead, and the
+// member's session, not refreshed meanwhile, expired).
+func TestHeldHeartbeatEndsAtTheInterval(t *testing.T) {
+	c := heldCoordinator(t, 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	a, err := c.ConsumerGroupHeartbeat(ctx, &groupv1.ConsumerGroupHeartbeatRequest{GroupId: "g", MemberId: "a",
+		RebalanceTimeoutMs: 60000, SubscribedTopicNames: []string{"t"}})
+	require.NoError(t, err)
+	for range 3 {
+		r, err := c.ConsumerGroupHeartbeat(ctx, &groupv1.ConsumerGroupHeartbeatRequest{GroupId: "g", MemberId: "a",
+			MemberEpoch: a.GetMemberEpoch(), OwnedPartitions: owned(a.GetAssignment()), MaxWaitMs: 60_000})
+		require.NoError(t, err)
+		require.Nil(t, r.GetError())
+		require.NoError(t, ctx.Err(), "the held heartbeat was answered only at the call's deadline")
+	}
+}

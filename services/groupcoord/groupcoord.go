@@ -258,6 +258,10 @@ func (r *GroupCoordinator) reconcile() {
 		local *replica.Partition
 		epoch int32
 	}
+	// A coordinator of its own holds a partition as long as it stays in
+	// the same broker session: one that lost its session (paused, cut off)
+	// may have lost the partition meanwhile, so it reloads it.
+	myEpoch := img.Brokers[me].GetBrokerEpoch()
 	wanted := map[int32]want{}
 	if t, ok := img.Topics[OffsetsTopic]; ok {
 		for _, ps := range t.Partitions {
@@ -285,7 +289,7 @@ func (r *GroupCoordinator) reconcile() {
 	var drop []*shard
 	for id, s := range r.shards {
 		w, ok := wanted[id]
-		if !ok || w.local != s.local || w.epoch != s.epoch {
+		if !ok || w.local != s.local || w.epoch != s.epoch || s.stale.Load() || (s.local == nil && s.brokerEpoch != myEpoch) {
 			drop = append(drop, s)
 			delete(r.shards, id)
 		}
@@ -300,6 +304,7 @@ func (r *GroupCoordinator) reconcile() {
 			s = newLocalShard(r, id, w.local, w.epoch)
 		} else {
 			s = newRemoteShard(r, id, img.Revision)
+			s.brokerEpoch = myEpoch
 		}
 		r.shards[id] = s
 		start = append(start, s)

@@ -3,6 +3,7 @@ package groupcoord
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-io/sluice/libs/client/errs"
@@ -22,9 +23,13 @@ type shard struct {
 	// local and epoch identify a shard on a partition led here (the
 	// replica and the leader epoch it loaded in); remote shards have
 	// local nil and revision, the metadata revision they took over at.
-	local    *replica.Partition
-	epoch    int32
-	revision int64
+	local       *replica.Partition
+	epoch       int32
+	revision    int64
+	brokerEpoch int64
+	// stale is set when the leader refused a write because a later
+	// coordinator fenced the partition: the next reconcile reloads it.
+	stale atomic.Bool
 
 	ctx    context.Context // ends when the shard is unloaded
 	cancel context.CancelFunc
@@ -160,7 +165,12 @@ func (s *shard) writeLocked(recs []kv, apply func(base int64), failed func(err *
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if err != nil {
-			fail(s.writeError(err))
+			e := s.writeError(err)
+			if e.Code == errs.NotCoordinator && s.local == nil && s.ctx.Err() == nil {
+				s.stale.Store(true)
+				s.c.logger.Warn("group coordinator shard fenced by a later coordinator; reloading", log.TopicPartition(OffsetsTopic, s.id), log.Err(err))
+			}
+			fail(e)
 			return
 		}
 		if s.ctx.Err() != nil {

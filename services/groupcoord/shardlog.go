@@ -172,11 +172,10 @@ func (l *remoteLog) leader() (storagev1.StorageServiceClient, error) {
 func (l *remoteLog) retry(ctx context.Context, fn func(ctx context.Context) error) error {
 	backoff := 50 * time.Millisecond
 	for {
+		// NOT_COORDINATOR is final: metadata no longer names this node, or
+		// a later coordinator fenced the partition.
 		err := fn(ctx)
-		if err == nil || (!errs.IsRetriable(err) && !errs.Is(err, errs.NotCoordinator)) {
-			return err
-		}
-		if errs.Is(err, errs.NotCoordinator) && !l.stillOurs() {
+		if err == nil || !errs.IsRetriable(err) || !l.stillOurs() {
 			return err
 		}
 		select {

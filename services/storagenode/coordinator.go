@@ -31,7 +31,7 @@ func (r *StorageNode) checkCoordinator(ctx context.Context, topic string, partit
 		img, err = r.deps.Metadata.WaitFor(wctx, func(i *metadata.Image) bool { return i.Revision >= fence.GetMetadataRevision() })
 		cancel()
 		if err != nil {
-			return errs.New(errs.NotCoordinator, "node %d has not seen metadata revision %d yet; retry", r.replicas.NodeID(), fence.GetMetadataRevision())
+			return errs.New(errs.NodeNotReady, "node %d has not seen metadata revision %d yet; retry", r.replicas.NodeID(), fence.GetMetadataRevision())
 		}
 	}
 	b, _ := img.CoordinatorOf(topic, partition, coordRole)
@@ -49,6 +49,14 @@ func (r *StorageNode) appendInternal(ctx context.Context, part *replica.Partitio
 	defer part.UnlockCoordinator()
 	if err := r.checkCoordinator(ctx, pp.GetTopic(), pp.GetPartition(), fence); err != nil {
 		return storage.AppendResult{}, 0, err
+	}
+	// A coordinator that took the partition over later has fenced it: this
+	// writer's state predates that coordinator's writes, even if metadata
+	// names it the coordinator again now (it lost and regained the
+	// partition without reloading).
+	if f := part.CoordinatorFence(); fence.GetMetadataRevision() < f {
+		return storage.AppendResult{}, 0, errs.New(errs.NotCoordinator, "node %d's hold on %s-%d (metadata revision %d) predates a later coordinator's (revision %d); it must reload",
+			fence.GetNodeId(), pp.GetTopic(), pp.GetPartition(), fence.GetMetadataRevision(), f)
 	}
 	return part.Append(batches, acks, pp.CurrentLeaderEpoch, record.FromCoordinator)
 }
@@ -68,6 +76,10 @@ func (r *StorageNode) FenceCoordinator(ctx context.Context, req *storagev1.Fence
 	if err := r.checkCoordinator(ctx, req.GetTopic(), req.GetPartition(), req.GetCoordinator()); err != nil {
 		return nil, err
 	}
+	if f := part.CoordinatorFence(); req.GetCoordinator().GetMetadataRevision() < f {
+		return nil, errs.New(errs.NotCoordinator, "a coordinator fenced %s-%d at metadata revision %d, after %d", req.GetTopic(), req.GetPartition(), f, req.GetCoordinator().GetMetadataRevision())
+	}
+	part.RaiseCoordinatorFence(req.GetCoordinator().GetMetadataRevision())
 	v, err := part.LeaderView(nil)
 	if err != nil {
 		return nil, err
