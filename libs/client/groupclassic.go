@@ -517,7 +517,14 @@ func (m *classicMember) heartbeat(ctx context.Context, id string, gen int32) {
 		code := errs.CodeOf(err)
 		switch code {
 		case errs.RebalanceInProgress:
-			m.traceHeartbeat(ctx, start, id, gen, code)
+			// Heartbeats go on until Poll rejoins; only the first answer
+			// that asks for it gets a span.
+			m.mu.Lock()
+			first := !m.needRejoin
+			m.mu.Unlock()
+			if first {
+				m.traceHeartbeat(ctx, start, id, gen, code)
+			}
 			m.requestRejoin("the coordinator started a rebalance")
 		case errs.IllegalGeneration, errs.UnknownMemberID, errs.FencedInstanceID:
 			m.traceHeartbeat(ctx, start, id, gen, code)
