@@ -17,7 +17,7 @@ BUILDTOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/g
 # default (CI runs on main, where comparing with main itself proves nothing).
 BUF_BREAKING_AGAINST ?= .git\#ref=HEAD~1
 
-.PHONY: all build run dev test unit integration gen check-gen lint bench clean tools image
+.PHONY: all build run dev test unit integration gen check-gen lint bench bench-groups clean tools image
 
 all: build
 
@@ -82,6 +82,14 @@ lint: tools
 bench: build tools
 	$(GO) build -o $(BIN)/sluice-bench $(MOD)/tools/bench
 	$(BIN)/sluice-bench run --bin $(BIN) --out $(ROOT)/bench/results $(BENCH_ARGS)
+
+## bench-groups: consumer-group benchmarks on real processes: an 11th member joining 10 on 900 partitions
+## (classic eager, classic cooperative-sticky, consumer protocol) and catch-up reading by a group consumer
+## against the assign-mode consumer; medians of 3 rounds (see docs/performance.md, "Consumer groups").
+## Extra flags: make bench-groups GROUPS_BENCH_ARGS='-groups.rounds=5'
+bench-groups: build
+	SLUICED=$(BIN)/sluiced SLUICE=$(BIN)/sluice $(GO) test -count=1 -timeout 60m -run '^$$' \
+		-bench 'BenchmarkRebalance|BenchmarkGroupCatchUp' -benchtime 1x $(MOD)/integration -args $(GROUPS_BENCH_ARGS)
 
 clean:
 	rm -rf $(BIN) $(ROOT)/data $(ROOT)/.cache
