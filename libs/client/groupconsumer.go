@@ -244,9 +244,13 @@ type GroupConsumer struct {
 	// pollCancel interrupts a Poll waiting for records when the member must
 	// act on the group (woken records that a wake came before the wait).
 	pollCancel context.CancelFunc
-	woken      bool
-	lastPoll   time.Time
-	closed     bool
+	woken bool
+	// polling is set while Poll runs; lastPoll is when the last Poll
+	// returned (or the consumer was made). Time inside Poll, rebalance
+	// callbacks included, does not count toward max.poll.interval.ms.
+	polling  bool
+	lastPoll time.Time
+	closed   bool
 
 	lastAutoCommit time.Time // Poll's goroutine only
 }
@@ -343,8 +347,13 @@ func (g *GroupConsumer) Poll(ctx context.Context) ([]*ConsumedRecord, error) {
 		g.mu.Unlock()
 		return nil, errors.New("group consumer is closed")
 	}
-	g.lastPoll = time.Now()
+	g.polling = true
 	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		g.polling, g.lastPoll = false, time.Now()
+		g.mu.Unlock()
+	}()
 	var retry backoff
 	for {
 		g.mu.Lock()
@@ -383,7 +392,6 @@ func (g *GroupConsumer) Poll(ctx context.Context) ([]*ConsumedRecord, error) {
 		g.pollCancel = nil
 		recs = filterAssigned(recs, g.assigned)
 		g.book.returned(recs)
-		g.lastPoll = time.Now()
 		g.mu.Unlock()
 		cancel()
 		switch {
@@ -416,7 +424,7 @@ func (g *GroupConsumer) wake() {
 func (g *GroupConsumer) pollOverdue(now time.Time) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.pollCancel == nil && now.Sub(g.lastPoll) > g.cfg.RebalanceTimeout
+	return !g.polling && now.Sub(g.lastPoll) > g.cfg.RebalanceTimeout
 }
 
 // filterAssigned drops records of partitions not in assigned: a chunk
