@@ -244,7 +244,7 @@ type GroupConsumer struct {
 	// pollCancel interrupts a Poll waiting for records when the member must
 	// act on the group (woken records that a wake came before the wait).
 	pollCancel context.CancelFunc
-	woken bool
+	woken      bool
 	// polling is set while Poll runs; lastPoll is when the last Poll
 	// returned (or the consumer was made). Time inside Poll, rebalance
 	// callbacks included, does not count toward max.poll.interval.ms.

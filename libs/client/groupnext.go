@@ -48,8 +48,11 @@ type nextMember struct {
 	interval time.Duration
 	// target is the latest assignment from the coordinator; pending until
 	// Poll reconciled it.
-	target   map[TopicPartition]bool
-	pending  bool
+	target  map[TopicPartition]bool
+	pending bool
+	// applying is the target Poll is applying now (partitions being
+	// revoked and taken), nil otherwise.
+	applying map[TopicPartition]bool
 	targetAt time.Time
 	// owned is what the member owns after the last reconciliation, as
 	// reported to the coordinator.
@@ -144,6 +147,7 @@ func (m *nextMember) ensure(ctx context.Context) error {
 		target[tp] = true
 	}
 	m.pending = false
+	m.applying = target
 	at := m.targetAt
 	m.mu.Unlock()
 	owned := map[TopicPartition]bool{}
@@ -157,6 +161,7 @@ func (m *nextMember) ensure(ctx context.Context) error {
 	if !m.lost {
 		m.owned = sortedTPs(target)
 	}
+	m.applying = nil
 	m.mu.Unlock()
 	m.kick()
 	m.g.tel.rebalanced(ctx, at)
@@ -209,13 +214,41 @@ func (m *nextMember) request(epoch int32) *groupv1.ConsumerGroupHeartbeatRequest
 		SubscribedTopicNames: cfg.Topics, SubscribedTopicRegex: cfg.TopicPattern,
 	}
 	if epoch > 0 { // a join must come with nothing owned
-		req.OwnedPartitions = topicPartitionsProto(m.owned)
+		req.OwnedPartitions = topicPartitionsProto(m.reportedLocked())
 		// Let the coordinator hold the answer while nothing changes, so a
 		// new target reaches this member at once; the next heartbeat then
 		// goes out as soon as the held one is answered (see beat).
 		req.MaxWaitMs = int32(m.interval.Milliseconds())
 	}
 	return req
+}
+
+// reportedLocked is what a heartbeat reports as owned: the partitions the
+// member holds, and also those of a target it received but Poll has not
+// applied yet. The coordinator hands a partition on as soon as its owner's
+// report leaves it out; a report built before Poll takes a new
+// assignment's partitions must therefore already name them, or a
+// partition this member is about to take could go to another member at the
+// same time. Reporting more than is held only makes the coordinator wait
+// for the next report.
+func (m *nextMember) reportedLocked() []TopicPartition {
+	if !m.pending && m.applying == nil {
+		return m.owned
+	}
+	set := make(map[TopicPartition]bool, len(m.owned)+len(m.target)+len(m.applying))
+	for _, tp := range m.owned {
+		set[tp] = true
+	}
+	if m.pending {
+		for tp := range m.target {
+			set[tp] = true
+		}
+	}
+	// A target Poll is applying now: its partitions are being taken.
+	for tp := range m.applying {
+		set[tp] = true
+	}
+	return sortedTPs(set)
 }
 
 // beat sends one heartbeat and returns how long to wait before the next.
@@ -312,7 +345,7 @@ func (m *nextMember) callInterruptible(ctx context.Context, req *groupv1.Consume
 				// heartbeat short: a reconciliation that left the owned
 				// partitions as this heartbeat reports them is not.
 				m.mu.Lock()
-				same := ownedKeyOf(topicPartitionsProto(m.owned)) == sent && !m.lost
+				same := ownedKeyOf(topicPartitionsProto(m.reportedLocked())) == sent && !m.lost
 				m.mu.Unlock()
 				if same {
 					continue
