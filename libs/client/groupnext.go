@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -332,7 +331,7 @@ func (m *nextMember) callInterruptible(ctx context.Context, req *groupv1.Consume
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sent := ownedKeyOf(req.GetOwnedPartitions())
+	sent := assignmentSet(&groupv1.Assignment{TopicPartitions: req.GetOwnedPartitions()})
 	var kicked atomic.Bool
 	stop := make(chan struct{})
 	watched := make(chan struct{})
@@ -341,13 +340,16 @@ func (m *nextMember) callInterruptible(ctx context.Context, req *groupv1.Consume
 		for {
 			select {
 			case <-m.send:
-				// Only news for the coordinator is worth cutting the held
-				// heartbeat short: a reconciliation that left the owned
-				// partitions as this heartbeat reports them is not.
+				// Only a release is worth cutting the held heartbeat short:
+				// other members wait for it. A cut-short heartbeat may lose
+				// an answer the coordinator already sent (it then accepts
+				// the previous epoch only if what is reported is within the
+				// new assignment), so taking partitions, which nobody waits
+				// for, is reported by the next heartbeat in its turn.
 				m.mu.Lock()
-				same := ownedKeyOf(topicPartitionsProto(m.reportedLocked())) == sent && !m.lost
+				released := m.lost || releasedAny(sent, m.reportedLocked())
 				m.mu.Unlock()
-				if same {
+				if !released {
 					continue
 				}
 				kicked.Store(true)
@@ -441,13 +443,18 @@ func (m *nextMember) leave(ctx context.Context) error {
 	return nil
 }
 
-// ownedKeyOf is a comparable form of owned partitions.
-func ownedKeyOf(tps []*groupv1.TopicPartitions) string {
-	var b strings.Builder
-	for _, tp := range tps {
-		fmt.Fprintf(&b, "%s:%v;", tp.GetTopic(), tp.GetPartitions())
+// releasedAny reports whether a partition of sent is missing from now.
+func releasedAny(sent map[TopicPartition]bool, now []TopicPartition) bool {
+	have := make(map[TopicPartition]bool, len(now))
+	for _, tp := range now {
+		have[tp] = true
 	}
-	return b.String()
+	for tp := range sent {
+		if !have[tp] {
+			return true
+		}
+	}
+	return false
 }
 
 func assignmentSet(a *groupv1.Assignment) map[TopicPartition]bool {
