@@ -6,11 +6,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -189,14 +191,11 @@ func BenchmarkRebalance(b *testing.B) {
 	}
 }
 
-// trickleStride visits the 900 partitions in a scrambled order (it is
-// prime to 900): in plain order, range's contiguous blocks would get their
-// records in one burst per 1.5 s cycle, which shows as a gap of more than a
-// second without any rebalance.
-const trickleStride = 101
-
-// startTrickle produces trickleRate records per second over every
-// partition of topics, each in turn, until the returned function is called.
+// startTrickle produces trickleRate records per second, each to a partition
+// of topics drawn at random, until the returned function is called. Random
+// rather than in turn: in turn, a member whose partitions come in a block
+// of the cycle (range's contiguous shares) gets its records in one burst per
+// 1.5 s cycle, which shows as a long gap without any rebalance.
 func startTrickle(b *testing.B, cl *client.Client, topics []string) func() {
 	p := cl.NewProducer(client.ProducerConfig{Acks: client.AcksLeader})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -207,7 +206,6 @@ func startTrickle(b *testing.B, cl *client.Client, topics []string) func() {
 		per := trickleRate * int(tick) / int(time.Second)
 		t := time.NewTicker(tick)
 		defer t.Stop()
-		n := 0
 		for {
 			select {
 			case <-ctx.Done():
@@ -215,9 +213,7 @@ func startTrickle(b *testing.B, cl *client.Client, topics []string) func() {
 			case <-t.C:
 			}
 			for range per {
-				k := n * trickleStride % (len(topics) * rebalancePartitions)
-				topic, part := topics[k%len(topics)], int32(k/len(topics))
-				n++
+				topic, part := topics[rand.IntN(len(topics))], int32(rand.IntN(rebalancePartitions))
 				// A failed record only thins the trickle; the benchmark
 				// watches assignments, not these records.
 				if err := p.Produce(ctx, &client.Record{Topic: topic, Partition: part, Value: []byte("trickle")}, nil); err != nil {
@@ -643,6 +639,10 @@ type catchUpReader struct {
 // consumer's join included) to the last record, and from its first record.
 type catchUpResult struct {
 	total, fromFirst time.Duration
+	// cpu is the benchmark process's CPU time (user and system) during the
+	// read: the reader's own cost, which neighbours on a shared machine
+	// disturb less than they disturb wall time.
+	cpu time.Duration
 }
 
 // BenchmarkGroupCatchUp compares one group consumer reading a pre-filled
@@ -685,8 +685,11 @@ func BenchmarkGroupCatchUp(b *testing.B) {
 		byName := map[string]catchUpResult{}
 		for i := range readers {
 			r := readers[(i+round)%len(readers)]
+			cpu0 := processCPU(b)
 			res := r.read(b, cl, topic, fmt.Sprintf("catch-up-%s-%d", r.name, round), want)
-			b.Logf("round %d load %s %-15s %7.1f MB/s (%.3fs; %.1f MB/s from the first record)", round, loadAverage(), r.name, mb/res.total.Seconds(), res.total.Seconds(), mb/res.fromFirst.Seconds())
+			res.cpu = processCPU(b) - cpu0
+			b.Logf("round %d load %s %-15s %7.1f MB/s (%.3fs; %.1f MB/s from the first record; client CPU %.2f s per GB)",
+				round, loadAverage(), r.name, mb/res.total.Seconds(), res.total.Seconds(), mb/res.fromFirst.Seconds(), res.cpu.Seconds()*1000/mb)
 			results[r.name] = append(results[r.name], res)
 			byName[r.name] = res
 		}
@@ -704,6 +707,11 @@ func BenchmarkGroupCatchUp(b *testing.B) {
 	}
 	base := rate(results["assign"], false)
 	b.ReportMetric(base, "assign-MB/s")
+	for _, r := range readers {
+		cpu := medianOf(results[r.name], func(c catchUpResult) float64 { return c.cpu.Seconds() * 1000 / mb })
+		b.Logf("%-15s median client CPU %.2f s per GB", r.name, cpu)
+		b.ReportMetric(cpu, r.name+"-client-CPU-s/GB")
+	}
 	for _, r := range readers[1:] {
 		got := rate(results[r.name], false)
 		paired := medianOf(ratios[r.name], func(x float64) float64 { return x })
@@ -713,6 +721,13 @@ func BenchmarkGroupCatchUp(b *testing.B) {
 		b.ReportMetric(got, r.name+"-MB/s")
 		b.ReportMetric(100*got/base, r.name+"-%-of-assign")
 	}
+}
+
+// processCPU returns the CPU time this process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	require.NoError(b, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // fillTopic produces n records of size bytes round-robin over the topic's
