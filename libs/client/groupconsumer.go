@@ -431,8 +431,15 @@ func (g *GroupConsumer) pollOverdue(now time.Time) bool {
 // fetched before a revocation can still be on its way.
 func filterAssigned(recs []*ConsumedRecord, assigned map[TopicPartition]bool) []*ConsumedRecord {
 	out := recs[:0]
+	// One lookup per run of records from the same partition.
+	var last TopicPartition
+	keep, first := false, true
 	for _, r := range recs {
-		if assigned[TopicPartition{r.Topic, r.Partition}] {
+		if first || r.Partition != last.Partition || r.Topic != last.Topic {
+			last, first = TopicPartition{r.Topic, r.Partition}, false
+			keep = assigned[last]
+		}
+		if keep {
 			out = append(out, r)
 		}
 	}

@@ -113,6 +113,10 @@ func TestOffsetBookCommitsWhatPollReturned(t *testing.T) {
 	require.Empty(t, b.due(false, noPosition), "committed positions are not sent again")
 	b.returned([]*ConsumedRecord{rec("t", 1, 1, 4)})
 	require.Equal(t, map[TopicPartition]committedOffset{tp1: {2, 4}}, b.due(false, noPosition))
+
+	// Interleaved runs of two partitions, and an untracked partition.
+	b.returned([]*ConsumedRecord{rec("t", 0, 12, 4), rec("t", 0, 13, 5), rec("t", 1, 2, 4), rec("t", 9, 7, 4), rec("t", 0, 14, 5)})
+	require.Equal(t, map[TopicPartition]committedOffset{tp0: {15, 5}, tp1: {3, 4}}, b.due(false, noPosition))
 }
 
 // A partition that returned nothing commits where the reset policy put the

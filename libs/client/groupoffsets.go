@@ -42,14 +42,27 @@ func (b *offsetBook) start(tps []TopicPartition, committed map[TopicPartition]co
 
 // returned advances positions past records handed to the application.
 func (b *offsetBook) returned(recs []*ConsumedRecord) {
-	for _, r := range recs {
+	// Records come in runs of one partition, in offset order: one lookup
+	// and one update per run, not per record (this is the catch-up path).
+	for i := 0; i < len(recs); {
+		r := recs[i]
+		j := i + 1
+		for j < len(recs) && recs[j].Partition == r.Partition && recs[j].Topic == r.Topic {
+			j++
+		}
 		tp := TopicPartition{r.Topic, r.Partition}
-		if !b.tracked[tp] {
-			continue
+		if b.tracked[tp] {
+			last := recs[i]
+			for _, x := range recs[i+1 : j] {
+				if x.Offset > last.Offset {
+					last = x
+				}
+			}
+			if cur, ok := b.pos[tp]; !ok || last.Offset+1 > cur.offset {
+				b.pos[tp] = committedOffset{offset: last.Offset + 1, epoch: last.LeaderEpoch}
+			}
 		}
-		if cur, ok := b.pos[tp]; !ok || r.Offset+1 > cur.offset {
-			b.pos[tp] = committedOffset{offset: r.Offset + 1, epoch: r.LeaderEpoch}
-		}
+		i = j
 	}
 }
 
