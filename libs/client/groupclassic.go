@@ -52,7 +52,12 @@ type classicMember struct {
 	reason     string
 	// lost is set when the coordinator said the member is no longer in its
 	// generation: its partitions belong to others already.
-	lost     bool
+	lost bool
+	// inJoin is set while a join is in flight: a commit refused because
+	// the group is rebalancing, or because its generation just ended, is
+	// answered by that join rather than by another one or by dropping the
+	// partitions (a cooperative member keeps serving them meanwhile).
+	inJoin   bool
 	hbCancel context.CancelFunc
 	hbDone   chan struct{}
 }
@@ -92,6 +97,12 @@ func (m *classicMember) generation() int32 {
 // fenced makes the member rejoin after a commit said its generation is
 // stale.
 func (m *classicMember) fenced(code errs.Code) {
+	m.mu.Lock()
+	inJoin := m.inJoin
+	m.mu.Unlock()
+	if inJoin && (code == errs.RebalanceInProgress || code == errs.IllegalGeneration) {
+		return
+	}
 	switch code {
 	case errs.RebalanceInProgress:
 		m.requestRejoin("a commit found a rebalance in progress")
@@ -124,6 +135,12 @@ func (m *classicMember) markLost(code errs.Code) {
 }
 
 // ensure joins or rejoins when needed and applies the new assignment.
+//
+// A cooperative member that still owns partitions does not wait for its
+// join: Poll goes on returning their records while the rebalance runs
+// (KIP-429 revokes only what moves, after the join), and the finished join
+// wakes Poll, whose next call applies it. An eager member has revoked
+// everything and waits.
 func (m *classicMember) ensure(ctx context.Context) error {
 	for {
 		if m.joining == nil {
@@ -136,20 +153,32 @@ func (m *classicMember) ensure(ctx context.Context) error {
 			}
 			m.startJoin(ctx)
 		}
-		select {
-		case r := <-m.joining:
-			m.joining = nil
-			if r.err != nil {
-				if err := m.joinFailed(ctx, r.err); err != nil {
-					return err
-				}
-				continue
+		var r joinResult
+		if m.cooperative && len(m.g.owned()) > 0 {
+			select {
+			case r = <-m.joining:
+			default:
+				return nil
 			}
-			m.retry = backoff{}
-			m.joined(ctx, r)
-		case <-ctx.Done():
-			return ctx.Err()
+		} else {
+			select {
+			case r = <-m.joining:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
+		m.joining = nil
+		m.mu.Lock()
+		m.inJoin = false
+		m.mu.Unlock()
+		if r.err != nil {
+			if err := m.joinFailed(ctx, r.err); err != nil {
+				return err
+			}
+			continue
+		}
+		m.retry = backoff{}
+		m.joined(ctx, r)
 	}
 }
 
@@ -234,13 +263,18 @@ func (m *classicMember) startJoin(ctx context.Context) {
 	m.mu.Lock()
 	id, gen, reason := m.id, m.gen, m.reason
 	m.lost, m.needRejoin, m.reason = false, false, ""
+	m.inJoin = true
 	m.mu.Unlock()
 	if reason == "" {
 		reason = "joining"
 	}
 	ch := make(chan joinResult, 1)
 	m.joining = ch
-	go func() { ch <- m.joinAndSync(m.g.life, id, gen, topics, ownedMap, reason) }()
+	go func() {
+		ch <- m.joinAndSync(m.g.life, id, gen, topics, ownedMap, reason)
+		// A cooperative member's Poll may be waiting for records.
+		m.g.wake()
+	}()
 }
 
 // joinFailed handles a failed join: errors that a new join cures are
