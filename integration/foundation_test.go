@@ -63,9 +63,14 @@ func TestAllRolesInOneProcess(t *testing.T) {
 	require.Contains(t, e.Message, "partitions[0].partition: must not be negative, got -1")
 	require.Contains(t, e.Message, "partitions[0].spec: must be EARLIEST, LATEST, TIMESTAMP or MAX_TIMESTAMP")
 
-	_, err = groupv1.NewGroupCoordinatorServiceClient(conn).ListGroups(ctx, &groupv1.ListGroupsRequest{})
-	require.Equal(t, codes.Unimplemented, status.Code(err))
-	require.Equal(t, errs.Unimplemented, errs.CodeOf(err))
+	// The group coordinator serves in the same process: a fresh cluster
+	// has no groups, and a group id it cannot hold is refused by name.
+	lg, err := groupv1.NewGroupCoordinatorServiceClient(conn).ListGroups(ctx, &groupv1.ListGroupsRequest{})
+	require.NoError(t, err)
+	require.Empty(t, lg.GetGroups())
+	fc, err := groupv1.NewGroupCoordinatorServiceClient(conn).FindCoordinator(ctx, &groupv1.FindCoordinatorRequest{Keys: []string{""}})
+	require.NoError(t, err)
+	require.Equal(t, errs.InvalidGroupID, errs.FromProto(fc.GetCoordinators()[0].GetError()).Code)
 }
 
 // Three controllers form one etcd quorum with exactly one active controller;
