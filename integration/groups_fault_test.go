@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-io/sluice/integration/cluster"
 	"github.com/sluice-io/sluice/libs/client"
 	"github.com/sluice-io/sluice/libs/devcluster"
+	"github.com/sluice-io/sluice/libs/role"
 )
 
 // The acceptance test of consumer groups under faults, on real processes: a
@@ -31,12 +32,20 @@ import (
 // processed, that no partition had two owners at once, that duplicates come
 // only from the faults, that committed offsets never went backwards and that
 // no fenced member's commit was accepted.
+//
+// The last variant runs the group coordinators as two processes of their
+// own (storage nodes run none): the coordinator killed is one of them, and
+// its groups move to the other.
 func TestGroupUnderFaults(t *testing.T) {
-	for _, v := range []struct{ name, protocol, assignor string }{
-		{"classic-cooperative-sticky", "classic", "cooperative-sticky"},
-		{"consumer", "consumer", ""},
+	for _, v := range []struct {
+		name, protocol, assignor string
+		coordinators             int
+	}{
+		{"classic-cooperative-sticky", "classic", "cooperative-sticky", 0},
+		{"consumer", "consumer", "", 0},
+		{"classic-separate-coordinators", "classic", "cooperative-sticky", 2},
 	} {
-		t.Run(v.name, func(t *testing.T) { runGroupUnderFaults(t, v.name, v.protocol, v.assignor) })
+		t.Run(v.name, func(t *testing.T) { runGroupUnderFaults(t, v.name, v.protocol, v.assignor, v.coordinators) })
 	}
 }
 
@@ -72,8 +81,8 @@ type faultRecord struct {
 	recovered time.Duration
 }
 
-func runGroupUnderFaults(t *testing.T, variant, protocol, assignor string) {
-	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 3, ExtraArgs: faultClusterArgs})
+func runGroupUnderFaults(t *testing.T, variant, protocol, assignor string, coordinators int) {
+	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 3, GroupCoordinators: coordinators, ExtraArgs: faultClusterArgs})
 	cl := cluster.Client(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
@@ -122,6 +131,10 @@ func runGroupUnderFaults(t *testing.T, variant, protocol, assignor string) {
 		coord = nodeByID(c, id)
 		require.NotNil(t, coord, "coordinator node %d (%s)", id, addr)
 		t.Logf("the group's coordinator is %s (node %d)", coord.Name, id)
+		if coordinators > 0 {
+			require.True(t, coord.Roles.Has(role.GroupCoordinator) && !coord.Roles.Has(role.StorageNode),
+				"with coordinators of their own, %s (roles %s) coordinates the group", coord.Name, coord.Roles)
+		}
 		require.NoError(t, coord.Kill())
 	})
 	restart := inject("restart coordinator", func() {
