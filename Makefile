@@ -40,7 +40,7 @@ unit:
 	$(GO) test -race -count=1 -timeout 15m $(UNIT_PKGS)
 
 integration: build
-	SLUICED=$(BIN)/sluiced SLUICE=$(BIN)/sluice $(GO) test -count=1 -timeout 25m $(MOD)/integration/...
+	SLUICED=$(BIN)/sluiced SLUICE=$(BIN)/sluice $(GO) test -count=1 -timeout 35m $(MOD)/integration/...
 
 # Build tools come from tools/buildtools (kept out of go.work so their
 # dependencies never reach the runtime build). Rebuilt when its go.mod changes.
