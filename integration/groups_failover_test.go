@@ -11,7 +11,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unicode/utf16"
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -43,23 +42,6 @@ const (
 // gfoArgs let the controller notice a dead or paused process within 3 s,
 // start rebalances at once and allow the members' short sessions.
 var gfoArgs = append([]string{"--group.initial-rebalance-delay=0s", "--group.min-session-timeout=1s"}, fastSessions...)
-
-// gfoOffsetsPartition is Kafka's placement of a group on the offsets topic:
-// Java's String.hashCode of the id, made non-negative (math.MinInt32 as 0),
-// modulo the partition count.
-func gfoOffsetsPartition(group string, n int32) int32 {
-	var h int32
-	for _, u := range utf16.Encode([]rune(group)) {
-		h = 31*h + int32(u)
-	}
-	if h == -1<<31 {
-		return 0
-	}
-	if h < 0 {
-		h = -h
-	}
-	return h % n
-}
 
 // gfoAck is one acknowledged commit: offset was committed for every
 // partition in tps.
@@ -317,7 +299,7 @@ func TestGroupCoordinatorFailover(t *testing.T) {
 	seen := map[int32]bool{}
 	for i := range groups {
 		id := fmt.Sprintf("fo-%d", i)
-		p := gfoOffsetsPartition(id, gfoOffsetsPartitions)
+		p := gapiPartitionFor(id, gfoOffsetsPartitions)
 		require.False(t, seen[p], "two groups on partition %d", p)
 		seen[p] = true
 		ids = append(ids, id)
@@ -874,7 +856,7 @@ func TestInternalTopicWritesAreFenced(t *testing.T) {
 	t.Run("client-produce", func(t *testing.T) {
 		const group = "fence-a"
 		require.NoError(t, cl.CommitOffsets(ctx, group, map[client.TopicPartition]int64{tp: 1}))
-		pid := gfoOffsetsPartition(group, gfoOffsetsPartitions)
+		pid := gapiPartitionFor(group, gfoOffsetsPartitions)
 		end, err := cl.ListOffset(ctx, gfoOffsetsTopic, pid, client.OffsetLatest)
 		require.NoError(t, err)
 		require.Positive(t, end, "the commit is in partition %d", pid)
@@ -904,7 +886,7 @@ func TestInternalTopicWritesAreFenced(t *testing.T) {
 		coord, _, err := cl.FindCoordinator(ctx, group)
 		require.NoError(t, err)
 		require.Contains(t, coordinators, coord)
-		pid := gfoOffsetsPartition(group, gfoOffsetsPartitions)
+		pid := gapiPartitionFor(group, gfoOffsetsPartitions)
 		end, err := cl.ListOffset(ctx, gfoOffsetsTopic, pid, client.OffsetLatest)
 		require.NoError(t, err)
 		leader := gfoLeader(t, ctx, c, cl, gfoOffsetsTopic, pid)
@@ -922,7 +904,7 @@ func TestInternalTopicWritesAreFenced(t *testing.T) {
 	// reads it when it resumes) and one sent right after SIGCONT.
 	t.Run("deposed-coordinator", func(t *testing.T) {
 		const group = "fence-c"
-		pid := gfoOffsetsPartition(group, gfoOffsetsPartitions)
+		pid := gapiPartitionFor(group, gfoOffsetsPartitions)
 		coordID, _, err := cl.FindCoordinator(ctx, group)
 		require.NoError(t, err)
 		stale := coordinators[coordID]
