@@ -237,6 +237,12 @@ func gapiReadOffsetsTopic(t *testing.T, e *gapiEnv, partitions ...int32) gapiOff
 				val := new(kmsg.GroupMetadataValue)
 				require.NoError(t, val.ReadFrom(r.Value))
 				out.groups[key.Group] = val
+			case 1000:
+				// A consumer-protocol group's state: Kafka's key layout with a
+				// version Kafka does not use, and Sluice's own value.
+				var key kmsg.GroupMetadataKey
+				require.NoError(t, key.ReadFrom(r.Key))
+				require.Equal(t, gapiPartitionFor(key.Group, gapiOffsetsPartitions), r.Partition, "group %q", key.Group)
 			default:
 				t.Fatalf("__consumer_offsets-%d offset %d: key version %d is none of Kafka's offset or group layouts", r.Partition, r.Offset, v)
 			}

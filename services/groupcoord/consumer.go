@@ -34,11 +34,36 @@ type consumerGroup struct {
 	// reported partitions (ownedKey).
 	changed chan struct{}
 	owned   map[string]string
+	// dirty is set when the group changed since its state was last
+	// written.
+	dirty bool
 }
 
+func newConsumerGroup(g *consumer.Group, revision int64) *consumerGroup {
+	return &consumerGroup{Group: g, revision: revision, epoch: g.Epoch(), changed: make(chan struct{}), owned: map[string]string{}}
+}
+
+// wake is called on every change of the group: it answers held
+// heartbeats, and marks the group for persisting.
 func (cg *consumerGroup) wake() {
 	close(cg.changed)
 	cg.changed = make(chan struct{})
+	cg.dirty = true
+}
+
+// persistLocked writes the group's state when it changed since the last
+// write. The write is not waited for: a coordinator that takes over from an
+// older state fences the members that moved past it (their epochs are newer
+// than any it knows), and they rejoin.
+func (s *shard) persistConsumerLocked(g *group) {
+	cg := g.consumer
+	if cg == nil || !cg.dirty {
+		return
+	}
+	cg.dirty = false
+	s.writeLocked([]kv{{consumerGroupKey(g.id), cg.Snapshot().Encode()}}, func(int64) {}, func(err *errs.Error) {
+		s.c.logger.Warn("consumer group state not stored", slog.String("group", g.id), slogErr(err))
+	})
 }
 
 // imageTopics resolves subscriptions against a metadata image. Internal
@@ -127,8 +152,7 @@ func (s *shard) consumerHeartbeatLocked(ctx context.Context, req *groupv1.Consum
 				Error: errs.New(errs.UnknownMemberID, "group %q has no member %q; join again with member epoch 0", g.id, req.GetMemberId()).Proto()}, nil
 		}
 		g.classic = nil
-		g.consumer = &consumerGroup{Group: consumer.NewGroup(g.id, r.consumerConfig()), revision: img.Revision,
-			changed: make(chan struct{}), owned: map[string]string{}}
+		g.consumer = newConsumerGroup(consumer.NewGroup(g.id, r.consumerConfig()), img.Revision)
 	}
 	cg := g.consumer
 	if img.Revision != cg.revision {
@@ -157,6 +181,7 @@ func (s *shard) consumerHeartbeatLocked(ctx context.Context, req *groupv1.Consum
 	if req.GetMemberEpoch() < 0 {
 		delete(cg.owned, resp.GetMemberId())
 	}
+	s.persistConsumerLocked(g)
 	return resp, cg
 }
 
@@ -212,6 +237,7 @@ func (s *shard) consumerTickLocked(g *group, now time.Time) {
 	if cg.Empty() && !wasEmpty {
 		cg.emptySince = now
 	}
+	s.persistConsumerLocked(g)
 }
 
 // decodeAssignment reads a classic consumer's assignment bytes (Kafka's

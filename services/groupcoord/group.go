@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/services/groupcoord/internal/consumer"
 )
 
 // topicPartition names a partition whose offset a group commits.
@@ -116,6 +117,27 @@ func (s *shard) applyRecordLocked(key, value []byte, logOffset int64) error {
 		}
 		g.classic = restoreClassic(v, s.c.now())
 		g.consumer = nil
+	case kindConsumerGroup:
+		g := s.groupLocked(k.group, value != nil)
+		if g == nil || g.metaLogOffset > logOffset {
+			return nil
+		}
+		g.metaLogOffset = logOffset
+		if value == nil {
+			g.consumer = nil
+			s.dropIfGoneLocked(g)
+			return nil
+		}
+		snap, err := consumer.DecodeSnapshot(value)
+		if err != nil {
+			return err
+		}
+		cg, err := consumer.Restore(g.id, s.c.consumerConfig(), snap, s.c.now())
+		if err != nil {
+			return err
+		}
+		g.consumer = newConsumerGroup(cg, 0)
+		g.classic = nil
 	}
 	return nil
 }

@@ -393,6 +393,9 @@ func (r *GroupCoordinator) DeleteGroups(ctx context.Context, req *groupv1.Delete
 			continue
 		}
 		recs := []kv{{key: groupKey(id)}}
+		if g.consumer != nil {
+			recs = append(recs, kv{key: consumerGroupKey(id)})
+		}
 		for _, tp := range sortedTPs(g.offsets) {
 			recs = append(recs, kv{key: offsetKey(id, tp.topic, tp.partition)})
 		}

@@ -21,6 +21,13 @@ const (
 	groupValueVersion  = 3
 )
 
+// consumerGroupKeyVersion keys the state of a consumer-protocol group: a
+// key laid out as GroupMetadataKey (version, group id) with a version far
+// from the ones Kafka uses (Kafka's own consumer-group records, versions 3
+// to 16, have layouts kmsg does not define), and a JSON value
+// (consumer.Snapshot). Kafka tools skip key versions they do not know.
+const consumerGroupKeyVersion = 1000
+
 // keyKind says what a record of the offsets topic holds.
 type keyKind int
 
@@ -28,6 +35,7 @@ const (
 	kindUnknown keyKind = iota
 	kindOffset
 	kindGroup
+	kindConsumerGroup
 )
 
 // recordKey is a decoded key of the offsets topic.
@@ -45,6 +53,11 @@ func offsetKey(group, topic string, partition int32) []byte {
 
 func groupKey(group string) []byte {
 	k := kmsg.GroupMetadataKey{Version: groupKeyVersion, Group: group}
+	return k.AppendTo(nil)
+}
+
+func consumerGroupKey(group string) []byte {
+	k := kmsg.GroupMetadataKey{Version: consumerGroupKeyVersion, Group: group}
 	return k.AppendTo(nil)
 }
 
@@ -68,6 +81,12 @@ func parseKey(b []byte) (recordKey, error) {
 			return recordKey{}, fmt.Errorf("decoding group metadata key: %w", err)
 		}
 		return recordKey{kind: kindGroup, group: k.Group}, nil
+	case consumerGroupKeyVersion:
+		var k kmsg.GroupMetadataKey
+		if err := k.ReadFrom(b); err != nil {
+			return recordKey{}, fmt.Errorf("decoding consumer group key: %w", err)
+		}
+		return recordKey{kind: kindConsumerGroup, group: k.Group}, nil
 	default:
 		return recordKey{kind: kindUnknown}, nil
 	}
