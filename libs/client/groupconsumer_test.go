@@ -200,3 +200,31 @@ func TestAssignmentProtoRoundTrip(t *testing.T) {
 	require.Equal(t, tps, sortedTPs(set))
 	require.Empty(t, topicPartitionsProto(nil))
 }
+
+// A heartbeat built while a received assignment is not applied yet (or is
+// being applied) reports its partitions as owned: the coordinator hands a
+// partition on as soon as its owner's report leaves it out, so a report
+// without them let one partition go to two members at once.
+func TestHeartbeatReportsPartitionsBeingTaken(t *testing.T) {
+	m := newNextMember(&GroupConsumer{cfg: GroupConsumerConfig{GroupID: "g", Topics: []string{"t"}}})
+	m.owned = []TopicPartition{tp0}
+	reported := func() []TopicPartition {
+		var out []TopicPartition
+		for _, tp := range m.request(3).GetOwnedPartitions() {
+			for _, p := range tp.GetPartitions() {
+				out = append(out, TopicPartition{tp.GetTopic(), p})
+			}
+		}
+		return out
+	}
+	require.Equal(t, []TopicPartition{tp0}, reported())
+
+	m.target, m.pending = map[TopicPartition]bool{tp1: true, tp2: true}, true
+	require.Equal(t, []TopicPartition{tp0, tp1, tp2}, reported(), "received, not applied: held and to be taken")
+
+	m.pending, m.applying = false, map[TopicPartition]bool{tp1: true, tp2: true}
+	require.Equal(t, []TopicPartition{tp0, tp1, tp2}, reported(), "being applied")
+
+	m.owned, m.applying = []TopicPartition{tp1, tp2}, nil
+	require.Equal(t, []TopicPartition{tp1, tp2}, reported(), "applied: exactly what is held")
+}

@@ -215,18 +215,27 @@ func (r *GroupCoordinator) Stop(ctx context.Context) error {
 func (r *GroupCoordinator) run(ctx context.Context) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
+	// Reconcile on every change signal, and once a second besides, for
+	// what no signal announces (a shard marked stale by a refused write).
+	const resync = time.Second
+	var replicasChanged, metaChanged <-chan struct{}
+	var last time.Time
 	for {
-		var replicasChanged <-chan struct{}
-		if r.deps.Replicas != nil {
-			replicasChanged = r.deps.Replicas.Changed()
+		if now := r.now(); last.IsZero() || now.Sub(last) >= resync {
+			if r.deps.Replicas != nil {
+				replicasChanged = r.deps.Replicas.Changed()
+			}
+			metaChanged = r.deps.Metadata.Changed()
+			r.reconcile()
+			last = now
 		}
-		metaChanged := r.deps.Metadata.Changed()
-		r.reconcile()
 		select {
 		case <-ctx.Done():
 			return
 		case <-replicasChanged:
+			last = time.Time{}
 		case <-metaChanged:
+			last = time.Time{}
 		case <-tick.C:
 			now := r.now()
 			for _, s := range r.loadedShards() {

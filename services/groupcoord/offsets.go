@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
@@ -307,20 +308,7 @@ func matches(filter []string, v string) bool {
 	if len(filter) == 0 {
 		return true
 	}
-	return slices.ContainsFunc(filter, func(f string) bool { return equalFold(f, v) })
-}
-
-func equalFold(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		x, y := a[i]|0x20, b[i]|0x20
-		if x != y {
-			return false
-		}
-	}
-	return true
+	return slices.ContainsFunc(filter, func(f string) bool { return strings.EqualFold(f, v) })
 }
 
 // DescribeGroups describes groups with their members and assignments.
