@@ -158,7 +158,10 @@ func (s *state) apply(key string, kv *mvccpb.KeyValue, deleted bool, ch *change)
 			s.epoch, _ = strconv.ParseInt(string(kv.Value), 10, 64)
 		}
 	case key == metastore.KeyProducerIDNext:
-		if !deleted {
+		if deleted {
+			// Allocation refuses to go on rather than restart at 0.
+			s.pidNext = versioned[string]{modRev: pidCounterDeleted}
+		} else {
 			s.pidNext = versioned[string]{val: string(kv.Value), modRev: kv.ModRevision}
 		}
 	case key == metastore.BrokerConfigKey(-1):

@@ -2,8 +2,10 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -269,7 +271,12 @@ func (c *Controller) replicaSize(ctx context.Context, node int32, tp *commonv1.T
 // a time (KIP-730).
 const producerIDBlock = 1000
 
-// AllocateProducerIds hands out the next block of producer ids.
+// AllocateProducerIds hands out the next block of producer ids. The counter
+// in etcd is the next unallocated id; it is absent until the first block is
+// handed out (a new cluster starts at 0). A counter that is unreadable,
+// negative, deleted or about to overflow stops allocation with an error:
+// restarting at 0 would hand out ids still in use, and two producers with
+// one id corrupt each other's idempotence and transaction state.
 func (c *Controller) AllocateProducerIds(ctx context.Context, r *controllerv1.AllocateProducerIdsRequest) (*controllerv1.AllocateProducerIdsResponse, error) {
 	t, err := c.activeTerm()
 	if err != nil {
@@ -281,13 +288,48 @@ func (c *Controller) AllocateProducerIds(ctx context.Context, r *controllerv1.Al
 		if !ok || b.val.GetBroker().GetBrokerEpoch() != r.GetBrokerEpoch() {
 			return nil, errs.New(errs.StaleBrokerEpoch, "node %d epoch %d is not current", r.GetBrokerId(), r.GetBrokerEpoch())
 		}
-		start, _ = strconv.ParseInt(st.pidNext.val, 10, 64)
+		var err error
+		if start, err = nextProducerID(st.pidNext); err != nil {
+			return nil, err
+		}
 		x := &txn{}
 		c.putRaw(x, metastore.KeyProducerIDNext, st.pidNext.modRev, strconv.FormatInt(start+producerIDBlock, 10))
 		return x, nil
 	})
 	if err != nil {
+		var e *errs.Error
+		if errors.As(err, &e) && e.Code == errs.UnknownServerError {
+			c.logger.Error("cannot allocate producer ids", log.Err(err), log.NodeID(r.GetBrokerId()))
+		}
 		return nil, err
 	}
+	c.logger.Debug("producer ids allocated", log.NodeID(r.GetBrokerId()),
+		slog.Int64("start", start), slog.Int("len", producerIDBlock))
 	return &controllerv1.AllocateProducerIdsResponse{ProducerIdStart: start, ProducerIdLen: producerIDBlock}, nil
+}
+
+// pidCounterDeleted marks a producer id counter whose key was deleted from
+// etcd after it existed: that is corruption, not a new cluster.
+const pidCounterDeleted = -1
+
+// nextProducerID reads the producer id counter: the first id of the next
+// block.
+func nextProducerID(v versioned[string]) (int64, error) {
+	switch {
+	case v.modRev == pidCounterDeleted:
+		return 0, errs.New(errs.UnknownServerError, "the producer id counter %q was deleted from the metadata store; "+
+			"restore it (to above every producer id in use) before producer ids can be allocated again", metastore.KeyProducerIDNext)
+	case v.modRev == 0:
+		return 0, nil // never written: no id was ever handed out
+	}
+	n, err := strconv.ParseInt(v.val, 10, 64)
+	switch {
+	case err != nil:
+		return 0, errs.New(errs.UnknownServerError, "the producer id counter %q holds %q, not a number: %w", metastore.KeyProducerIDNext, v.val, err)
+	case n < 0:
+		return 0, errs.New(errs.UnknownServerError, "the producer id counter %q holds %d, a negative id", metastore.KeyProducerIDNext, n)
+	case n > math.MaxInt64-producerIDBlock:
+		return 0, errs.New(errs.UnknownServerError, "the producer id counter %q is at %d: producer ids are exhausted", metastore.KeyProducerIDNext, n)
+	}
+	return n, nil
 }
