@@ -66,6 +66,8 @@ type Client struct {
 
 	// groups caches each group's coordinator (coordinator.go).
 	groups coordCache
+	// txns caches each transactional id's coordinator (txn.go).
+	txns coordCache
 }
 
 // New returns a client. Connections are made lazily, on first use.

@@ -89,7 +89,7 @@ func (c *Client) FindCoordinator(ctx context.Context, groupID string) (nodeID in
 	var b backoff
 	var answered, last error
 	for {
-		co, server, err := c.lookupCoordinator(ctx, groupID)
+		co, server, err := c.lookupCoordinator(ctx, groupKind, groupID)
 		if err == nil {
 			c.groups.put(groupID, co)
 			return co.id, co.addr, nil
@@ -103,39 +103,80 @@ func (c *Client) FindCoordinator(ctx context.Context, groupID string) (nodeID in
 		if step, _ := nextCoordStep(err, coordinator{}, true); step == stepReturn && ctx.Err() == nil {
 			return -1, "", err
 		}
-		c.warnCoordinator(groupID, err)
+		c.warnCoordinator(groupKind, groupID, err)
 		if ctx.Err() != nil || !b.wait(ctx) {
-			return -1, "", coordinatorGaveUp(ctx, groupID, answered, last)
+			return -1, "", coordinatorGaveUp(ctx, groupKind.subject(groupID), answered, last)
 		}
 	}
 }
 
-// onGroupCoordinator runs fn on groupID's coordinator. fn returns the
-// response's group-level error (nil on success) or the call's error.
+// coordKind is what a coordinator coordinates: groups or transactional ids.
+type coordKind struct {
+	keyType groupv1.CoordinatorKeyType
+	// noun names a key in messages.
+	noun string
+	// waitOn says whether an error nextCoordStep would return is worth
+	// another attempt on the same coordinator; nil: none is.
+	waitOn func(error) bool
+}
+
+var (
+	groupKind = coordKind{keyType: groupv1.CoordinatorKeyType_COORDINATOR_KEY_TYPE_GROUP, noun: "group"}
+	txnKind   = coordKind{keyType: groupv1.CoordinatorKeyType_COORDINATOR_KEY_TYPE_TRANSACTION, noun: "transactional id",
+		waitOn: txnRetriable}
+)
+
+// subject names key in messages.
+func (k coordKind) subject(key string) string {
+	if key == "" && k.keyType == groupv1.CoordinatorKeyType_COORDINATOR_KEY_TYPE_TRANSACTION {
+		return "producer ids (no transactional id)"
+	}
+	return fmt.Sprintf("%s %q", k.noun, key)
+}
+
+// cache returns the coordinator cache of k's keys.
+func (c *Client) coordCache(k coordKind) *coordCache {
+	if k.keyType == groupv1.CoordinatorKeyType_COORDINATOR_KEY_TYPE_TRANSACTION {
+		return &c.txns
+	}
+	return &c.groups
+}
+
+// onGroupCoordinator runs fn on groupID's coordinator (see onCoordinator).
+func (c *Client) onGroupCoordinator(ctx context.Context, groupID string, fn func(ctx context.Context, gc groupv1.GroupCoordinatorServiceClient) (*edpb.Error, error)) error {
+	return c.onCoordinator(ctx, groupKind, groupID, func(ctx context.Context, conn grpc.ClientConnInterface) (*edpb.Error, error) {
+		return fn(ctx, groupv1.NewGroupCoordinatorServiceClient(conn))
+	})
+}
+
+// onCoordinator runs fn on the coordinator of key. fn returns the
+// response's top-level error (nil on success) or the call's error.
 //
 // The coordinator comes from the cache, or else from FindCoordinator on any
 // group-coordinator node. NOT_COORDINATOR with a hint sends the next
 // attempt to the hinted node at once; without a hint, and on
 // COORDINATOR_NOT_AVAILABLE, REQUEST_TIMED_OUT or a node that cannot be
 // reached, the coordinator is looked up again after a backoff;
-// COORDINATOR_LOAD_IN_PROGRESS waits for the same node. This goes on until
-// ctx's deadline or Config.RequestTimeout, and then the last answer a
-// server gave is returned (a transport failure only if no server answered).
-// Any other error is returned at once, as the server phrased it.
-func (c *Client) onGroupCoordinator(ctx context.Context, groupID string, fn func(ctx context.Context, gc groupv1.GroupCoordinatorServiceClient) (*edpb.Error, error)) error {
+// COORDINATOR_LOAD_IN_PROGRESS (and what kind.waitOn accepts) waits for the
+// same node. This goes on until ctx's deadline or Config.RequestTimeout,
+// and then the last answer a server gave is returned (a transport failure
+// only if no server answered). Any other error is returned at once, as the
+// server phrased it.
+func (c *Client) onCoordinator(ctx context.Context, kind coordKind, key string, fn func(ctx context.Context, conn grpc.ClientConnInterface) (*edpb.Error, error)) error {
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
+	cache := c.coordCache(kind)
 	var b backoff
 	var answered, last error
 	hinted := false
 	for {
-		co, ok := c.groups.get(groupID)
+		co, ok := cache.get(key)
 		var err error
 		server := false
 		if !ok {
-			co, server, err = c.lookupCoordinator(ctx, groupID)
+			co, server, err = c.lookupCoordinator(ctx, kind, key)
 			if err == nil {
-				c.groups.put(groupID, co)
+				cache.put(key, co)
 			}
 		}
 		if err == nil {
@@ -153,25 +194,29 @@ func (c *Client) onGroupCoordinator(ctx context.Context, groupID string, fn func
 			answered = err
 		}
 		if ctx.Err() != nil {
-			return coordinatorGaveUp(ctx, groupID, answered, last)
+			return coordinatorGaveUp(ctx, kind.subject(key), answered, last)
 		}
 		step, next := nextCoordStep(err, co, hinted)
+		if step == stepReturn && kind.waitOn != nil && kind.waitOn(err) {
+			step = stepWait
+		}
 		hinted = false
 		switch step {
 		case stepReturn:
 			return err
 		case stepFollowHint:
-			c.groups.put(groupID, next)
+			cache.put(key, next)
 			hinted = true
 			continue
 		case stepRefind:
-			c.groups.forget(groupID, co)
+			cache.forget(key, co)
 		case stepWait:
-			// The coordinator is replaying its log: keep it.
+			// The coordinator is replaying its log, or busy with the
+			// key: keep it.
 		}
-		c.warnCoordinator(groupID, err)
+		c.warnCoordinator(kind, key, err)
 		if !b.wait(ctx) {
-			return coordinatorGaveUp(ctx, groupID, answered, last)
+			return coordinatorGaveUp(ctx, kind.subject(key), answered, last)
 		}
 	}
 }
@@ -237,13 +282,14 @@ func coordinatorFromHint(h *edpb.CoordinatorHint) (coordinator, bool) {
 	return coordinator{id: h.GetNodeId(), addr: h.GetAddress()}, true
 }
 
-// coordinatorGaveUp is the error of a group call whose time ran out: the
-// last answer a server gave, which says why no coordinator took the call;
-// else REQUEST_TIMED_OUT naming the last transport failure. A caller's
-// cancellation is reported as such.
-func coordinatorGaveUp(ctx context.Context, groupID string, answered, last error) error {
+// coordinatorGaveUp is the error of a coordinator call whose time ran out:
+// the last answer a server gave, which says why no coordinator took the
+// call; else REQUEST_TIMED_OUT naming the last transport failure. A
+// caller's cancellation is reported as such. subject names what the call
+// was for (coordKind.subject).
+func coordinatorGaveUp(ctx context.Context, subject string, answered, last error) error {
 	if errors.Is(ctx.Err(), context.Canceled) {
-		return fmt.Errorf("group %q: %w (last error: %v)", groupID, ctx.Err(), last)
+		return fmt.Errorf("%s: %w (last error: %v)", subject, ctx.Err(), last)
 	}
 	if answered != nil {
 		return answered
@@ -251,26 +297,30 @@ func coordinatorGaveUp(ctx context.Context, groupID string, answered, last error
 	if last == nil {
 		last = ctx.Err()
 	}
-	return timedOut(fmt.Sprintf("no coordinator of group %q answered", groupID), last)
+	return timedOut(fmt.Sprintf("no coordinator of %s answered", subject), last)
 }
 
-// warnCoordinator logs that a group call is retrying, at most once every
-// warnEvery, so a caller waiting on it is not left in silence.
-func (c *Client) warnCoordinator(groupID string, err error) {
-	if c.cfg.Logger == nil || !c.groups.warnDue(time.Now()) {
+// warnCoordinator logs that a coordinator call is retrying, at most once
+// every warnEvery, so a caller waiting on it is not left in silence.
+func (c *Client) warnCoordinator(kind coordKind, key string, err error) {
+	if c.cfg.Logger == nil || !c.coordCache(kind).warnDue(time.Now()) {
 		return
 	}
-	c.cfg.Logger.Warn("group coordinator not available; retrying", slog.String("group", groupID), slog.String("error", err.Error()))
+	if kind.keyType == groupv1.CoordinatorKeyType_COORDINATOR_KEY_TYPE_TRANSACTION {
+		c.cfg.Logger.Warn("transaction coordinator not available; retrying", slog.String("transactional_id", key), slog.String("error", err.Error()))
+		return
+	}
+	c.cfg.Logger.Warn("group coordinator not available; retrying", slog.String("group", key), slog.String("error", err.Error()))
 }
 
 // callCoordinator runs fn on co. server says whether the error, if any, is
 // an answer from a server rather than a transport failure.
-func (c *Client) callCoordinator(ctx context.Context, co coordinator, fn func(ctx context.Context, gc groupv1.GroupCoordinatorServiceClient) (*edpb.Error, error)) (server bool, err error) {
+func (c *Client) callCoordinator(ctx context.Context, co coordinator, fn func(ctx context.Context, conn grpc.ClientConnInterface) (*edpb.Error, error)) (server bool, err error) {
 	conn, err := c.readyConn(ctx, co.addr)
 	if err != nil {
 		return false, err
 	}
-	gerr, err := fn(ctx, groupv1.NewGroupCoordinatorServiceClient(conn))
+	gerr, err := fn(ctx, conn)
 	if err != nil {
 		return serverAnswer(err), errs.From(err)
 	}
@@ -281,11 +331,12 @@ func (c *Client) callCoordinator(ctx context.Context, co coordinator, fn func(ct
 }
 
 // lookupCoordinator asks the group-coordinator nodes metadata lists (the
-// bootstrap addresses if metadata cannot be had or lists none) for
-// groupID's coordinator: one pass, passing over nodes that cannot be
-// reached, are not ready or do not serve the group API. server says
-// whether the error, if any, is a server's answer.
-func (c *Client) lookupCoordinator(ctx context.Context, groupID string) (co coordinator, server bool, err error) {
+// bootstrap addresses if metadata cannot be had or lists none) for the
+// coordinator of key: one pass, passing over nodes that cannot be reached,
+// are not ready or do not serve the group API (which answers
+// FindCoordinator for both kinds). server says whether the error, if any,
+// is a server's answer.
+func (c *Client) lookupCoordinator(ctx context.Context, kind coordKind, key string) (co coordinator, server bool, err error) {
 	addrs, merr := c.groupCoordinatorAddrs(ctx)
 	if merr != nil && !errs.IsRetriable(merr) {
 		return coordinator{}, serverAnswer(merr), merr
@@ -311,7 +362,7 @@ func (c *Client) lookupCoordinator(ctx context.Context, groupID string) (co coor
 			continue
 		}
 		resp, err = groupv1.NewGroupCoordinatorServiceClient(conn).FindCoordinator(ctx, &groupv1.FindCoordinatorRequest{
-			KeyType: groupv1.CoordinatorKeyType_COORDINATOR_KEY_TYPE_GROUP, Keys: []string{groupID},
+			KeyType: kind.keyType, Keys: []string{key},
 		})
 		if err == nil {
 			break
@@ -335,21 +386,21 @@ func (c *Client) lookupCoordinator(ctx context.Context, groupID string) (co coor
 		default:
 			last = errs.New(errs.CoordinatorNotAvailable, "no node serves the group coordinator API (asked %v)", addrs)
 		}
-		return coordinator{}, false, fmt.Errorf("finding the coordinator of group %q: %w", groupID, last)
+		return coordinator{}, false, fmt.Errorf("finding the coordinator of %s: %w", kind.subject(key), last)
 	}
 	for _, k := range resp.GetCoordinators() {
-		if k.GetKey() != groupID {
+		if k.GetKey() != key {
 			continue
 		}
 		if e := errs.FromProto(k.GetError()); e != nil {
 			return coordinator{}, true, e
 		}
 		if k.GetAddress() == "" {
-			return coordinator{}, true, errs.New(errs.CoordinatorNotAvailable, "group %q: FindCoordinator named node %d without an address", groupID, k.GetNodeId())
+			return coordinator{}, true, errs.New(errs.CoordinatorNotAvailable, "%s: FindCoordinator named node %d without an address", kind.subject(key), k.GetNodeId())
 		}
 		return coordinator{id: k.GetNodeId(), addr: k.GetAddress()}, false, nil
 	}
-	return coordinator{}, true, errs.New(errs.UnknownServerError, "FindCoordinator answered without group %q", groupID)
+	return coordinator{}, true, errs.New(errs.UnknownServerError, "FindCoordinator answered without %s", kind.subject(key))
 }
 
 // groupCoordinatorAddrs returns the addresses of the live nodes metadata
