@@ -25,6 +25,10 @@ type AppendResult struct {
 	Bytes   int
 	// LogStartOffset is the log start offset after the append.
 	LogStartOffset int64
+	// Duplicate says the batch was a producer's retry of a batch the log
+	// already holds: nothing was appended, and the offsets are the
+	// original's.
+	Duplicate bool
 }
 
 // AppendAsLeader validates a buffer of batches from a producer (origin
@@ -60,6 +64,19 @@ func (l *Log) AppendAsLeader(batches []byte, leaderEpoch int32, origin record.Or
 	}
 	if latest, ok := l.epochs.latest(); ok && leaderEpoch < latest.Epoch {
 		return AppendResult{}, errs.New(errs.FencedLeaderEpoch, "leader epoch %d is older than the log's latest epoch %d", leaderEpoch, latest.Epoch)
+	}
+	dup, err := l.checkProducers(batches, &sum)
+	if err != nil {
+		return AppendResult{}, err
+	}
+	if dup != nil {
+		// A retry of a batch the log has: answered with its offsets, so
+		// the producer sees one append (KIP-98 idempotence).
+		l.mu.RLock()
+		start := l.logStart
+		l.mu.RUnlock()
+		return AppendResult{FirstOffset: dup.FirstOffset, LastOffset: dup.LastOffset, LogAppendTime: -1, MaxTimestamp: -1,
+			LogStartOffset: start, Duplicate: true}, nil
 	}
 	first := l.leo
 	record.AssignOffsets(batches, first, leaderEpoch)
@@ -146,6 +163,7 @@ func (l *Log) appendLocked(batches []byte, sum *record.Summary, res AppendResult
 	for it := record.Batches(batches); it.Next(); {
 		h := it.Header()
 		l.indexBatch(seg, &h, pos)
+		l.producers.apply(&h, it.Bytes())
 		if leaderEpoch < 0 {
 			l.epochs.assign(h.PartitionLeaderEpoch, h.BaseOffset)
 		}
@@ -205,6 +223,9 @@ func (l *Log) shouldRoll(seg *segment, n, first, last int64, now time.Time) bool
 // be held. The sealed segment is fsynced by the next flush round, which also
 // makes the new file's directory entry durable.
 func (l *Log) roll(base int64, now time.Time) error {
+	// Recovery replays producer state from the newest snapshot, so one per
+	// segment bounds the replay to about a segment.
+	l.snapshotProducers()
 	old := l.activeSegment()
 	s, err := createSegment(l.fs, l.dir, base, now, l.mapHint())
 	if err != nil {

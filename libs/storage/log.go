@@ -51,6 +51,10 @@ type Options struct {
 	// OnOffline, if set, is called once each time the log goes offline,
 	// with the error that took it there, after the failure is logged.
 	OnOffline func(cause error)
+	// ProducerIDExpiration is producer.id.expiration.ms: how long a
+	// producer id with no open transaction is remembered after its latest
+	// batch. Zero means DefaultProducerIDExpiration.
+	ProducerIDExpiration time.Duration
 }
 
 func (o *Options) withDefaults() Options {
@@ -119,6 +123,9 @@ type Log struct {
 	// not yet persisted (DeleteRecordsBefore persists at once).
 	logStartDirty bool
 	horizonDue    int64 // earliest tombstone delete horizon seen, or maxInt64
+	// producers is the producer state (idempotence, open and aborted
+	// transactions); changed under appendMu and mu.
+	producers *producerState
 
 	// durable is the offset below which every batch is on stable storage.
 	durable atomic.Int64
@@ -174,7 +181,11 @@ func openDir(dir string, cfg Config, opts Options, reopening bool) (*Log, error)
 	if err := l.fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, storageErr("creating log directory", err)
 	}
-	if err := l.load(); err != nil {
+	err := l.load()
+	if err == nil {
+		l.producers, err = l.loadProducers()
+	}
+	if err != nil {
 		l.closeSegments()
 		var se *errs.Error
 		if errors.As(err, &se) {
@@ -357,6 +368,8 @@ func (l *Log) Close() error {
 // cleanShutdown runs under syncMu, once the log is marked closed.
 func (l *Log) cleanShutdown() error {
 	l.appendMu.Lock()
+	// The next Open starts from this snapshot and replays nothing.
+	l.snapshotProducers()
 	active := l.segs[len(l.segs)-1]
 	l.mu.Lock()
 	active.addTimeEntry()

@@ -97,6 +97,7 @@ func (l *Log) Reopen() error {
 	l.segs = fresh.segs
 	l.logStart, l.leo = fresh.logStart, fresh.leo
 	l.epochs = fresh.epochs
+	l.producers = fresh.producers
 	l.needSync, l.dirDirty = fresh.needSync, fresh.dirDirty
 	l.unflushed, l.oldestDirt = fresh.unflushed, fresh.oldestDirt
 	l.cleanedTo, l.logStartDirty, l.horizonDue = fresh.cleanedTo, fresh.logStartDirty, fresh.horizonDue

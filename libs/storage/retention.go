@@ -15,6 +15,9 @@ type RetentionResult struct {
 	DeletedSegments int
 	DeletedBytes    int64
 	LogStartOffset  int64
+	// ExpiredProducers counts the producer ids forgotten after
+	// producer.id.expiration.ms.
+	ExpiredProducers int
 }
 
 // EnforceRetention deletes whole segments from the front of the log while
@@ -32,7 +35,11 @@ func (l *Log) EnforceRetention() (RetentionResult, error) {
 	}
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
-	return l.deleteSegments(true)
+	res, err := l.deleteSegments(true)
+	if err == nil {
+		res.ExpiredProducers = l.ExpireProducers()
+	}
+	return res, err
 }
 
 // DeleteRecordsBefore advances the log start offset to offset (Kafka's
@@ -135,9 +142,12 @@ func (l *Log) deleteSegments(byPolicy bool) (RetentionResult, error) {
 		l.logStartDirty = true
 	}
 	l.epochs.truncateFromStart(l.logStart)
+	l.producers.pruneAborted(l.logStart)
 	l.dirDirty = true
 	start := l.logStart
+	first := l.segs[0].base
 	l.mu.Unlock()
+	l.removeSnapshots(func(off int64) bool { return off < first })
 
 	for _, s := range removed {
 		if err := s.remove(l.fs); err != nil {
@@ -217,6 +227,9 @@ func (l *Log) TruncateTo(offset int64) error {
 		return l.resetLocked(offset)
 	}
 	err := l.truncateLocked(offset)
+	if err == nil {
+		err = l.reloadProducersLocked()
+	}
 	l.appendMu.Unlock()
 	if err != nil {
 		return err
@@ -382,6 +395,8 @@ func (l *Log) resetLocked(offset int64) error {
 	l.needSync = nil
 	l.leo, l.logStart, l.cleanedTo = offset, offset, offset
 	l.epochs.clear()
+	l.producers = newProducerState(offset)
+	l.removeSnapshots(func(int64) bool { return true })
 	l.durable.Store(offset)
 	l.dirDirty = true
 	l.mu.Unlock()
