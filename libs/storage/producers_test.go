@@ -258,10 +258,10 @@ func TestTransactionsTrackedPerPartition(t *testing.T) {
 		require.NoError(t, err)
 		return res
 	}
-	app(simpleBatch(t, 2, 0), record.FromClient)                                // 0-1
-	a := app(idemBatch(t, 5, 0, 0, 2, true), record.FromClient)                 // 2-3
-	c := app(idemBatch(t, 6, 0, 0, 1, true), record.FromClient)                 // 4
-	app(idemBatch(t, 5, 0, 2, 1, true), record.FromClient)                      // 5
+	app(simpleBatch(t, 2, 0), record.FromClient)                // 0-1
+	a := app(idemBatch(t, 5, 0, 0, 2, true), record.FromClient) // 2-3
+	c := app(idemBatch(t, 6, 0, 0, 1, true), record.FromClient) // 4
+	app(idemBatch(t, 5, 0, 2, 1, true), record.FromClient)      // 5
 	first, open := l.FirstUnstableOffset()
 	require.True(t, open)
 	require.Equal(t, a.FirstOffset, first)
