@@ -84,3 +84,21 @@ func CoordinatorRole(topic string) string {
 	}
 	return ""
 }
+
+// AnyOf returns a live process that runs coordRole, or nil if none does.
+// Every caller with the same image gets the same one (the highest
+// rendezvous score of its node id), and when it dies only its callers move.
+func (img *Image) AnyOf(coordRole string) *commonv1.Broker {
+	var best *commonv1.Broker
+	var bestScore uint64
+	for _, id := range img.BrokerIDs() {
+		b := img.Brokers[id]
+		if !img.Alive(id) || !slices.Contains(b.GetRoles(), coordRole) {
+			continue
+		}
+		if s := rendezvous(coordRole, -1, id); best == nil || s > bestScore {
+			best, bestScore = b, s
+		}
+	}
+	return best
+}

@@ -65,3 +65,25 @@ func TestCoordinatorsOfTheirOwnShareAndMoveLittle(t *testing.T) {
 	b, _ := img.CoordinatorOf("__consumer_offsets", 0, "group-coordinator")
 	require.Nil(t, b)
 }
+
+// AnyOf picks one live process of the role, the same from equal images,
+// another one only when it dies, and nil when none lives.
+func TestAnyOfIsStableAndLive(t *testing.T) {
+	img := coordImage([]string{"storage-node", "transaction-coordinator"}, 11, 12, 13)
+	img.Brokers[12].Roles = []string{"transaction-coordinator"}
+	img.Brokers[13].Roles = []string{"transaction-coordinator"}
+	first := img.AnyOf("transaction-coordinator")
+	require.NotNil(t, first)
+	require.Contains(t, []int32{1, 12, 13}, first.GetId(), "node 11 does not run the role")
+	for range 5 {
+		require.Equal(t, first.GetId(), img.AnyOf("transaction-coordinator").GetId())
+	}
+	img.Brokers[first.GetId()].State = commonv1.BrokerState_BROKER_STATE_FENCED
+	second := img.AnyOf("transaction-coordinator")
+	require.NotNil(t, second)
+	require.NotEqual(t, first.GetId(), second.GetId())
+	for _, id := range []int32{1, 12, 13} {
+		img.Brokers[id].State = commonv1.BrokerState_BROKER_STATE_FENCED
+	}
+	require.Nil(t, img.AnyOf("transaction-coordinator"))
+}

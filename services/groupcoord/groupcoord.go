@@ -33,13 +33,12 @@ import (
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
-	"google.golang.org/protobuf/proto"
 
-	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
 	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
 	client "github.com/sluice-io/sluice/libs/client"
 	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/coordinator"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/metadata"
 	"github.com/sluice-io/sluice/libs/replica"
@@ -55,6 +54,12 @@ type Config struct {
 	// OffsetsTopicReplicationFactor is offsets.topic.replication.factor,
 	// capped by the live storage nodes when the topic is created.
 	OffsetsTopicReplicationFactor int
+	// TransactionStateTopicPartitions and
+	// TransactionStateTopicReplicationFactor are
+	// transaction.state.log.num.partitions and
+	// transaction.state.log.replication.factor: FindCoordinator creates
+	// __transaction_state on the first lookup of a transactional id.
+	TransactionStateTopicPartitions, TransactionStateTopicReplicationFactor int
 	// InitialRebalanceDelay is group.initial.rebalance.delay.ms.
 	InitialRebalanceDelay time.Duration
 	// MinSessionTimeout and MaxSessionTimeout are
@@ -82,6 +87,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"Partitions of __consumer_offsets when it is created (offsets.topic.num.partitions).")
 	fs.IntVar(&c.OffsetsTopicReplicationFactor, "group.offsets-topic-replication-factor", 3,
 		"Replication factor of __consumer_offsets when it is created, capped by the live storage nodes (offsets.topic.replication.factor).")
+	fs.IntVar(&c.TransactionStateTopicPartitions, "group.transaction-state-topic-partitions", 50,
+		"Partitions of __transaction_state, set when the first transactional id is looked up (transaction.state.log.num.partitions).")
+	fs.IntVar(&c.TransactionStateTopicReplicationFactor, "group.transaction-state-topic-replication-factor", 3,
+		"Replication factor of __transaction_state, capped by the live storage nodes when it is created (transaction.state.log.replication.factor).")
 	fs.DurationVar(&c.InitialRebalanceDelay, "group.initial-rebalance-delay", 3*time.Second,
 		"How long the first rebalance of an empty group waits for more members (group.initial.rebalance.delay.ms).")
 	fs.DurationVar(&c.MinSessionTimeout, "group.min-session-timeout", 6*time.Second,
@@ -109,6 +118,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("group.offsets-topic-partitions must be at least 1, got %d", c.OffsetsTopicPartitions)
 	case c.OffsetsTopicReplicationFactor < 1:
 		return fmt.Errorf("group.offsets-topic-replication-factor must be at least 1, got %d", c.OffsetsTopicReplicationFactor)
+	case c.TransactionStateTopicPartitions < 1:
+		return fmt.Errorf("group.transaction-state-topic-partitions must be at least 1, got %d", c.TransactionStateTopicPartitions)
+	case c.TransactionStateTopicReplicationFactor < 1:
+		return fmt.Errorf("group.transaction-state-topic-replication-factor must be at least 1, got %d", c.TransactionStateTopicReplicationFactor)
 	case c.MinSessionTimeout <= 0 || c.MaxSessionTimeout < c.MinSessionTimeout:
 		return fmt.Errorf("group.min-session-timeout (%s) must be positive and at most group.max-session-timeout (%s)", c.MinSessionTimeout, c.MaxSessionTimeout)
 	case c.InitialRebalanceDelay < 0 || c.MaxSize < 0 || c.ConsumerMaxSize < 0:
@@ -126,6 +139,10 @@ func (c *Config) Validate() error {
 // any id seen in practice.
 const maxGroupIDBytes = 255
 
+// OffsetsTopic is the internal topic that holds committed offsets and group
+// metadata, named as Kafka names it so Kafka tools recognise it.
+const OffsetsTopic = metadata.OffsetsTopic
+
 // GroupCoordinator is the group-coordinator role.
 type GroupCoordinator struct {
 	groupv1.UnimplementedGroupCoordinatorServiceServer
@@ -139,10 +156,9 @@ type GroupCoordinator struct {
 
 	mu     sync.Mutex
 	shards map[int32]*shard
-	// creating is set while a CreateTopics call for the offsets topic is
-	// in flight, so concurrent FindCoordinator calls send only one.
-	creating bool
-	client   *client.Client
+	// topics creates the internal topics on the first lookup.
+	topics coordinator.TopicCreator
+	client *client.Client
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -152,6 +168,7 @@ type GroupCoordinator struct {
 func New(cfg Config, deps service.Deps) *GroupCoordinator {
 	r := &GroupCoordinator{cfg: cfg, deps: deps, logger: deps.Logger.With(log.Role("group-coordinator")),
 		now: time.Now, shards: map[int32]*shard{}}
+	r.topics = coordinator.TopicCreator{Pool: deps.Pool, Logger: r.logger}
 	var mp metric.MeterProvider = metricnoop.NewMeterProvider()
 	var tp trace.TracerProvider = tracenoop.NewTracerProvider()
 	if deps.Telemetry != nil {
@@ -343,7 +360,7 @@ func (r *GroupCoordinator) shardFor(groupID string) (*shard, *errs.Error) {
 	if !ok || len(t.Partitions) == 0 {
 		return nil, errs.New(errs.CoordinatorNotAvailable, "the offsets topic %s does not exist yet; FindCoordinator creates it", OffsetsTopic)
 	}
-	pid := PartitionFor(groupID, int32(len(t.Partitions)))
+	pid := coordinator.PartitionFor(groupID, int32(len(t.Partitions)))
 	r.mu.Lock()
 	s := r.shards[pid]
 	r.mu.Unlock()
@@ -416,8 +433,13 @@ func validGroupID(id string) *errs.Error {
 func (r *GroupCoordinator) FindCoordinator(ctx context.Context, req *groupv1.FindCoordinatorRequest) (*groupv1.FindCoordinatorResponse, error) {
 	switch req.GetKeyType() {
 	case groupv1.CoordinatorKeyType_COORDINATOR_KEY_TYPE_GROUP, groupv1.CoordinatorKeyType_COORDINATOR_KEY_TYPE_UNSPECIFIED:
+	case groupv1.CoordinatorKeyType_COORDINATOR_KEY_TYPE_TRANSACTION:
+		if len(req.GetKeys()) == 0 {
+			return nil, errs.Invalid(errs.InvalidRequest, "keys", "no keys: name at least one transactional id, or the empty one for any transaction coordinator")
+		}
+		return r.findTransactionCoordinators(req.GetKeys()), nil
 	default:
-		return nil, errs.Invalid(errs.InvalidRequest, "key_type", "key type %s is answered by the transaction coordinator, which does not serve it yet", req.GetKeyType())
+		return nil, errs.Invalid(errs.InvalidRequest, "key_type", "unknown key type %s", req.GetKeyType())
 	}
 	if len(req.GetKeys()) == 0 {
 		return nil, errs.Invalid(errs.InvalidRequest, "keys", "no keys: name at least one group id")
@@ -436,7 +458,7 @@ func (r *GroupCoordinator) FindCoordinator(ctx context.Context, req *groupv1.Fin
 		case !ok || len(t.Partitions) == 0:
 			c = &groupv1.Coordinator{Error: errs.New(errs.CoordinatorNotAvailable, "the offsets topic %s is being created", OffsetsTopic).Proto()}
 		default:
-			c = r.coordinatorOf(img, PartitionFor(k, int32(len(t.Partitions))))
+			c = r.coordinatorOf(img, coordinator.PartitionFor(k, int32(len(t.Partitions))))
 		}
 		c.Key = k
 		resp.Coordinators = append(resp.Coordinators, c)
@@ -444,58 +466,58 @@ func (r *GroupCoordinator) FindCoordinator(ctx context.Context, req *groupv1.Fin
 	return resp, nil
 }
 
+// findTransactionCoordinators answers FindCoordinator for transactional
+// ids: the coordinator of the id's __transaction_state partition, placed as
+// the offsets topic's are (metadata.Image.CoordinatorOf with the
+// transaction-coordinator role). The empty id, which idempotent producers
+// look up to get a producer id, names any live transaction coordinator: the
+// same one for every caller (metadata.Image.AnyOf), so their InitProducerId
+// calls draw on one block of ids instead of making every coordinator fetch
+// its own.
+func (r *GroupCoordinator) findTransactionCoordinators(keys []string) *groupv1.FindCoordinatorResponse {
+	img := r.deps.Metadata.Load()
+	t, ok := img.Topics[metadata.TransactionStateTopic]
+	exists := ok && len(t.Partitions) > 0
+	resp := &groupv1.FindCoordinatorResponse{}
+	for _, k := range keys {
+		var c *groupv1.Coordinator
+		switch {
+		case k == "":
+			if b := img.AnyOf(string(role.TransactionCoordinator)); b != nil {
+				c = &groupv1.Coordinator{NodeId: b.GetId(), Address: metadata.BrokerAddress(b)}
+			} else {
+				c = &groupv1.Coordinator{Error: errs.New(errs.CoordinatorNotAvailable, "no live process runs the transaction-coordinator role").Proto()}
+			}
+		case len(k) > coordinator.MaxTransactionalIDBytes:
+			c = &groupv1.Coordinator{Error: errs.Invalid(errs.InvalidRequest, "keys",
+				"the transactional id has %d bytes, more than the %d allowed", len(k), coordinator.MaxTransactionalIDBytes).Proto()}
+		case !exists:
+			r.topics.Create(img, coordinator.TopicSpec{
+				Name: metadata.TransactionStateTopic, Partitions: r.cfg.TransactionStateTopicPartitions,
+				ReplicationFactor: r.cfg.TransactionStateTopicReplicationFactor, MinInsyncReplicas: 2,
+			})
+			c = &groupv1.Coordinator{Error: errs.New(errs.CoordinatorNotAvailable, "the transaction state topic %s is being created", metadata.TransactionStateTopic).Proto()}
+		default:
+			pid := coordinator.PartitionFor(k, int32(len(t.Partitions)))
+			if b, _ := img.CoordinatorOf(metadata.TransactionStateTopic, pid, string(role.TransactionCoordinator)); b != nil {
+				c = &groupv1.Coordinator{NodeId: b.GetId(), Address: metadata.BrokerAddress(b)}
+			} else {
+				c = &groupv1.Coordinator{Error: errs.New(errs.CoordinatorNotAvailable,
+					"%s-%d has no coordinator now: its leader does not run the transaction-coordinator role (or there is none) and no live process runs that role alone",
+					metadata.TransactionStateTopic, pid).Proto()}
+			}
+		}
+		c.Key = k
+		resp.Coordinators = append(resp.Coordinators, c)
+	}
+	return resp
+}
+
 // createOffsetsTopic asks the active controller to create the offsets
 // topic, in the background: the caller answers COORDINATOR_NOT_AVAILABLE
 // and clients retry.
 func (r *GroupCoordinator) createOffsetsTopic(img *metadata.Image) {
-	r.mu.Lock()
-	if r.creating {
-		r.mu.Unlock()
-		return
-	}
-	r.creating = true
-	r.mu.Unlock()
-	live := 0
-	for _, b := range img.Brokers {
-		if hasRole(b.GetRoles(), role.StorageNode) && img.Alive(b.GetId()) {
-			live++
-		}
-	}
-	rf := min(r.cfg.OffsetsTopicReplicationFactor, max(live, 1))
-	addr := img.ControllerAddress()
-	go func() {
-		defer func() {
-			r.mu.Lock()
-			r.creating = false
-			r.mu.Unlock()
-		}()
-		if addr == "" {
-			r.logger.Warn("offsets topic not created: no active controller known")
-			return
-		}
-		conn, err := r.deps.Pool.Get(addr)
-		if err != nil {
-			r.logger.Warn("offsets topic not created", log.Err(err))
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		resp, err := controllerv1.NewControllerServiceClient(conn).CreateTopics(ctx, &controllerv1.CreateTopicsRequest{
-			Topics: []*controllerv1.TopicSpec{{
-				Name: OffsetsTopic, NumPartitions: proto.Int32(int32(r.cfg.OffsetsTopicPartitions)), ReplicationFactor: proto.Int32(int32(rf)),
-				// Kafka's settings for the topic: compacted, and segments
-				// small enough that compaction keeps replay short.
-				Configs: map[string]string{"cleanup.policy": "compact", "segment.bytes": "104857600", "compression.type": "producer"},
-			}},
-		})
-		if err == nil && len(resp.GetResults()) == 1 && resp.GetResults()[0].GetError() != nil &&
-			resp.GetResults()[0].GetError().GetCode() != edpb.ErrorCode_ERROR_CODE_TOPIC_ALREADY_EXISTS {
-			err = errs.FromProto(resp.GetResults()[0].GetError())
-		}
-		if err != nil {
-			r.logger.Warn("offsets topic not created", log.Err(err))
-			return
-		}
-		r.logger.Info("offsets topic created", log.Topic(OffsetsTopic), slog.Int("partitions", r.cfg.OffsetsTopicPartitions), slog.Int("replication_factor", rf))
-	}()
+	r.topics.Create(img, coordinator.TopicSpec{
+		Name: OffsetsTopic, Partitions: r.cfg.OffsetsTopicPartitions, ReplicationFactor: r.cfg.OffsetsTopicReplicationFactor,
+	})
 }

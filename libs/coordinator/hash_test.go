@@ -1,4 +1,4 @@
-package groupcoord
+package coordinator
 
 import (
 	"testing"
@@ -12,8 +12,8 @@ import (
 // maps to 0.
 func TestPartitionForMatchesKafka(t *testing.T) {
 	for _, c := range []struct {
-		group string
-		want  int32
+		key  string
+		want int32
 	}{
 		{"", 0},
 		{"a", 97 % 50},
@@ -21,7 +21,7 @@ func TestPartitionForMatchesKafka(t *testing.T) {
 		{"polygenelubricants", 0},
 		{"grüße-😀", javaAbsMod(javaHash("grüße-😀"), 50)},
 	} {
-		require.Equal(t, c.want, PartitionFor(c.group, 50), "group %q", c.group)
+		require.Equal(t, c.want, PartitionFor(c.key, 50), "key %q", c.key)
 	}
 	// String.hashCode of these strings.
 	require.Equal(t, int32(-1<<31), javaHash("polygenelubricants"))
