@@ -197,7 +197,7 @@ func BenchmarkRebalance(b *testing.B) {
 // of the cycle (range's contiguous shares) gets its records in one burst per
 // 1.5 s cycle, which shows as a long gap without any rebalance.
 func startTrickle(b *testing.B, cl *client.Client, topics []string) func() {
-	p := cl.NewProducer(client.ProducerConfig{Acks: client.AcksLeader})
+	p := cl.NewProducer(client.ProducerConfig{Acks: client.AcksLeader, DisableIdempotence: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -733,7 +733,7 @@ func processCPU(b *testing.B) time.Duration {
 // fillTopic produces n records of size bytes round-robin over the topic's
 // partitions, in large batches as a bulk load would.
 func fillTopic(b *testing.B, ctx context.Context, cl *client.Client, topic string, parts int32, n, size int) {
-	p := cl.NewProducer(client.ProducerConfig{Acks: client.AcksLeader, BatchBytes: 256 << 10, MaxRequestBytes: 4 << 20, BufferBytes: 64 << 20})
+	p := cl.NewProducer(client.ProducerConfig{Acks: client.AcksLeader, DisableIdempotence: true, BatchBytes: 256 << 10, MaxRequestBytes: 4 << 20, BufferBytes: 64 << 20})
 	value := make([]byte, size)
 	var (
 		mu    sync.Mutex

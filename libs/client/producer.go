@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -65,12 +66,57 @@ type ProducerConfig struct {
 	// Default 30 s.
 	RequestTimeout time.Duration
 	// MaxInFlight is the most batches of one partition sent but not yet
-	// answered. Default 1: without idempotence, more than one may reorder
-	// records when a retry overtakes a later batch.
+	// answered (max.in.flight.requests.per.connection). Default 5 with
+	// idempotence, which keeps order across retries with up to 5; 1
+	// without, since there a retry may overtake a later batch and reorder
+	// records.
 	MaxInFlight int
+	// DisableIdempotence turns the idempotent producer off
+	// (enable.idempotence=false). By default the producer is idempotent,
+	// as Kafka's is since 3.0: it takes a producer id from a transaction
+	// coordinator before its first send and numbers each partition's
+	// batches, so a retry of a batch the leader already appended is not
+	// appended again, and order holds across retries (see
+	// producer_idem.go for what a caller sees when a batch fails).
+	// Idempotence needs Acks AcksAll and MaxInFlight at most 5; other
+	// values are a configuration error, as in Kafka.
+	DisableIdempotence bool
 	// BufferBytes bounds the records waiting to be sent (buffer.memory);
 	// Produce blocks while it is full. Default 32 MiB.
 	BufferBytes int
+}
+
+// Validate reports a configuration that cannot work, as Kafka's producer
+// does at construction: idempotence with acks 0 or 1, or with more than 5
+// requests in flight. NewProducer returns a producer whose Produce fails
+// with this error.
+func (c *ProducerConfig) Validate() error {
+	if c.MaxInFlight < 0 {
+		return errs.Invalid(errs.InvalidConfig, "MaxInFlight", "must not be negative, got %d", c.MaxInFlight)
+	}
+	if c.DisableIdempotence {
+		return nil
+	}
+	if c.Acks != storagev1.Acks_ACKS_UNSPECIFIED && c.Acks != AcksAll {
+		return errs.Invalid(errs.InvalidConfig, "Acks", "the idempotent producer needs acks all, got %s; set DisableIdempotence to use acks 0 or 1", acksName(c.Acks))
+	}
+	if c.MaxInFlight > maxIdempotentInFlight {
+		return errs.Invalid(errs.InvalidConfig, "MaxInFlight", "the idempotent producer allows at most %d requests in flight, got %d", maxIdempotentInFlight, c.MaxInFlight)
+	}
+	return nil
+}
+
+// acksName spells an acknowledgement level as Kafka's acks config does.
+func acksName(a Acks) string {
+	switch a {
+	case AcksNone:
+		return "0"
+	case AcksLeader:
+		return "1"
+	case AcksAll:
+		return "all"
+	}
+	return a.String()
 }
 
 func (c *ProducerConfig) defaults() {
@@ -106,6 +152,9 @@ func (c *ProducerConfig) defaults() {
 	}
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = 1
+		if !c.DisableIdempotence {
+			c.MaxInFlight = maxIdempotentInFlight
+		}
 	}
 	if c.BufferBytes == 0 {
 		c.BufferBytes = 32 << 20
@@ -138,6 +187,16 @@ type Producer struct {
 	c   *Client
 	cfg ProducerConfig
 	md  *metaCache
+	// cfgErr is the configuration error Produce reports (see Validate).
+	cfgErr error
+	// idem: the producer is idempotent (producer_idem.go).
+	idem bool
+	// initID gets a producer id and epoch (InitProducerId).
+	initID func(ctx context.Context) (int64, int16, error)
+	// ctx ends when the producer closes; bg are the goroutines that
+	// fetch producer ids.
+	ctx context.Context
+	bg  sync.WaitGroup
 
 	mu        sync.Mutex
 	parts     map[tpKey]*prodPartition
@@ -145,6 +204,11 @@ type Producer struct {
 	spaceFree *sync.Cond
 	closed    bool
 	inflight  int // batches sent and not yet answered, for Flush
+	// id is the newest producer id (idempotence); idErr the last error
+	// met getting one, reported by batches that time out waiting for it.
+	id         prodID
+	idErr      error
+	idFetching bool
 
 	wake   chan struct{}
 	idle   *sync.Cond // signalled when a batch completes
@@ -192,6 +256,13 @@ type prodBatch struct {
 	lastErr error
 	// builder holds data; it goes back to the pool once the batch is done.
 	builder *record.Builder
+	// order is the batch's place among its partition's batches.
+	order uint64
+	// seq is the batch's base sequence once it has been sent with one
+	// (idempotence), else -1; idGen is the producer id generation it
+	// belongs to.
+	seq   int32
+	idGen uint64
 }
 
 type prodPartition struct {
@@ -206,15 +277,23 @@ type prodPartition struct {
 	inflight  int
 	retryAt   time.Time
 	backoff   time.Duration
+	sealed    uint64 // batches sealed so far: the next one's order
+	idem      partIdem
 }
 
 // NewProducer returns a producer.
 func (c *Client) NewProducer(cfg ProducerConfig) *Producer {
+	cfgErr := cfg.Validate()
 	cfg.defaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Producer{
-		c: c, cfg: cfg, md: newMetaCache(c), parts: map[tpKey]*prodPartition{},
+		c: c, cfg: cfg, md: newMetaCache(c), parts: map[tpKey]*prodPartition{}, cfgErr: cfgErr, idem: !cfg.DisableIdempotence, ctx: ctx,
 		wake: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{}), conns: map[string]*prodConn{},
+	}
+	p.initID = func(ctx context.Context) (int64, int16, error) {
+		// An idempotent producer has no transactional id; -1, -1 asks
+		// for a new producer id.
+		return c.InitProducerID(ctx, "", 0, -1, -1)
 	}
 	p.builders.New = func() any { return record.NewBuilder(cfg.Compression) }
 	p.spaceFree = sync.NewCond(&p.mu)
@@ -235,6 +314,9 @@ var ErrProducerClosed = errors.New("producer is closed")
 // run on one goroutine of the producer, in offset order within a
 // partition; a slow callback delays the ones after it.
 func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) error {
+	if p.cfgErr != nil {
+		return p.cfgErr
+	}
 	if r.Topic == "" {
 		return errs.Invalid(errs.InvalidRequest, "topic", "is required")
 	}
@@ -343,7 +425,9 @@ func (p *Producer) sealLocked(pp *prodPartition) {
 	}
 	data, err := pp.builder.Build()
 	recs := pp.open
-	b := &prodBatch{tp: pp.tp, data: data, recs: recs, traced: pp.openTrace, bytes: pp.openBytes, created: pp.openSince, builder: pp.builder}
+	b := &prodBatch{tp: pp.tp, data: data, recs: recs, traced: pp.openTrace, bytes: pp.openBytes, created: pp.openSince, builder: pp.builder,
+		order: pp.sealed, seq: -1}
+	pp.sealed++
 	pp.open, pp.openTrace, pp.openBytes, pp.lastCount = nil, nil, 0, len(recs)
 	pp.builder = p.builders.Get().(*record.Builder)
 	p.cfg.Partitioner.BatchSealed(pp.tp.partition)
@@ -443,12 +527,13 @@ func (p *Producer) Close(ctx context.Context) error {
 		for _, b := range pp.ready {
 			p.finishLocked(b, -1, ErrProducerClosed)
 		}
-		pp.ready = nil
+		pp.ready, pp.idem.resend = nil, 0
 	}
 	p.spaceFree.Broadcast()
 	p.mu.Unlock()
 	p.cancel()
 	<-p.done
+	p.bg.Wait()
 	p.connMu.Lock()
 	for _, c := range p.conns {
 		c.close()
@@ -475,6 +560,9 @@ func (p *Producer) finishLocked(b *prodBatch, base int64, err error) {
 		b.builder.Reset()
 		p.builders.Put(b.builder)
 		b.builder, b.data = nil, nil
+	}
+	if p.idem && b.seq >= 0 {
+		p.idemSettledLocked(p.parts[b.tp], b, err)
 	}
 	p.buffered -= b.bytes
 	p.spaceFree.Broadcast()
@@ -574,6 +662,12 @@ func (p *Producer) sendReady(ctx context.Context) time.Duration {
 			// an answer makes room (as Kafka's accumulator does), rather
 			// than queueing as one small request after another.
 		}
+		// Batches are in creation order: those past their delivery
+		// timeout are at the front.
+		for len(pp.ready) > 0 && now.Sub(pp.ready[0].created) > p.cfg.DeliveryTimeout {
+			b := p.takeReadyLocked(pp, 0)
+			p.finishLocked(b, -1, p.deliveryTimedOut(b))
+		}
 		if len(pp.ready) == 0 || pp.inflight >= p.cfg.MaxInFlight {
 			continue
 		}
@@ -581,17 +675,20 @@ func (p *Producer) sendReady(ctx context.Context) time.Duration {
 			next = min(next, pp.retryAt.Sub(now))
 			continue
 		}
-		b := pp.ready[0]
-		if now.Sub(b.created) > p.cfg.DeliveryTimeout {
-			pp.ready = pp.ready[1:]
-			p.finishLocked(b, -1, p.deliveryTimedOut(b))
-			continue
+		idx := 0
+		if p.idem {
+			// An answer, or a producer id, wakes the loop when the
+			// partition may send again.
+			if idx = p.idemNextLocked(pp); idx < 0 {
+				continue
+			}
 		}
+		b := pp.ready[idx]
 		leader, ok := p.md.leader(b.tp.topic, b.tp.partition)
 		if e, absent := p.md.absentErr(b.tp.topic); !ok && absent {
 			// Metadata confirmed the topic is gone (deleted): retrying
 			// cannot help (Kafka fails such batches too).
-			pp.ready = pp.ready[1:]
+			p.takeReadyLocked(pp, idx)
 			p.finishLocked(b, -1, fmt.Errorf("%s-%d: %w", b.tp.topic, b.tp.partition, e))
 			continue
 		}
@@ -603,7 +700,10 @@ func (p *Producer) sendReady(ctx context.Context) time.Duration {
 			next = min(next, 50*time.Millisecond)
 			continue
 		}
-		pp.ready = pp.ready[1:]
+		p.takeReadyLocked(pp, idx)
+		if p.idem {
+			p.idemSequenceLocked(pp, b)
+		}
 		pp.inflight++
 		p.inflight++
 		b.attempts++
@@ -622,6 +722,20 @@ func (p *Producer) sendReady(ctx context.Context) time.Duration {
 		p.kick()
 	}
 	return max(next, time.Millisecond)
+}
+
+// takeReadyLocked removes the i-th ready batch of a partition.
+func (p *Producer) takeReadyLocked(pp *prodPartition, i int) *prodBatch {
+	b := pp.ready[i]
+	if i == 0 {
+		pp.ready = pp.ready[1:]
+	} else {
+		pp.ready = slices.Delete(pp.ready, i, i+1)
+	}
+	if b.seq >= 0 {
+		pp.idem.resend--
+	}
+	return b
 }
 
 // send groups batches into requests of at most MaxRequestBytes on the
@@ -722,17 +836,30 @@ func (p *Producer) complete(group []*prodBatch, resp *storagev1.ProduceResponse,
 		} else if e.Retriable() {
 			p.md.refreshSoon(b.tp.topic)
 		}
-		if e.Retriable() {
+		retry := e.Retriable()
+		if !retry && p.idem && b.seq >= 0 && !p.closed {
+			// Refused as out of order because an earlier batch is
+			// missing: it goes again after that one (producer_idem.go).
+			retry = p.idemRetryOnRefusal(pp, b, e)
+		}
+		if retry {
 			b.lastErr = e
 		}
-		if e.Retriable() && !p.closed && time.Since(b.created) < p.cfg.DeliveryTimeout {
-			// Retry first, in order: the batch goes back to the front.
-			pp.ready = append([]*prodBatch{b}, pp.ready...)
-			pp.backoff = min(max(2*pp.backoff, p.cfg.RetryBackoff), p.cfg.RetryBackoffMax)
-			pp.retryAt = time.Now().Add(pp.backoff)
+		if retry && !p.closed && time.Since(b.created) < p.cfg.DeliveryTimeout {
+			if p.idem {
+				// In order, behind the batches still in flight.
+				p.idemRequeueLocked(pp, b)
+			} else {
+				// Retry first, in order: the batch goes back to the front.
+				pp.ready = append([]*prodBatch{b}, pp.ready...)
+			}
+			if e.Retriable() {
+				pp.backoff = min(max(2*pp.backoff, p.cfg.RetryBackoff), p.cfg.RetryBackoffMax)
+				pp.retryAt = time.Now().Add(pp.backoff)
+			}
 			continue
 		}
-		if e.Retriable() && !p.closed {
+		if retry && !p.closed {
 			err = p.deliveryTimedOut(b)
 		} else {
 			err = fmt.Errorf("%s-%d: %w", b.tp.topic, b.tp.partition, err)

@@ -115,7 +115,9 @@ func startFake(t *testing.T, f *fakeNode, cfg Config) *Client {
 func TestProducerTimeoutNamesLastError(t *testing.T) {
 	f := &fakeNode{produceErr: errs.New(errs.StorageError, "t-0: no space left on device")}
 	c := startFake(t, f, Config{})
-	p := c.NewProducer(ProducerConfig{DeliveryTimeout: 500 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond})
+	// The fake serves no producer ids: these tests are about retries of
+	// produce requests themselves.
+	p := c.NewProducer(ProducerConfig{DeliveryTimeout: 500 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond, DisableIdempotence: true})
 	defer func() { _ = p.Close(context.Background()) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -131,7 +133,7 @@ func TestProducerRetriesNodeNotReady(t *testing.T) {
 	f := &fakeNode{}
 	f.notReady.Store(3)
 	c := startFake(t, f, Config{})
-	p := c.NewProducer(ProducerConfig{DeliveryTimeout: 10 * time.Second})
+	p := c.NewProducer(ProducerConfig{DeliveryTimeout: 10 * time.Second, DisableIdempotence: true})
 	defer func() { _ = p.Close(context.Background()) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -140,6 +140,7 @@ type perfProduceOptions struct {
 	recordSize      int
 	throughput      float64
 	acks            string
+	idempotence     bool
 	batchSize       int
 	linger          time.Duration
 	compression     string
@@ -151,17 +152,20 @@ type perfProduceOptions struct {
 
 func newPerfProduceCmd(g *globals) *cobra.Command {
 	o := &perfProduceOptions{}
-	cmd := &cobra.Command{
+	var cmd *cobra.Command
+	cmd = &cobra.Command{
 		Use:   "produce",
 		Short: "Produce records as fast as possible (or at --throughput) and report rate and latency",
 		Long: `Produce --num-records records of --record-size bytes (random letters, no key)
 from --producers producers, each with its own connections, and report
 records/s, MB/s and the latency from Produce to acknowledgement
 (p50/p95/p99/p99.9/max). Like kafka-producer-perf-test, the latency includes
-the time a record waits in the producer's buffer.`,
+the time a record waits in the producer's buffer. The producers are
+idempotent by default (acks all), as Kafka's; --idempotence=false, or
+--acks 1 or 0, measures without.`,
 		Args: cobra.NoArgs,
 		RunE: perfRunE(g, func(ctx context.Context, progress io.Writer) (*perfSummary, error) {
-			return runPerfProduce(ctx, g, o, progress)
+			return runPerfProduce(ctx, g, o, progress, cmd)
 		}, func(s *perfSummary) error {
 			return fmt.Errorf("%d of %d records failed; first error: %s", s.Errors, o.numRecords, s.FirstError)
 		}),
@@ -171,24 +175,36 @@ the time a record waits in the producer's buffer.`,
 	f.Int64Var(&o.numRecords, "num-records", 1_000_000, "Records to produce, over all producers.")
 	f.IntVar(&o.recordSize, "record-size", 1024, "Value bytes of each record.")
 	f.Float64Var(&o.throughput, "throughput", -1, "Records per second over all producers; -1 for no limit.")
-	f.StringVar(&o.acks, "acks", "1", "Acknowledgement level: all, 1 or 0.")
+	f.StringVar(&o.acks, "acks", "all", "Acknowledgement level: all, 1 or 0.")
+	f.BoolVar(&o.idempotence, "idempotence", true, idempotenceUsage)
 	f.IntVar(&o.batchSize, "batch-size", 64<<10, "Batch size in bytes (batch.size).")
 	f.DurationVar(&o.linger, "linger", 5*time.Millisecond, "How long a batch waits for more records (linger.ms).")
 	f.StringVar(&o.compression, "compression", "none", "Batch compression: none, gzip, snappy, lz4 or zstd.")
 	f.IntVar(&o.producers, "producers", 1, "Concurrent producers, each with its own client and streams.")
-	f.IntVar(&o.maxInFlight, "max-in-flight", 5, "Batches per partition sent and not yet answered (Kafka's default is 5).")
+	f.IntVar(&o.maxInFlight, "max-in-flight", 5, "Batches per partition sent and not yet answered (Kafka's default is 5, the most idempotence allows).")
 	f.IntVar(&o.maxRequestBytes, "max-request-bytes", 1<<20, "Largest produce request (max.request.size).")
 	f.IntVar(&o.bufferBytes, "buffer-bytes", 64<<20, "Producer buffer (buffer.memory).")
 	return cmd
 }
 
-func runPerfProduce(ctx context.Context, g *globals, o *perfProduceOptions, progress io.Writer) (*perfSummary, error) {
+func runPerfProduce(ctx context.Context, g *globals, o *perfProduceOptions, progress io.Writer, cmd *cobra.Command) (*perfSummary, error) {
 	acks, err := parseAcks(o.acks)
+	if err != nil {
+		return nil, err
+	}
+	disable, err := disableIdempotence(cmd, acks, o.idempotence)
 	if err != nil {
 		return nil, err
 	}
 	codec, err := parseCodec(o.compression)
 	if err != nil {
+		return nil, err
+	}
+	cfg := client.ProducerConfig{
+		Acks: acks, Linger: o.linger, BatchBytes: o.batchSize, MaxRequestBytes: o.maxRequestBytes,
+		Compression: codec, MaxInFlight: o.maxInFlight, BufferBytes: o.bufferBytes, DisableIdempotence: disable,
+	}
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if o.producers < 1 || o.numRecords < 1 || o.recordSize < 0 {
@@ -219,10 +235,7 @@ func runPerfProduce(ctx context.Context, g *globals, o *perfProduceOptions, prog
 			return nil, err
 		}
 		defer c.Close()
-		p := c.NewProducer(client.ProducerConfig{
-			Acks: acks, Linger: o.linger, BatchBytes: o.batchSize, MaxRequestBytes: o.maxRequestBytes,
-			Compression: codec, MaxInFlight: o.maxInFlight, BufferBytes: o.bufferBytes,
-		})
+		p := c.NewProducer(cfg)
 		workers[i] = worker{c: c, p: p, n: o.numRecords / int64(o.producers)}
 		if int64(i) < o.numRecords%int64(o.producers) {
 			workers[i].n++

@@ -119,13 +119,14 @@ func runPerfConsume(ctx context.Context, g *globals, o *perfConsumeOptions, prog
 
 type perfE2EOptions struct {
 	perfTopicFlags
-	numRecords int64
-	recordSize int
-	rate       float64
-	acks       string
-	linger     time.Duration
-	batchSize  int
-	maxWait    time.Duration
+	numRecords  int64
+	recordSize  int
+	rate        float64
+	acks        string
+	idempotence bool
+	linger      time.Duration
+	batchSize   int
+	maxWait     time.Duration
 }
 
 // e2eHeader is the part of each e2e value that carries the send time
@@ -134,7 +135,8 @@ const e2eHeader = 16
 
 func newPerfE2ECmd(g *globals) *cobra.Command {
 	o := &perfE2EOptions{}
-	cmd := &cobra.Command{
+	var cmd *cobra.Command
+	cmd = &cobra.Command{
 		Use:   "e2e",
 		Short: "Measure end-to-end latency (send to consumer receipt) at a fixed rate",
 		Long: `Send --num-records records at --rate records/s and read them back with a
@@ -147,7 +149,7 @@ Reports that latency and the produce acknowledgement latency.
 in flight).`,
 		Args: cobra.NoArgs,
 		RunE: perfRunE(g, func(ctx context.Context, progress io.Writer) (*perfSummary, error) {
-			return runPerfE2E(ctx, g, o, progress)
+			return runPerfE2E(ctx, g, o, progress, cmd)
 		}, func(s *perfSummary) error {
 			return fmt.Errorf("%d records failed or were not received; first error: %s", s.Errors, s.FirstError)
 		}),
@@ -158,14 +160,19 @@ in flight).`,
 	f.IntVar(&o.recordSize, "record-size", 1024, fmt.Sprintf("Value bytes of each record (at least %d).", e2eHeader))
 	f.Float64Var(&o.rate, "rate", 10_000, "Records per second.")
 	f.StringVar(&o.acks, "acks", "1", "Acknowledgement level: all, 1 or 0.")
+	f.BoolVar(&o.idempotence, "idempotence", true, idempotenceUsage)
 	f.DurationVar(&o.linger, "linger", 0, "How long a batch waits for more records; 0 sends at once.")
 	f.IntVar(&o.batchSize, "batch-size", 64<<10, "Batch size in bytes (batch.size).")
 	f.DurationVar(&o.maxWait, "drain-timeout", 15*time.Second, "How long to wait for the last records after sending.")
 	return cmd
 }
 
-func runPerfE2E(ctx context.Context, g *globals, o *perfE2EOptions, progress io.Writer) (*perfSummary, error) {
+func runPerfE2E(ctx context.Context, g *globals, o *perfE2EOptions, progress io.Writer, cmd *cobra.Command) (*perfSummary, error) {
 	acks, err := parseAcks(o.acks)
+	if err != nil {
+		return nil, err
+	}
+	disable, err := disableIdempotence(cmd, acks, o.idempotence)
 	if err != nil {
 		return nil, err
 	}
@@ -209,7 +216,7 @@ func runPerfE2E(ctx context.Context, g *globals, o *perfE2EOptions, progress io.
 	if linger <= 0 {
 		linger = time.Microsecond // the producer reads 0 as its default
 	}
-	p := pc.NewProducer(client.ProducerConfig{Acks: acks, Linger: linger, BatchBytes: o.batchSize, MaxInFlight: 5})
+	p := pc.NewProducer(client.ProducerConfig{Acks: acks, Linger: linger, BatchBytes: o.batchSize, MaxInFlight: 5, DisableIdempotence: disable})
 	defer func() { _ = p.Close(context.Background()) }() // flushed below; Close only stops it
 
 	e2e, ack := newLatencyRecorder(), newLatencyRecorder()

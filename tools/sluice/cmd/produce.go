@@ -29,6 +29,28 @@ func parseAcks(s string) (client.Acks, error) {
 	return 0, fmt.Errorf("--acks must be all, 1 or 0, got %q", s)
 }
 
+// disableIdempotence resolves --idempotence against --acks as Kafka's
+// producer does (KAFKA-13598): the producer is idempotent by default;
+// --acks 0 or 1 without --idempotence turns idempotence off (noted on
+// standard error when --acks was given), and together with an explicit
+// --idempotence is an error, since idempotence needs every in-sync
+// replica's acknowledgement.
+func disableIdempotence(cmd *cobra.Command, acks client.Acks, idempotence bool) (bool, error) {
+	if !idempotence || acks == client.AcksAll {
+		return !idempotence, nil
+	}
+	if cmd.Flags().Changed("idempotence") {
+		return false, fmt.Errorf("--idempotence needs --acks all; pass --idempotence=false to produce with --acks %s", cmd.Flag("acks").Value)
+	}
+	if cmd.Flags().Changed("acks") {
+		fmt.Fprintf(cmd.ErrOrStderr(), "note: --acks %s turns idempotence off (it needs --acks all)\n", cmd.Flag("acks").Value)
+	}
+	return true, nil
+}
+
+// idempotenceUsage is the help of the --idempotence flag.
+const idempotenceUsage = "Idempotent producer (enable.idempotence): a retried batch is written once and order holds across retries. Needs --acks all; --acks 0 or 1 alone turns it off."
+
 func parseCodec(s string) (record.Codec, error) {
 	if c, ok := record.ParseCodec(s); ok {
 		return c, nil
@@ -38,6 +60,7 @@ func parseCodec(s string) (record.Codec, error) {
 
 func newProduceCmd(g *globals) *cobra.Command {
 	var acks, sep, compression string
+	var idempotence bool
 	var partition int32
 	var linger time.Duration
 	cmd := &cobra.Command{
@@ -46,6 +69,11 @@ func newProduceCmd(g *globals) *cobra.Command {
 		Long: `Produce one record per line of standard input. With --key-separator, the
 text before the first separator is the record key. Exits non-zero if any
 record was not acknowledged.
+
+The producer is idempotent by default, as Kafka's: a batch retried after a
+lost answer or a leader change is written once, and each partition keeps the
+order of standard input across retries. --idempotence=false turns that off;
+so does --acks 0 or 1, which idempotence cannot work with.
 
   seq 1 100000 | sluice produce orders --acks all`,
 		Args: cobra.ExactArgs(1),
@@ -58,12 +86,20 @@ record was not acknowledged.
 			if err != nil {
 				return err
 			}
+			disable, err := disableIdempotence(cmd, a, idempotence)
+			if err != nil {
+				return err
+			}
+			cfg := client.ProducerConfig{Acks: a, Compression: codec, Linger: linger, BatchBytes: 256 << 10, DisableIdempotence: disable}
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			p := c.NewProducer(client.ProducerConfig{Acks: a, Compression: codec, Linger: linger, BatchBytes: 256 << 10})
+			p := c.NewProducer(cfg)
 			ctx := cmd.Context()
 			var failed, acked atomic.Int64
 			var firstErr error
@@ -112,6 +148,7 @@ record was not acknowledged.
 		},
 	}
 	cmd.Flags().StringVar(&acks, "acks", "all", "Acknowledgement level: all, 1 or 0.")
+	cmd.Flags().BoolVar(&idempotence, "idempotence", true, idempotenceUsage)
 	cmd.Flags().StringVar(&sep, "key-separator", "", "Split each line into key and value at the first occurrence of this separator.")
 	cmd.Flags().Int32Var(&partition, "partition", -1, "Partition to produce to; -1 lets the partitioner choose (by key hash, or sticky without a key).")
 	cmd.Flags().StringVar(&compression, "compression", "none", "Batch compression: none, gzip, snappy, lz4 or zstd.")
