@@ -173,7 +173,10 @@ func TestLeaderOfflineOnENOSPCComesBackByItself(t *testing.T) {
 			require.Equal(t, errs.StorageError, errs.CodeOf(f.produce(t, 1)))
 
 			remove()
-			testutil.Eventually(t, 5*time.Second, 5*time.Millisecond, func() error { return f.p.Log().Err() })
+			testutil.Eventually(t, 5*time.Second, 5*time.Millisecond, func() error {
+				return want(f.logs.find("INFO", "replica back online") != nil, "no recovery logged")
+			})
+			require.NoError(t, f.p.Log().Err())
 			back := f.logs.find("INFO", "replica back online")
 			require.NotNil(t, back)
 			require.Equal(t, "leader", back["role"])
@@ -226,7 +229,11 @@ func TestFollowerOfflineOnENOSPCAppendsAgainByItself(t *testing.T) {
 	f.requireOfflineReported(t, ".log")
 	remove()
 
-	testutil.Eventually(t, 5*time.Second, 5*time.Millisecond, func() error { return f.p.Log().Err() })
+	// The log is back before the manager reports it; wait for the report.
+	testutil.Eventually(t, 5*time.Second, 5*time.Millisecond, func() error {
+		return want(f.logs.find("INFO", "replica back online") != nil, "no recovery logged")
+	})
+	require.NoError(t, f.p.Log().Err())
 	require.Equal(t, "follower", f.logs.find("INFO", "replica back online")["role"])
 	// The fetcher resends from the follower's log end; nothing was lost.
 	leo, err = f.p.AppendReplicated(ctx, chunk(f.p.Log().LogEndOffset(), 6), 6, 0)

@@ -129,6 +129,10 @@ type View struct {
 	// Committed reports whether the leader has committed a record in its
 	// own epoch; until then its high watermark may trail the true one.
 	Committed bool
+	// LastStable is the last stable offset: the high watermark, or the
+	// first offset of the oldest open transaction if that is lower (Kafka's
+	// convention). read_committed readers see the records below it.
+	LastStable int64
 }
 
 // View returns the partition's offsets now.
@@ -139,10 +143,14 @@ func (p *Partition) View() View {
 }
 
 func (p *Partition) viewLocked() View {
-	return View{
+	v := View{
 		LogStart: p.log.LogStartOffset(), LogEnd: p.log.LogEndOffset(), HighWatermark: p.hw,
-		LeaderEpoch: p.leaderEpoch, IsLeader: p.isLeader, Committed: p.hw >= p.epochStart,
+		LeaderEpoch: p.leaderEpoch, IsLeader: p.isLeader, Committed: p.hw >= p.epochStart, LastStable: p.hw,
 	}
+	if first, ok := p.log.FirstUnstableOffset(); ok && first < v.LastStable {
+		v.LastStable = first
+	}
+	return v
 }
 
 // applyState makes the replica leader or follower as metadata says. It
@@ -436,6 +444,13 @@ type EpochEnd struct {
 // consumer's log agrees with the leader's: if it diverged, it returns where
 // (and no data).
 func (p *Partition) ReadForConsumer(offset int64, maxBytes int, callerEpoch, lastFetchedEpoch *int32) (*storage.ReadResult, View, *EpochEnd, error) {
+	return p.ReadIsolated(offset, maxBytes, callerEpoch, lastFetchedEpoch, false)
+}
+
+// ReadIsolated is ReadForConsumer with an isolation level: readCommitted
+// reads only below the last stable offset (KIP-98 read_committed), so no
+// batch of a transaction still open is returned.
+func (p *Partition) ReadIsolated(offset int64, maxBytes int, callerEpoch, lastFetchedEpoch *int32, readCommitted bool) (*storage.ReadResult, View, *EpochEnd, error) {
 	p.mu.Lock()
 	if err := p.checkLeaderLocked(callerEpoch); err != nil {
 		p.mu.Unlock()
@@ -451,7 +466,11 @@ func (p *Partition) ReadForConsumer(offset int64, maxBytes int, callerEpoch, las
 	if offset < v.LogStart || offset > v.LogEnd {
 		return nil, v, nil, errs.New(errs.OffsetOutOfRange, "%s: offset %d is outside [%d, %d]", p.tp, offset, v.LogStart, v.LogEnd)
 	}
-	res, err := p.log.Read(offset, v.HighWatermark, maxBytes)
+	upTo := v.HighWatermark
+	if readCommitted {
+		upTo = v.LastStable
+	}
+	res, err := p.log.Read(offset, upTo, maxBytes)
 	return res, v, nil, err
 }
 

@@ -91,7 +91,7 @@ func (l *Log) checkProducers(batches []byte, sum *record.Summary) (*producerBatc
 			return nil, errs.New(errs.InvalidRecord, "%s: a produce request carries %d batches for the partition; an idempotent or transactional producer sends one",
 				filepath.Base(l.dir), sum.Batches)
 		}
-		return l.producers.checkLeader(filepath.Base(l.dir), &h)
+		return l.producers.checkLeader(filepath.Base(l.dir), &h, it.Bytes())
 	}
 	return nil, nil
 }

@@ -88,7 +88,7 @@ func nextSeq(s int32) int32 {
 // leader is new, a retry of one of the producer's latest batches (dup is
 // set: the caller answers with its offsets and appends nothing), or
 // refused. It changes nothing.
-func (ps *producerState) checkLeader(tp string, h *record.BatchHeader) (dup *producerBatch, err error) {
+func (ps *producerState) checkLeader(tp string, h *record.BatchHeader, batch []byte) (dup *producerBatch, err error) {
 	if h.ProducerID < 0 {
 		return nil, nil
 	}
@@ -105,6 +105,10 @@ func (ps *producerState) checkLeader(tp string, h *record.BatchHeader) (dup *pro
 		if h.ProducerEpoch < e.Epoch {
 			return nil, errs.New(errs.InvalidProducerEpoch, "%s: transaction marker for producer %d has epoch %d, older than the partition's %d",
 				tp, h.ProducerID, h.ProducerEpoch, e.Epoch)
+		}
+		if _, coordEpoch, ok := controlRecord(batch); ok && coordEpoch < e.CoordinatorEpoch {
+			return nil, errs.New(errs.TransactionCoordinatorFenced, "%s: transaction marker for producer %d comes from coordinator epoch %d, older than the partition's %d",
+				tp, h.ProducerID, coordEpoch, e.CoordinatorEpoch)
 		}
 		return nil, nil
 	case h.ProducerEpoch < e.Epoch:

@@ -282,6 +282,12 @@ func TestTransactionsTrackedPerPartition(t *testing.T) {
 	app(idemBatch(t, 5, 2, 0, 1, false), record.FromClient)
 	_, err := l.AppendAsLeader(record.AppendEndTxnMarker(nil, 5, 1, record.ControlAbort, 1, 0), 0, record.FromCoordinator)
 	requireCode(t, err, errs.InvalidProducerEpoch)
+	// So is a marker from an older coordinator epoch than the last one.
+	app(idemBatch(t, 6, 0, 1, 1, true), record.FromClient)
+	_, err = l.AppendAsLeader(record.AppendEndTxnMarker(nil, 6, 0, record.ControlAbort, 0, 0), 0, record.FromCoordinator)
+	requireCode(t, err, errs.TransactionCoordinatorFenced)
+	_, open = l.FirstUnstableOffset()
+	require.True(t, open, "the refused marker ended nothing")
 }
 
 func TestIdleProducersExpire(t *testing.T) {

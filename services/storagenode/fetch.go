@@ -94,6 +94,7 @@ func (r *StorageNode) Fetch(req *storagev1.FetchRequest, stream grpc.ServerStrea
 		maxBytes = defaultFetchMaxBytes
 	}
 	records := req.GetFormat() == storagev1.RecordFormat_RECORD_FORMAT_RECORDS
+	readCommitted := req.GetIsolationLevel() == commonv1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED
 	deadline := time.Now().Add(time.Duration(req.GetMaxWaitMs()) * time.Millisecond)
 	collected := 0
 	for {
@@ -109,7 +110,7 @@ func (r *StorageNode) Fetch(req *storagev1.FetchRequest, stream grpc.ServerStrea
 				continue
 			}
 			active++
-			n, ch, err := r.fetchOne(stream, st, min(st.maxBytes, max(budget, 1)), records)
+			n, ch, err := r.fetchOne(stream, st, min(st.maxBytes, max(budget, 1)), records, readCommitted)
 			if err != nil {
 				return err
 			}
@@ -153,7 +154,7 @@ func (r *StorageNode) Fetch(req *storagev1.FetchRequest, stream grpc.ServerStrea
 
 // fetchOne sends what one partition has from its position and returns the
 // bytes sent and the channel that signals more.
-func (r *StorageNode) fetchOne(stream grpc.ServerStream, st *fetchState, maxBytes int, records bool) (int, <-chan struct{}, error) {
+func (r *StorageNode) fetchOne(stream grpc.ServerStream, st *fetchState, maxBytes int, records, readCommitted bool) (int, <-chan struct{}, error) {
 	resp := &storagev1.FetchResponse{Topic: st.tp.Topic, Partition: st.tp.Partition, NextOffset: st.offset}
 	part, err := r.partition(st.tp.Topic, st.tp.Partition)
 	if err != nil {
@@ -166,8 +167,8 @@ func (r *StorageNode) fetchOne(stream grpc.ServerStream, st *fetchState, maxByte
 	if !st.lastFetched {
 		lastEpoch, st.lastFetched = st.lastEpoch, true
 	}
-	data, v, div, err := part.ReadForConsumer(st.offset, maxBytes, st.epoch, lastEpoch)
-	resp.HighWatermark, resp.LastStableOffset, resp.LogStartOffset = v.HighWatermark, v.HighWatermark, v.LogStart
+	data, v, div, err := part.ReadIsolated(st.offset, maxBytes, st.epoch, lastEpoch, readCommitted)
+	resp.HighWatermark, resp.LastStableOffset, resp.LogStartOffset = v.HighWatermark, v.LastStable, v.LogStart
 	switch {
 	case err != nil:
 		st.done = true
@@ -188,8 +189,19 @@ func (r *StorageNode) fetchOne(stream grpc.ServerStream, st *fetchState, maxByte
 	from := st.offset
 	st.offset = data.NextOffset
 	resp.NextOffset = data.NextOffset
+	var aborted []storage.AbortedTxn
+	if readCommitted {
+		// The reader drops the batches of these (Kafka's way), so the
+		// batches themselves still go out untouched from the page cache.
+		aborted = part.Log().AbortedTransactions(from, data.NextOffset)
+		if !records {
+			for _, a := range aborted {
+				resp.AbortedTransactions = append(resp.AbortedTransactions, &storagev1.AbortedTransaction{ProducerId: a.ProducerID, FirstOffset: a.FirstOffset})
+			}
+		}
+	}
 	if records {
-		recs, badAt, derr := decodeRecords(data, from)
+		recs, badAt, derr := decodeRecords(data, from, aborted)
 		data.Release()
 		if derr != nil {
 			// Records before the unreadable batch go out first; the next
@@ -222,16 +234,27 @@ func (r *StorageNode) fetchOne(stream grpc.ServerStream, st *fetchState, maxByte
 	return n, changed, nil
 }
 
+// inAborted reports whether a transactional batch of producer pid at offset
+// belongs to one of the aborted transactions.
+func inAborted(aborted []storage.AbortedTxn, pid, offset int64) bool {
+	for _, a := range aborted {
+		if a.ProducerID == pid && a.FirstOffset <= offset && offset <= a.LastOffset {
+			return true
+		}
+	}
+	return false
+}
+
 // decodeRecords decodes batches for a RECORDS-format fetch, skipping
-// control batches and records below from. On a batch it cannot decode it
+// control batches, batches of aborted transactions and records below from. On a batch it cannot decode it
 // returns the records before that batch, the batch's offset and the error.
-func decodeRecords(data *storage.ReadResult, from int64) (*commonv1.Records, int64, error) {
+func decodeRecords(data *storage.ReadResult, from int64, aborted []storage.AbortedTxn) (*commonv1.Records, int64, error) {
 	out := &commonv1.Records{}
 	var it record.Iterator
 	for _, c := range data.Chunks {
 		it.Reset(c.Data)
 		for it.Next() {
-			if it.Batch().Attributes.Control() {
+			if b := it.Batch(); b.Attributes.Control() || b.Attributes.Transactional() && inAborted(aborted, b.ProducerID, b.BaseOffset) {
 				continue
 			}
 			rec := it.Record()

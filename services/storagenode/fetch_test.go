@@ -35,7 +35,7 @@ func TestDecodeRecordsStopsAtUndecodableBatch(t *testing.T) {
 	record.UpdateCRC(bad)
 	chunk := bytes.Join([][]byte{testBatch(t, 0, "a", "b", "c"), testBatch(t, 3, "d", "e"), bad, testBatch(t, 9, "after")}, nil)
 
-	recs, at, err := decodeRecords(&storage.ReadResult{Chunks: []storage.Chunk{{Data: chunk}}}, 1)
+	recs, at, err := decodeRecords(&storage.ReadResult{Chunks: []storage.Chunk{{Data: chunk}}}, 1, nil)
 	require.Error(t, err)
 	require.Equal(t, errs.InvalidRecord, errs.CodeOf(err))
 	require.EqualValues(t, 5, at)
@@ -45,8 +45,51 @@ func TestDecodeRecordsStopsAtUndecodableBatch(t *testing.T) {
 	}
 	require.Equal(t, []int64{1, 2, 3, 4}, offsets, "records before the bad batch, none of it")
 
-	recs, at, err = decodeRecords(&storage.ReadResult{Chunks: []storage.Chunk{{Data: bad}}}, 6)
+	recs, at, err = decodeRecords(&storage.ReadResult{Chunks: []storage.Chunk{{Data: bad}}}, 6, nil)
 	require.Error(t, err)
 	require.EqualValues(t, 5, at, "the offset of the batch holding the fetch offset")
 	require.Empty(t, recs.GetRecords())
+}
+
+// txnBatch is a transactional batch of producer pid at base.
+func txnBatch(t *testing.T, pid, base int64, values ...string) []byte {
+	t.Helper()
+	b := record.NewBuilder(record.CodecNone)
+	b.SetProducer(pid, 0, 0)
+	b.SetTransactional(true)
+	for _, v := range values {
+		require.NoError(t, b.AppendKV(1, []byte("k"), []byte(v)))
+	}
+	out, err := b.Build()
+	require.NoError(t, err)
+	out = bytes.Clone(out)
+	record.SetBaseOffset(out, base)
+	return out
+}
+
+// A read_committed plain-records fetch drops the batches of aborted
+// transactions and the markers, and keeps committed and plain batches and
+// other producers' batches in the same range.
+func TestDecodeRecordsDropsAbortedTransactions(t *testing.T) {
+	marker := record.AppendEndTxnMarker(nil, 5, 0, record.ControlAbort, 0, 1)
+	record.SetBaseOffset(marker, 4)
+	chunk := bytes.Join([][]byte{
+		txnBatch(t, 5, 0, "aborted1", "aborted2"), // 0-1
+		txnBatch(t, 6, 2, "committed"),            // 2
+		testBatch(t, 3, "plain"),                  // 3
+		marker,                                    // 4
+		txnBatch(t, 5, 5, "next txn"),             // 5: after the abort
+	}, nil)
+	aborted := []storage.AbortedTxn{{ProducerID: 5, FirstOffset: 0, LastOffset: 4}}
+	recs, _, err := decodeRecords(&storage.ReadResult{Chunks: []storage.Chunk{{Data: chunk}}}, 0, aborted)
+	require.NoError(t, err)
+	var values []string
+	for _, r := range recs.GetRecords() {
+		values = append(values, string(r.GetValue()))
+	}
+	require.Equal(t, []string{"committed", "plain", "next txn"}, values)
+
+	recs, _, err = decodeRecords(&storage.ReadResult{Chunks: []storage.Chunk{{Data: chunk}}}, 0, nil)
+	require.NoError(t, err)
+	require.Len(t, recs.GetRecords(), 5, "read_uncommitted sees the aborted records, never the marker")
 }

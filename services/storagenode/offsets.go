@@ -3,6 +3,7 @@ package storagenode
 import (
 	"context"
 
+	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
 	"github.com/sluice-io/sluice/libs/client/errs"
 )
@@ -35,6 +36,9 @@ func (r *StorageNode) ListOffsets(_ context.Context, req *storagev1.ListOffsetsR
 				continue
 			}
 			res.Offset, res.LeaderEpoch = v.HighWatermark, v.LeaderEpoch
+			if req.GetIsolationLevel() == commonv1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED {
+				res.Offset = v.LastStable
+			}
 		case storagev1.OffsetSpec_OFFSET_SPEC_TIMESTAMP:
 			off, ts, found, err := part.Log().OffsetForTimestamp(lp.GetTimestampMs())
 			if err != nil {

@@ -49,6 +49,7 @@ const (
 	InvalidProducerIDMapping     = edpb.ErrorCode_ERROR_CODE_INVALID_PRODUCER_ID_MAPPING
 	InvalidTransactionTimeout    = edpb.ErrorCode_ERROR_CODE_INVALID_TRANSACTION_TIMEOUT
 	ConcurrentTransactions       = edpb.ErrorCode_ERROR_CODE_CONCURRENT_TRANSACTIONS
+	TransactionCoordinatorFenced = edpb.ErrorCode_ERROR_CODE_TRANSACTION_COORDINATOR_FENCED
 	StorageError                 = edpb.ErrorCode_ERROR_CODE_KAFKA_STORAGE_ERROR
 	UnknownProducerID            = edpb.ErrorCode_ERROR_CODE_UNKNOWN_PRODUCER_ID
 	ReassignmentInProgress       = edpb.ErrorCode_ERROR_CODE_REASSIGNMENT_IN_PROGRESS

@@ -128,6 +128,9 @@ const (
 	ErrorCode_ERROR_CODE_INVALID_TRANSACTION_TIMEOUT ErrorCode = 50
 	// Another operation on the transaction is still completing; retry.
 	ErrorCode_ERROR_CODE_CONCURRENT_TRANSACTIONS ErrorCode = 51
+	// A newer transaction coordinator has taken over the transactional id:
+	// this coordinator's markers are refused.
+	ErrorCode_ERROR_CODE_TRANSACTION_COORDINATOR_FENCED ErrorCode = 52
 	// A storage error: the log is offline on this node.
 	ErrorCode_ERROR_CODE_KAFKA_STORAGE_ERROR ErrorCode = 56
 	// The producer id is not known to the partition.
@@ -259,6 +262,7 @@ var (
 		49:   "ERROR_CODE_INVALID_PRODUCER_ID_MAPPING",
 		50:   "ERROR_CODE_INVALID_TRANSACTION_TIMEOUT",
 		51:   "ERROR_CODE_CONCURRENT_TRANSACTIONS",
+		52:   "ERROR_CODE_TRANSACTION_COORDINATOR_FENCED",
 		56:   "ERROR_CODE_KAFKA_STORAGE_ERROR",
 		59:   "ERROR_CODE_UNKNOWN_PRODUCER_ID",
 		60:   "ERROR_CODE_REASSIGNMENT_IN_PROGRESS",
@@ -341,6 +345,7 @@ var (
 		"ERROR_CODE_INVALID_PRODUCER_ID_MAPPING":      49,
 		"ERROR_CODE_INVALID_TRANSACTION_TIMEOUT":      50,
 		"ERROR_CODE_CONCURRENT_TRANSACTIONS":          51,
+		"ERROR_CODE_TRANSACTION_COORDINATOR_FENCED":   52,
 		"ERROR_CODE_KAFKA_STORAGE_ERROR":              56,
 		"ERROR_CODE_UNKNOWN_PRODUCER_ID":              59,
 		"ERROR_CODE_REASSIGNMENT_IN_PROGRESS":         60,
@@ -978,7 +983,7 @@ const file_sluice_errordetails_v1_messages_proto_rawDesc = "" +
 	"\x10field_violations\x18\x01 \x03(\v2&.sluice.errordetails.v1.FieldViolationR\x0ffieldViolations\"H\n" +
 	"\x0eFieldViolation\x12\x14\n" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12 \n" +
-	"\vdescription\x18\x02 \x01(\tR\vdescription*\xd6&\n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription*\xa0'\n" +
 	"\tErrorCode\x12$\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x1a\b\x82\xb5\x18\x04\x12\x02OK\x126\n" +
 	"\x1eERROR_CODE_OFFSET_OUT_OF_RANGE\x10\x01\x1a\x12\x82\xb5\x18\x0e\x12\fOUT_OF_RANGE\x128\n" +
@@ -1023,7 +1028,8 @@ const file_sluice_errordetails_v1_messages_proto_rawDesc = "" +
 	"\x1cERROR_CODE_INVALID_TXN_STATE\x100\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x12E\n" +
 	"&ERROR_CODE_INVALID_PRODUCER_ID_MAPPING\x101\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x12B\n" +
 	"&ERROR_CODE_INVALID_TRANSACTION_TIMEOUT\x102\x1a\x16\x82\xb5\x18\x12\x12\x10INVALID_ARGUMENT\x125\n" +
-	"\"ERROR_CODE_CONCURRENT_TRANSACTIONS\x103\x1a\r\x82\xb5\x18\t\x12\aABORTED\x127\n" +
+	"\"ERROR_CODE_CONCURRENT_TRANSACTIONS\x103\x1a\r\x82\xb5\x18\t\x12\aABORTED\x12H\n" +
+	")ERROR_CODE_TRANSACTION_COORDINATOR_FENCED\x104\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x127\n" +
 	"\x1eERROR_CODE_KAFKA_STORAGE_ERROR\x108\x1a\x13\x82\xb5\x18\x0f\b\x01\x12\vUNAVAILABLE\x12=\n" +
 	"\x1eERROR_CODE_UNKNOWN_PRODUCER_ID\x10;\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x12B\n" +
 	"#ERROR_CODE_REASSIGNMENT_IN_PROGRESS\x10<\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x129\n" +

@@ -2451,6 +2451,283 @@ func (x *WriteTxnMarkersResponse) GetResults() []*TxnMarkerResult {
 	return nil
 }
 
+// DescribeProducersRequest is the request of StorageService.DescribeProducers.
+type DescribeProducersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Partitions to describe.
+	Partitions []*v1.TopicPartition `protobuf:"bytes,1,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	// Answer from this node's replica even if it is a follower; by default
+	// only the leader answers (NOT_LEADER_OR_FOLLOWER with a hint otherwise).
+	AnyReplica    bool `protobuf:"varint,2,opt,name=any_replica,json=anyReplica,proto3" json:"any_replica,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeProducersRequest) Reset() {
+	*x = DescribeProducersRequest{}
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeProducersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeProducersRequest) ProtoMessage() {}
+
+func (x *DescribeProducersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeProducersRequest.ProtoReflect.Descriptor instead.
+func (*DescribeProducersRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *DescribeProducersRequest) GetPartitions() []*v1.TopicPartition {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+func (x *DescribeProducersRequest) GetAnyReplica() bool {
+	if x != nil {
+		return x.AnyReplica
+	}
+	return false
+}
+
+// ProducerState is one producer id's state on a partition.
+type ProducerState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Producer id.
+	ProducerId int64 `protobuf:"varint,1,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	// Producer epoch.
+	ProducerEpoch int32 `protobuf:"varint,2,opt,name=producer_epoch,json=producerEpoch,proto3" json:"producer_epoch,omitempty"`
+	// Sequence number of its latest batch, or -1.
+	LastSequence int32 `protobuf:"varint,3,opt,name=last_sequence,json=lastSequence,proto3" json:"last_sequence,omitempty"`
+	// Largest timestamp of its latest batch (Unix ms); the producer id
+	// expires producer.id.expiration.ms after it.
+	LastTimestampMs int64 `protobuf:"varint,4,opt,name=last_timestamp_ms,json=lastTimestampMs,proto3" json:"last_timestamp_ms,omitempty"`
+	// Transaction coordinator epoch of its latest marker.
+	CoordinatorEpoch int32 `protobuf:"varint,5,opt,name=coordinator_epoch,json=coordinatorEpoch,proto3" json:"coordinator_epoch,omitempty"`
+	// First offset of its open transaction on the partition, or -1.
+	CurrentTxnStartOffset int64 `protobuf:"varint,6,opt,name=current_txn_start_offset,json=currentTxnStartOffset,proto3" json:"current_txn_start_offset,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *ProducerState) Reset() {
+	*x = ProducerState{}
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProducerState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProducerState) ProtoMessage() {}
+
+func (x *ProducerState) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProducerState.ProtoReflect.Descriptor instead.
+func (*ProducerState) Descriptor() ([]byte, []int) {
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ProducerState) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *ProducerState) GetProducerEpoch() int32 {
+	if x != nil {
+		return x.ProducerEpoch
+	}
+	return 0
+}
+
+func (x *ProducerState) GetLastSequence() int32 {
+	if x != nil {
+		return x.LastSequence
+	}
+	return 0
+}
+
+func (x *ProducerState) GetLastTimestampMs() int64 {
+	if x != nil {
+		return x.LastTimestampMs
+	}
+	return 0
+}
+
+func (x *ProducerState) GetCoordinatorEpoch() int32 {
+	if x != nil {
+		return x.CoordinatorEpoch
+	}
+	return 0
+}
+
+func (x *ProducerState) GetCurrentTxnStartOffset() int64 {
+	if x != nil {
+		return x.CurrentTxnStartOffset
+	}
+	return 0
+}
+
+// DescribeProducersResult is the producer state of one partition.
+type DescribeProducersResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The partition.
+	Partition *v1.TopicPartition `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	// Unset on success.
+	Error *v11.Error `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// Node that answered.
+	NodeId int32 `protobuf:"varint,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Active producers, by producer id.
+	Producers []*ProducerState `protobuf:"bytes,4,rep,name=producers,proto3" json:"producers,omitempty"`
+	// Last stable offset: below it no transaction is open.
+	LastStableOffset int64 `protobuf:"varint,5,opt,name=last_stable_offset,json=lastStableOffset,proto3" json:"last_stable_offset,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *DescribeProducersResult) Reset() {
+	*x = DescribeProducersResult{}
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeProducersResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeProducersResult) ProtoMessage() {}
+
+func (x *DescribeProducersResult) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeProducersResult.ProtoReflect.Descriptor instead.
+func (*DescribeProducersResult) Descriptor() ([]byte, []int) {
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *DescribeProducersResult) GetPartition() *v1.TopicPartition {
+	if x != nil {
+		return x.Partition
+	}
+	return nil
+}
+
+func (x *DescribeProducersResult) GetError() *v11.Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *DescribeProducersResult) GetNodeId() int32 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *DescribeProducersResult) GetProducers() []*ProducerState {
+	if x != nil {
+		return x.Producers
+	}
+	return nil
+}
+
+func (x *DescribeProducersResult) GetLastStableOffset() int64 {
+	if x != nil {
+		return x.LastStableOffset
+	}
+	return 0
+}
+
+// DescribeProducersResponse is the response of
+// StorageService.DescribeProducers.
+type DescribeProducersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One result per partition, in request order.
+	Results       []*DescribeProducersResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeProducersResponse) Reset() {
+	*x = DescribeProducersResponse{}
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeProducersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeProducersResponse) ProtoMessage() {}
+
+func (x *DescribeProducersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_storage_v1_messages_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeProducersResponse.ProtoReflect.Descriptor instead.
+func (*DescribeProducersResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_storage_v1_messages_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *DescribeProducersResponse) GetResults() []*DescribeProducersResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 var File_sluice_storage_v1_messages_proto protoreflect.FileDescriptor
 
 const file_sluice_storage_v1_messages_proto_rawDesc = "" +
@@ -2635,7 +2912,29 @@ const file_sluice_storage_v1_messages_proto_rawDesc = "" +
 	"\tpartition\x18\x02 \x01(\v2 .sluice.common.v1.TopicPartitionR\tpartition\x123\n" +
 	"\x05error\x18\x03 \x01(\v2\x1d.sluice.errordetails.v1.ErrorR\x05error\"W\n" +
 	"\x17WriteTxnMarkersResponse\x12<\n" +
-	"\aresults\x18\x01 \x03(\v2\".sluice.storage.v1.TxnMarkerResultR\aresults*J\n" +
+	"\aresults\x18\x01 \x03(\v2\".sluice.storage.v1.TxnMarkerResultR\aresults\"}\n" +
+	"\x18DescribeProducersRequest\x12@\n" +
+	"\n" +
+	"partitions\x18\x01 \x03(\v2 .sluice.common.v1.TopicPartitionR\n" +
+	"partitions\x12\x1f\n" +
+	"\vany_replica\x18\x02 \x01(\bR\n" +
+	"anyReplica\"\x8e\x02\n" +
+	"\rProducerState\x12\x1f\n" +
+	"\vproducer_id\x18\x01 \x01(\x03R\n" +
+	"producerId\x12%\n" +
+	"\x0eproducer_epoch\x18\x02 \x01(\x05R\rproducerEpoch\x12#\n" +
+	"\rlast_sequence\x18\x03 \x01(\x05R\flastSequence\x12*\n" +
+	"\x11last_timestamp_ms\x18\x04 \x01(\x03R\x0flastTimestampMs\x12+\n" +
+	"\x11coordinator_epoch\x18\x05 \x01(\x05R\x10coordinatorEpoch\x127\n" +
+	"\x18current_txn_start_offset\x18\x06 \x01(\x03R\x15currentTxnStartOffset\"\x95\x02\n" +
+	"\x17DescribeProducersResult\x12>\n" +
+	"\tpartition\x18\x01 \x01(\v2 .sluice.common.v1.TopicPartitionR\tpartition\x123\n" +
+	"\x05error\x18\x02 \x01(\v2\x1d.sluice.errordetails.v1.ErrorR\x05error\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\x05R\x06nodeId\x12>\n" +
+	"\tproducers\x18\x04 \x03(\v2 .sluice.storage.v1.ProducerStateR\tproducers\x12,\n" +
+	"\x12last_stable_offset\x18\x05 \x01(\x03R\x10lastStableOffset\"a\n" +
+	"\x19DescribeProducersResponse\x12D\n" +
+	"\aresults\x18\x01 \x03(\v2*.sluice.storage.v1.DescribeProducersResultR\aresults*J\n" +
 	"\x04Acks\x12\x14\n" +
 	"\x10ACKS_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tACKS_NONE\x10\x01\x12\x0f\n" +
@@ -2667,7 +2966,7 @@ func file_sluice_storage_v1_messages_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_storage_v1_messages_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_sluice_storage_v1_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_sluice_storage_v1_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_sluice_storage_v1_messages_proto_goTypes = []any{
 	(Acks)(0),                             // 0: sluice.storage.v1.Acks
 	(RecordFormat)(0),                     // 1: sluice.storage.v1.RecordFormat
@@ -2704,57 +3003,66 @@ var file_sluice_storage_v1_messages_proto_goTypes = []any{
 	(*WriteTxnMarkersRequest)(nil),        // 32: sluice.storage.v1.WriteTxnMarkersRequest
 	(*TxnMarkerResult)(nil),               // 33: sluice.storage.v1.TxnMarkerResult
 	(*WriteTxnMarkersResponse)(nil),       // 34: sluice.storage.v1.WriteTxnMarkersResponse
-	nil,                                   // 35: sluice.storage.v1.ProduceRequest.TraceContextEntry
-	(*v1.Records)(nil),                    // 36: sluice.common.v1.Records
-	(v1.Compression)(0),                   // 37: sluice.common.v1.Compression
-	(*v11.Error)(nil),                     // 38: sluice.errordetails.v1.Error
-	(v1.IsolationLevel)(0),                // 39: sluice.common.v1.IsolationLevel
-	(*v1.TopicPartition)(nil),             // 40: sluice.common.v1.TopicPartition
+	(*DescribeProducersRequest)(nil),      // 35: sluice.storage.v1.DescribeProducersRequest
+	(*ProducerState)(nil),                 // 36: sluice.storage.v1.ProducerState
+	(*DescribeProducersResult)(nil),       // 37: sluice.storage.v1.DescribeProducersResult
+	(*DescribeProducersResponse)(nil),     // 38: sluice.storage.v1.DescribeProducersResponse
+	nil,                                   // 39: sluice.storage.v1.ProduceRequest.TraceContextEntry
+	(*v1.Records)(nil),                    // 40: sluice.common.v1.Records
+	(v1.Compression)(0),                   // 41: sluice.common.v1.Compression
+	(*v11.Error)(nil),                     // 42: sluice.errordetails.v1.Error
+	(v1.IsolationLevel)(0),                // 43: sluice.common.v1.IsolationLevel
+	(*v1.TopicPartition)(nil),             // 44: sluice.common.v1.TopicPartition
 }
 var file_sluice_storage_v1_messages_proto_depIdxs = []int32{
-	36, // 0: sluice.storage.v1.ProducePartition.records:type_name -> sluice.common.v1.Records
-	37, // 1: sluice.storage.v1.ProducePartition.compression:type_name -> sluice.common.v1.Compression
+	40, // 0: sluice.storage.v1.ProducePartition.records:type_name -> sluice.common.v1.Records
+	41, // 1: sluice.storage.v1.ProducePartition.compression:type_name -> sluice.common.v1.Compression
 	3,  // 2: sluice.storage.v1.ProducePartition.producer:type_name -> sluice.storage.v1.ProducerInfo
 	0,  // 3: sluice.storage.v1.ProduceRequest.acks:type_name -> sluice.storage.v1.Acks
 	4,  // 4: sluice.storage.v1.ProduceRequest.partitions:type_name -> sluice.storage.v1.ProducePartition
-	35, // 5: sluice.storage.v1.ProduceRequest.trace_context:type_name -> sluice.storage.v1.ProduceRequest.TraceContextEntry
+	39, // 5: sluice.storage.v1.ProduceRequest.trace_context:type_name -> sluice.storage.v1.ProduceRequest.TraceContextEntry
 	6,  // 6: sluice.storage.v1.ProduceRequest.coordinator:type_name -> sluice.storage.v1.CoordinatorFence
 	6,  // 7: sluice.storage.v1.FenceCoordinatorRequest.coordinator:type_name -> sluice.storage.v1.CoordinatorFence
-	38, // 8: sluice.storage.v1.ProducePartitionResult.error:type_name -> sluice.errordetails.v1.Error
+	42, // 8: sluice.storage.v1.ProducePartitionResult.error:type_name -> sluice.errordetails.v1.Error
 	9,  // 9: sluice.storage.v1.ProducePartitionResult.record_errors:type_name -> sluice.storage.v1.RecordError
 	10, // 10: sluice.storage.v1.ProduceResponse.results:type_name -> sluice.storage.v1.ProducePartitionResult
 	5,  // 11: sluice.storage.v1.ProduceStreamRequest.request:type_name -> sluice.storage.v1.ProduceRequest
 	11, // 12: sluice.storage.v1.ProduceStreamResponse.response:type_name -> sluice.storage.v1.ProduceResponse
-	38, // 13: sluice.storage.v1.ProduceStreamResponse.error:type_name -> sluice.errordetails.v1.Error
+	42, // 13: sluice.storage.v1.ProduceStreamResponse.error:type_name -> sluice.errordetails.v1.Error
 	14, // 14: sluice.storage.v1.FetchRequest.partitions:type_name -> sluice.storage.v1.FetchPartition
-	39, // 15: sluice.storage.v1.FetchRequest.isolation_level:type_name -> sluice.common.v1.IsolationLevel
+	43, // 15: sluice.storage.v1.FetchRequest.isolation_level:type_name -> sluice.common.v1.IsolationLevel
 	1,  // 16: sluice.storage.v1.FetchRequest.format:type_name -> sluice.storage.v1.RecordFormat
-	38, // 17: sluice.storage.v1.FetchResponse.error:type_name -> sluice.errordetails.v1.Error
+	42, // 17: sluice.storage.v1.FetchResponse.error:type_name -> sluice.errordetails.v1.Error
 	16, // 18: sluice.storage.v1.FetchResponse.aborted_transactions:type_name -> sluice.storage.v1.AbortedTransaction
 	17, // 19: sluice.storage.v1.FetchResponse.diverging_epoch:type_name -> sluice.storage.v1.EpochEndOffset
-	36, // 20: sluice.storage.v1.FetchResponse.records:type_name -> sluice.common.v1.Records
+	40, // 20: sluice.storage.v1.FetchResponse.records:type_name -> sluice.common.v1.Records
 	2,  // 21: sluice.storage.v1.ListOffsetsPartition.spec:type_name -> sluice.storage.v1.OffsetSpec
 	19, // 22: sluice.storage.v1.ListOffsetsRequest.partitions:type_name -> sluice.storage.v1.ListOffsetsPartition
-	39, // 23: sluice.storage.v1.ListOffsetsRequest.isolation_level:type_name -> sluice.common.v1.IsolationLevel
-	38, // 24: sluice.storage.v1.ListOffsetsResult.error:type_name -> sluice.errordetails.v1.Error
+	43, // 23: sluice.storage.v1.ListOffsetsRequest.isolation_level:type_name -> sluice.common.v1.IsolationLevel
+	42, // 24: sluice.storage.v1.ListOffsetsResult.error:type_name -> sluice.errordetails.v1.Error
 	21, // 25: sluice.storage.v1.ListOffsetsResponse.results:type_name -> sluice.storage.v1.ListOffsetsResult
 	23, // 26: sluice.storage.v1.OffsetForLeaderEpochRequest.partitions:type_name -> sluice.storage.v1.OffsetForLeaderEpochPartition
-	38, // 27: sluice.storage.v1.OffsetForLeaderEpochResult.error:type_name -> sluice.errordetails.v1.Error
+	42, // 27: sluice.storage.v1.OffsetForLeaderEpochResult.error:type_name -> sluice.errordetails.v1.Error
 	17, // 28: sluice.storage.v1.OffsetForLeaderEpochResult.end:type_name -> sluice.storage.v1.EpochEndOffset
 	25, // 29: sluice.storage.v1.OffsetForLeaderEpochResponse.results:type_name -> sluice.storage.v1.OffsetForLeaderEpochResult
 	27, // 30: sluice.storage.v1.DeleteRecordsRequest.partitions:type_name -> sluice.storage.v1.DeleteRecordsPartition
-	38, // 31: sluice.storage.v1.DeleteRecordsResult.error:type_name -> sluice.errordetails.v1.Error
+	42, // 31: sluice.storage.v1.DeleteRecordsResult.error:type_name -> sluice.errordetails.v1.Error
 	29, // 32: sluice.storage.v1.DeleteRecordsResponse.results:type_name -> sluice.storage.v1.DeleteRecordsResult
-	40, // 33: sluice.storage.v1.TxnMarker.partitions:type_name -> sluice.common.v1.TopicPartition
+	44, // 33: sluice.storage.v1.TxnMarker.partitions:type_name -> sluice.common.v1.TopicPartition
 	31, // 34: sluice.storage.v1.WriteTxnMarkersRequest.markers:type_name -> sluice.storage.v1.TxnMarker
-	40, // 35: sluice.storage.v1.TxnMarkerResult.partition:type_name -> sluice.common.v1.TopicPartition
-	38, // 36: sluice.storage.v1.TxnMarkerResult.error:type_name -> sluice.errordetails.v1.Error
+	44, // 35: sluice.storage.v1.TxnMarkerResult.partition:type_name -> sluice.common.v1.TopicPartition
+	42, // 36: sluice.storage.v1.TxnMarkerResult.error:type_name -> sluice.errordetails.v1.Error
 	33, // 37: sluice.storage.v1.WriteTxnMarkersResponse.results:type_name -> sluice.storage.v1.TxnMarkerResult
-	38, // [38:38] is the sub-list for method output_type
-	38, // [38:38] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	44, // 38: sluice.storage.v1.DescribeProducersRequest.partitions:type_name -> sluice.common.v1.TopicPartition
+	44, // 39: sluice.storage.v1.DescribeProducersResult.partition:type_name -> sluice.common.v1.TopicPartition
+	42, // 40: sluice.storage.v1.DescribeProducersResult.error:type_name -> sluice.errordetails.v1.Error
+	36, // 41: sluice.storage.v1.DescribeProducersResult.producers:type_name -> sluice.storage.v1.ProducerState
+	37, // 42: sluice.storage.v1.DescribeProducersResponse.results:type_name -> sluice.storage.v1.DescribeProducersResult
+	43, // [43:43] is the sub-list for method output_type
+	43, // [43:43] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_sluice_storage_v1_messages_proto_init() }
@@ -2776,7 +3084,7 @@ func file_sluice_storage_v1_messages_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_storage_v1_messages_proto_rawDesc), len(file_sluice_storage_v1_messages_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   33,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

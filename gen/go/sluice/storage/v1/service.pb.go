@@ -27,7 +27,7 @@ var File_sluice_storage_v1_service_proto protoreflect.FileDescriptor
 
 const file_sluice_storage_v1_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1fsluice/storage/v1/service.proto\x12\x11sluice.storage.v1\x1a sluice/storage/v1/messages.proto2\xaa\x06\n" +
+	"\x1fsluice/storage/v1/service.proto\x12\x11sluice.storage.v1\x1a sluice/storage/v1/messages.proto2\x9a\a\n" +
 	"\x0eStorageService\x12P\n" +
 	"\aProduce\x12!.sluice.storage.v1.ProduceRequest\x1a\".sluice.storage.v1.ProduceResponse\x12f\n" +
 	"\rProduceStream\x12'.sluice.storage.v1.ProduceStreamRequest\x1a(.sluice.storage.v1.ProduceStreamResponse(\x010\x01\x12L\n" +
@@ -35,7 +35,8 @@ const file_sluice_storage_v1_service_proto_rawDesc = "" +
 	"\vListOffsets\x12%.sluice.storage.v1.ListOffsetsRequest\x1a&.sluice.storage.v1.ListOffsetsResponse\x12w\n" +
 	"\x14OffsetForLeaderEpoch\x12..sluice.storage.v1.OffsetForLeaderEpochRequest\x1a/.sluice.storage.v1.OffsetForLeaderEpochResponse\x12b\n" +
 	"\rDeleteRecords\x12'.sluice.storage.v1.DeleteRecordsRequest\x1a(.sluice.storage.v1.DeleteRecordsResponse\x12h\n" +
-	"\x0fWriteTxnMarkers\x12).sluice.storage.v1.WriteTxnMarkersRequest\x1a*.sluice.storage.v1.WriteTxnMarkersResponse\x12k\n" +
+	"\x0fWriteTxnMarkers\x12).sluice.storage.v1.WriteTxnMarkersRequest\x1a*.sluice.storage.v1.WriteTxnMarkersResponse\x12n\n" +
+	"\x11DescribeProducers\x12+.sluice.storage.v1.DescribeProducersRequest\x1a,.sluice.storage.v1.DescribeProducersResponse\x12k\n" +
 	"\x10FenceCoordinator\x12*.sluice.storage.v1.FenceCoordinatorRequest\x1a+.sluice.storage.v1.FenceCoordinatorResponseB\xcb\x01\n" +
 	"\x15com.sluice.storage.v1B\fServiceProtoP\x01Z>github.com/sluice-io/sluice/gen/go/sluice/storage/v1;storagev1\xa2\x02\x03SSX\xaa\x02\x11Sluice.Storage.V1\xca\x02\x11Sluice\\Storage\\V1\xe2\x02\x1dSluice\\Storage\\V1\\GPBMetadata\xea\x02\x13Sluice::Storage::V1b\x06proto3"
 
@@ -47,15 +48,17 @@ var file_sluice_storage_v1_service_proto_goTypes = []any{
 	(*OffsetForLeaderEpochRequest)(nil),  // 4: sluice.storage.v1.OffsetForLeaderEpochRequest
 	(*DeleteRecordsRequest)(nil),         // 5: sluice.storage.v1.DeleteRecordsRequest
 	(*WriteTxnMarkersRequest)(nil),       // 6: sluice.storage.v1.WriteTxnMarkersRequest
-	(*FenceCoordinatorRequest)(nil),      // 7: sluice.storage.v1.FenceCoordinatorRequest
-	(*ProduceResponse)(nil),              // 8: sluice.storage.v1.ProduceResponse
-	(*ProduceStreamResponse)(nil),        // 9: sluice.storage.v1.ProduceStreamResponse
-	(*FetchResponse)(nil),                // 10: sluice.storage.v1.FetchResponse
-	(*ListOffsetsResponse)(nil),          // 11: sluice.storage.v1.ListOffsetsResponse
-	(*OffsetForLeaderEpochResponse)(nil), // 12: sluice.storage.v1.OffsetForLeaderEpochResponse
-	(*DeleteRecordsResponse)(nil),        // 13: sluice.storage.v1.DeleteRecordsResponse
-	(*WriteTxnMarkersResponse)(nil),      // 14: sluice.storage.v1.WriteTxnMarkersResponse
-	(*FenceCoordinatorResponse)(nil),     // 15: sluice.storage.v1.FenceCoordinatorResponse
+	(*DescribeProducersRequest)(nil),     // 7: sluice.storage.v1.DescribeProducersRequest
+	(*FenceCoordinatorRequest)(nil),      // 8: sluice.storage.v1.FenceCoordinatorRequest
+	(*ProduceResponse)(nil),              // 9: sluice.storage.v1.ProduceResponse
+	(*ProduceStreamResponse)(nil),        // 10: sluice.storage.v1.ProduceStreamResponse
+	(*FetchResponse)(nil),                // 11: sluice.storage.v1.FetchResponse
+	(*ListOffsetsResponse)(nil),          // 12: sluice.storage.v1.ListOffsetsResponse
+	(*OffsetForLeaderEpochResponse)(nil), // 13: sluice.storage.v1.OffsetForLeaderEpochResponse
+	(*DeleteRecordsResponse)(nil),        // 14: sluice.storage.v1.DeleteRecordsResponse
+	(*WriteTxnMarkersResponse)(nil),      // 15: sluice.storage.v1.WriteTxnMarkersResponse
+	(*DescribeProducersResponse)(nil),    // 16: sluice.storage.v1.DescribeProducersResponse
+	(*FenceCoordinatorResponse)(nil),     // 17: sluice.storage.v1.FenceCoordinatorResponse
 }
 var file_sluice_storage_v1_service_proto_depIdxs = []int32{
 	0,  // 0: sluice.storage.v1.StorageService.Produce:input_type -> sluice.storage.v1.ProduceRequest
@@ -65,17 +68,19 @@ var file_sluice_storage_v1_service_proto_depIdxs = []int32{
 	4,  // 4: sluice.storage.v1.StorageService.OffsetForLeaderEpoch:input_type -> sluice.storage.v1.OffsetForLeaderEpochRequest
 	5,  // 5: sluice.storage.v1.StorageService.DeleteRecords:input_type -> sluice.storage.v1.DeleteRecordsRequest
 	6,  // 6: sluice.storage.v1.StorageService.WriteTxnMarkers:input_type -> sluice.storage.v1.WriteTxnMarkersRequest
-	7,  // 7: sluice.storage.v1.StorageService.FenceCoordinator:input_type -> sluice.storage.v1.FenceCoordinatorRequest
-	8,  // 8: sluice.storage.v1.StorageService.Produce:output_type -> sluice.storage.v1.ProduceResponse
-	9,  // 9: sluice.storage.v1.StorageService.ProduceStream:output_type -> sluice.storage.v1.ProduceStreamResponse
-	10, // 10: sluice.storage.v1.StorageService.Fetch:output_type -> sluice.storage.v1.FetchResponse
-	11, // 11: sluice.storage.v1.StorageService.ListOffsets:output_type -> sluice.storage.v1.ListOffsetsResponse
-	12, // 12: sluice.storage.v1.StorageService.OffsetForLeaderEpoch:output_type -> sluice.storage.v1.OffsetForLeaderEpochResponse
-	13, // 13: sluice.storage.v1.StorageService.DeleteRecords:output_type -> sluice.storage.v1.DeleteRecordsResponse
-	14, // 14: sluice.storage.v1.StorageService.WriteTxnMarkers:output_type -> sluice.storage.v1.WriteTxnMarkersResponse
-	15, // 15: sluice.storage.v1.StorageService.FenceCoordinator:output_type -> sluice.storage.v1.FenceCoordinatorResponse
-	8,  // [8:16] is the sub-list for method output_type
-	0,  // [0:8] is the sub-list for method input_type
+	7,  // 7: sluice.storage.v1.StorageService.DescribeProducers:input_type -> sluice.storage.v1.DescribeProducersRequest
+	8,  // 8: sluice.storage.v1.StorageService.FenceCoordinator:input_type -> sluice.storage.v1.FenceCoordinatorRequest
+	9,  // 9: sluice.storage.v1.StorageService.Produce:output_type -> sluice.storage.v1.ProduceResponse
+	10, // 10: sluice.storage.v1.StorageService.ProduceStream:output_type -> sluice.storage.v1.ProduceStreamResponse
+	11, // 11: sluice.storage.v1.StorageService.Fetch:output_type -> sluice.storage.v1.FetchResponse
+	12, // 12: sluice.storage.v1.StorageService.ListOffsets:output_type -> sluice.storage.v1.ListOffsetsResponse
+	13, // 13: sluice.storage.v1.StorageService.OffsetForLeaderEpoch:output_type -> sluice.storage.v1.OffsetForLeaderEpochResponse
+	14, // 14: sluice.storage.v1.StorageService.DeleteRecords:output_type -> sluice.storage.v1.DeleteRecordsResponse
+	15, // 15: sluice.storage.v1.StorageService.WriteTxnMarkers:output_type -> sluice.storage.v1.WriteTxnMarkersResponse
+	16, // 16: sluice.storage.v1.StorageService.DescribeProducers:output_type -> sluice.storage.v1.DescribeProducersResponse
+	17, // 17: sluice.storage.v1.StorageService.FenceCoordinator:output_type -> sluice.storage.v1.FenceCoordinatorResponse
+	9,  // [9:18] is the sub-list for method output_type
+	0,  // [0:9] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name

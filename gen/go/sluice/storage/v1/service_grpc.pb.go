@@ -29,6 +29,7 @@ const (
 	StorageService_OffsetForLeaderEpoch_FullMethodName = "/sluice.storage.v1.StorageService/OffsetForLeaderEpoch"
 	StorageService_DeleteRecords_FullMethodName        = "/sluice.storage.v1.StorageService/DeleteRecords"
 	StorageService_WriteTxnMarkers_FullMethodName      = "/sluice.storage.v1.StorageService/WriteTxnMarkers"
+	StorageService_DescribeProducers_FullMethodName    = "/sluice.storage.v1.StorageService/DescribeProducers"
 	StorageService_FenceCoordinator_FullMethodName     = "/sluice.storage.v1.StorageService/FenceCoordinator"
 )
 
@@ -73,6 +74,11 @@ type StorageServiceClient interface {
 	// WriteTxnMarkers appends transaction commit or abort markers. It is sent
 	// by the transaction coordinator to partition leaders.
 	WriteTxnMarkers(ctx context.Context, in *WriteTxnMarkersRequest, opts ...grpc.CallOption) (*WriteTxnMarkersResponse, error)
+	// DescribeProducers describes the producer state of partitions this node
+	// hosts (KIP-664): active producer ids, their epochs, last sequence, and
+	// the start offset of an open transaction. Any replica answers, so an
+	// operator can compare them.
+	DescribeProducers(ctx context.Context, in *DescribeProducersRequest, opts ...grpc.CallOption) (*DescribeProducersResponse, error)
 	// FenceCoordinator is sent by a coordinator that runs in a process of its
 	// own before it replays a partition of an internal topic
 	// (__consumer_offsets): the leader waits until its metadata is as new as
@@ -173,6 +179,16 @@ func (c *storageServiceClient) WriteTxnMarkers(ctx context.Context, in *WriteTxn
 	return out, nil
 }
 
+func (c *storageServiceClient) DescribeProducers(ctx context.Context, in *DescribeProducersRequest, opts ...grpc.CallOption) (*DescribeProducersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DescribeProducersResponse)
+	err := c.cc.Invoke(ctx, StorageService_DescribeProducers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *storageServiceClient) FenceCoordinator(ctx context.Context, in *FenceCoordinatorRequest, opts ...grpc.CallOption) (*FenceCoordinatorResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(FenceCoordinatorResponse)
@@ -224,6 +240,11 @@ type StorageServiceServer interface {
 	// WriteTxnMarkers appends transaction commit or abort markers. It is sent
 	// by the transaction coordinator to partition leaders.
 	WriteTxnMarkers(context.Context, *WriteTxnMarkersRequest) (*WriteTxnMarkersResponse, error)
+	// DescribeProducers describes the producer state of partitions this node
+	// hosts (KIP-664): active producer ids, their epochs, last sequence, and
+	// the start offset of an open transaction. Any replica answers, so an
+	// operator can compare them.
+	DescribeProducers(context.Context, *DescribeProducersRequest) (*DescribeProducersResponse, error)
 	// FenceCoordinator is sent by a coordinator that runs in a process of its
 	// own before it replays a partition of an internal topic
 	// (__consumer_offsets): the leader waits until its metadata is as new as
@@ -262,6 +283,9 @@ func (UnimplementedStorageServiceServer) DeleteRecords(context.Context, *DeleteR
 }
 func (UnimplementedStorageServiceServer) WriteTxnMarkers(context.Context, *WriteTxnMarkersRequest) (*WriteTxnMarkersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method WriteTxnMarkers not implemented")
+}
+func (UnimplementedStorageServiceServer) DescribeProducers(context.Context, *DescribeProducersRequest) (*DescribeProducersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DescribeProducers not implemented")
 }
 func (UnimplementedStorageServiceServer) FenceCoordinator(context.Context, *FenceCoordinatorRequest) (*FenceCoordinatorResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method FenceCoordinator not implemented")
@@ -395,6 +419,24 @@ func _StorageService_WriteTxnMarkers_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _StorageService_DescribeProducers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeProducersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StorageServiceServer).DescribeProducers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StorageService_DescribeProducers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StorageServiceServer).DescribeProducers(ctx, req.(*DescribeProducersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _StorageService_FenceCoordinator_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(FenceCoordinatorRequest)
 	if err := dec(in); err != nil {
@@ -439,6 +481,10 @@ var StorageService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "WriteTxnMarkers",
 			Handler:    _StorageService_WriteTxnMarkers_Handler,
+		},
+		{
+			MethodName: "DescribeProducers",
+			Handler:    _StorageService_DescribeProducers_Handler,
 		},
 		{
 			MethodName: "FenceCoordinator",
