@@ -2,7 +2,6 @@ package groupcoord
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,8 +14,8 @@ import (
 
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
-	"github.com/sluice-io/sluice/libs/client/record"
 	"github.com/sluice-io/sluice/libs/config"
+	"github.com/sluice-io/sluice/libs/coordinator"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/metadata"
 	"github.com/sluice-io/sluice/libs/service"
@@ -41,7 +40,7 @@ func heldCoordinator(t *testing.T, interval time.Duration) *GroupCoordinator {
 		cfg:  Config{ConsumerSessionTimeout: time.Minute, ConsumerHeartbeatInterval: interval}}
 	c.m = newMetrics(noopMeter(), c)
 	c.tracer = noopTracer()
-	s := newShard(c, 0, &memLog{})
+	s := newShard(c, 0, &coordinator.MemLog{})
 	s.loaded = true
 	c.shards[0] = s
 	t.Cleanup(s.cancel)
@@ -140,46 +139,6 @@ func TestHeldHeartbeatEndsAtTheInterval(t *testing.T) {
 		require.NoError(t, ctx.Err(), "the held heartbeat was answered only at the call's deadline")
 	}
 }
-
-// memLog is an offsets-topic partition in memory, acknowledging every
-// append at once, for tests of what the coordinator writes.
-type memLog struct {
-	mu   sync.Mutex
-	recs []memRecord
-}
-
-type memRecord struct{ key, value []byte }
-
-func (l *memLog) open(context.Context) (int64, int64, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return 0, int64(len(l.recs)), nil
-}
-
-func (l *memLog) replay(_ context.Context, start, end int64, apply func(key, value []byte, offset int64)) error {
-	l.mu.Lock()
-	recs := append([]memRecord(nil), l.recs[start:end]...)
-	l.mu.Unlock()
-	for i, r := range recs {
-		apply(r.key, r.value, start+int64(i))
-	}
-	return nil
-}
-
-func (l *memLog) append(batch []byte) func(context.Context) (int64, error) {
-	var it record.Iterator
-	it.Reset(batch)
-	l.mu.Lock()
-	base := int64(len(l.recs))
-	for it.Next() {
-		r := it.Record()
-		l.recs = append(l.recs, memRecord{append([]byte(nil), r.Key...), r.Value})
-	}
-	l.mu.Unlock()
-	return func(context.Context) (int64, error) { return base, it.Err() }
-}
-
-func (l *memLog) close() {}
 
 // A consumer-protocol group's state is written as it changes, and a
 // coordinator that replays the partition goes on with the same members and

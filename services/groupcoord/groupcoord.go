@@ -34,14 +34,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
-	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
 	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
 	client "github.com/sluice-io/sluice/libs/client"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/coordinator"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/metadata"
-	"github.com/sluice-io/sluice/libs/replica"
 	"github.com/sluice-io/sluice/libs/role"
 	"github.com/sluice-io/sluice/libs/service"
 )
@@ -230,36 +228,11 @@ func (r *GroupCoordinator) Stop(ctx context.Context) error {
 // replicas change, and drives timers (sessions, rebalance deadlines, offset
 // expiry) of every loaded shard.
 func (r *GroupCoordinator) run(ctx context.Context) {
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	// Reconcile on every change signal, and once a second besides, for
-	// what no signal announces (a shard marked stale by a refused write).
-	const resync = time.Second
-	var replicasChanged, metaChanged <-chan struct{}
-	var last time.Time
-	for {
-		if now := r.now(); last.IsZero() || now.Sub(last) >= resync {
-			if r.deps.Replicas != nil {
-				replicasChanged = r.deps.Replicas.Changed()
-			}
-			metaChanged = r.deps.Metadata.Changed()
-			r.reconcile()
-			last = now
+	coordinator.Run(ctx, r.deps.Metadata, r.deps.Replicas, r.now, 100*time.Millisecond, r.reconcile, func(now time.Time) {
+		for _, s := range r.loadedShards() {
+			s.tick(now)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-replicasChanged:
-			last = time.Time{}
-		case <-metaChanged:
-			last = time.Time{}
-		case <-tick.C:
-			now := r.now()
-			for _, s := range r.loadedShards() {
-				s.tick(now)
-			}
-		}
-	}
+	})
 }
 
 func (r *GroupCoordinator) loadedShards() []*shard {
@@ -280,61 +253,22 @@ func (r *GroupCoordinator) loadedShards() []*shard {
 func (r *GroupCoordinator) reconcile() {
 	img := r.deps.Metadata.Load()
 	me := int32(r.deps.Node.ID)
-	type want struct {
-		local *replica.Partition
-		epoch int32
-	}
 	// A coordinator of its own holds a partition as long as it stays in
 	// the same broker session: one that lost its session (paused, cut off)
 	// may have lost the partition meanwhile, so it reloads it.
 	myEpoch := img.Brokers[me].GetBrokerEpoch()
-	wanted := map[int32]want{}
-	if t, ok := img.Topics[OffsetsTopic]; ok {
-		for _, ps := range t.Partitions {
-			b, atLeader := img.CoordinatorOf(OffsetsTopic, ps.GetPartition(), groupCoordinatorRole)
-			if b == nil || b.GetId() != me {
-				continue
-			}
-			if !atLeader {
-				wanted[ps.GetPartition()] = want{}
-				continue
-			}
-			if r.deps.Replicas == nil {
-				continue
-			}
-			p, ok := r.deps.Replicas.Get(replica.TP{Topic: OffsetsTopic, Partition: ps.GetPartition()})
-			if !ok {
-				continue
-			}
-			if v := p.View(); v.IsLeader && v.LeaderEpoch == ps.GetLeaderEpoch() {
-				wanted[ps.GetPartition()] = want{local: p, epoch: v.LeaderEpoch}
-			}
-		}
-	}
+	wanted := coordinator.Wanted(img, r.deps.Replicas, OffsetsTopic, groupCoordinatorRole, me)
 	r.mu.Lock()
-	var drop []*shard
-	for id, s := range r.shards {
-		w, ok := wanted[id]
-		if !ok || w.local != s.local || w.epoch != s.epoch || s.stale.Load() || (s.local == nil && s.brokerEpoch != myEpoch) {
-			drop = append(drop, s)
-			delete(r.shards, id)
+	drop, start := coordinator.Reconcile(r.shards, wanted, func(s *shard, w coordinator.Placement) bool {
+		return w.Local == s.local && w.Epoch == s.epoch && !s.stale.Load() && (s.local != nil || s.brokerEpoch == myEpoch)
+	}, func(id int32, w coordinator.Placement) *shard {
+		if w.Local != nil {
+			return newLocalShard(r, id, w.Local, w.Epoch)
 		}
-	}
-	var start []*shard
-	for id, w := range wanted {
-		if _, ok := r.shards[id]; ok {
-			continue
-		}
-		var s *shard
-		if w.local != nil {
-			s = newLocalShard(r, id, w.local, w.epoch)
-		} else {
-			s = newRemoteShard(r, id, img.Revision)
-			s.brokerEpoch = myEpoch
-		}
-		r.shards[id] = s
-		start = append(start, s)
-	}
+		s := newRemoteShard(r, id, img.Revision)
+		s.brokerEpoch = myEpoch
+		return s
+	})
 	r.mu.Unlock()
 	for _, s := range drop {
 		r.logger.Info("group coordinator shard unloaded", log.TopicPartition(OffsetsTopic, s.id), log.Epoch(s.epoch))
@@ -365,16 +299,7 @@ func (r *GroupCoordinator) shardFor(groupID string) (*shard, *errs.Error) {
 	s := r.shards[pid]
 	r.mu.Unlock()
 	if s == nil {
-		c := r.coordinatorOf(img, pid)
-		if c.GetError() != nil {
-			return nil, errs.FromProto(c.GetError())
-		}
-		if c.GetNodeId() == int32(r.deps.Node.ID) {
-			return nil, errs.New(errs.CoordinatorLoadInProgress, "group %q: this node is taking over %s-%d", groupID, OffsetsTopic, pid)
-		}
-		return nil, errs.New(errs.NotCoordinator, "node %d does not coordinate group %q; node %d at %s does",
-			r.deps.Node.ID, groupID, c.GetNodeId(), c.GetAddress()).
-			WithCoordinator(&edpb.CoordinatorHint{Key: groupID, NodeId: c.GetNodeId(), Address: c.GetAddress()})
+		return nil, coordinator.NotLoaded(img, OffsetsTopic, groupCoordinatorRole, int32(r.deps.Node.ID), groupID, fmt.Sprintf("group %q", groupID), pid)
 	}
 	if !s.isLoaded() {
 		return nil, errs.New(errs.CoordinatorLoadInProgress, "group %q: the coordinator is replaying %s-%d", groupID, OffsetsTopic, pid)
@@ -389,12 +314,16 @@ const groupCoordinatorRole = string(role.GroupCoordinator)
 // topic (metadata.Image.CoordinatorOf: its leader when the leader runs this
 // role, otherwise one of the processes that run only coordinator roles).
 func (r *GroupCoordinator) coordinatorOf(img *metadata.Image, pid int32) *groupv1.Coordinator {
-	b, _ := img.CoordinatorOf(OffsetsTopic, pid, groupCoordinatorRole)
-	if b == nil {
-		return &groupv1.Coordinator{Error: errs.New(errs.CoordinatorNotAvailable,
-			"%s-%d has no coordinator now: its leader does not run the group-coordinator role (or there is none) and no live process runs that role alone", OffsetsTopic, pid).Proto()}
+	b, e := coordinator.CoordinatorOf(img, OffsetsTopic, groupCoordinatorRole, pid)
+	if e != nil {
+		return &groupv1.Coordinator{Error: e.Proto()}
 	}
 	return &groupv1.Coordinator{NodeId: b.GetId(), Address: metadata.BrokerAddress(b)}
+}
+
+// env is what the shared coordinator machinery needs of this process.
+func (r *GroupCoordinator) env() coordinator.Env {
+	return coordinator.Env{NodeID: int32(r.deps.Node.ID), Metadata: r.deps.Metadata, Pool: r.deps.Pool, Logger: r.logger, Client: r.sdk}
 }
 
 // sdk returns the process's client, for remote shards' replay.

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-io/sluice/libs/client/errs"
-	"github.com/sluice-io/sluice/libs/client/record"
+	"github.com/sluice-io/sluice/libs/coordinator"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/replica"
 )
@@ -19,7 +19,7 @@ import (
 type shard struct {
 	c   *GroupCoordinator
 	id  int32
-	log shardLog
+	log coordinator.Log
 	// local and epoch identify a shard on a partition led here (the
 	// replica and the leader epoch it loaded in); remote shards have
 	// local nil and revision, the metadata revision they took over at.
@@ -34,30 +34,37 @@ type shard struct {
 	ctx    context.Context // ends when the shard is unloaded
 	cancel context.CancelFunc
 
-	mu      sync.Mutex
-	loaded  bool
-	groups  map[string]*group
-	builder *record.Builder
+	mu     sync.Mutex
+	loaded bool
+	groups map[string]*group
+	writer *coordinator.Writer
 	// nextExpiry is when offsets of empty groups are next checked.
 	nextExpiry time.Time
 }
 
 func newLocalShard(c *GroupCoordinator, id int32, p *replica.Partition, epoch int32) *shard {
-	s := newShard(c, id, &localLog{p: p, epoch: epoch})
+	s := newShard(c, id, coordinator.NewLocalLog(OffsetsTopic, p, epoch))
 	s.local, s.epoch = p, epoch
 	return s
 }
 
 func newRemoteShard(c *GroupCoordinator, id int32, revision int64) *shard {
-	s := newShard(c, id, newRemoteLog(c, id, revision))
+	s := newShard(c, id, coordinator.NewRemoteLog(c.env(), OffsetsTopic, groupCoordinatorRole, id, revision))
 	s.revision = revision
 	return s
 }
 
-func newShard(c *GroupCoordinator, id int32, l shardLog) *shard {
+func newShard(c *GroupCoordinator, id int32, l coordinator.Log) *shard {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &shard{c: c, id: id, log: l, ctx: ctx, cancel: cancel,
-		groups: map[string]*group{}, builder: record.NewBuilder(record.CodecNone)}
+	s := &shard{c: c, id: id, log: l, ctx: ctx, cancel: cancel, groups: map[string]*group{}}
+	s.writer = &coordinator.Writer{Topic: OffsetsTopic, Partition: id, Log: l, Mu: &s.mu, Ctx: ctx, Now: c.now,
+		Fenced: func(e *errs.Error) {
+			if s.local == nil {
+				s.stale.Store(true)
+				c.logger.Warn("group coordinator shard fenced by a later coordinator; reloading", log.TopicPartition(OffsetsTopic, s.id), log.Err(e))
+			}
+		}}
+	return s
 }
 
 func (s *shard) isLoaded() bool {
@@ -70,7 +77,7 @@ func (s *shard) isLoaded() bool {
 // find the new coordinator.
 func (s *shard) unload() {
 	s.cancel()
-	s.log.close()
+	s.log.Close()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.loaded = false
@@ -89,9 +96,9 @@ func (s *shard) unload() {
 func (s *shard) load() {
 	start := s.c.now()
 	ctx := s.ctx
-	from, to, err := s.log.open(ctx)
+	from, to, err := s.log.Open(ctx)
 	if err == nil {
-		err = s.log.replay(ctx, from, to, func(key, value []byte, offset int64) {
+		err = s.log.Replay(ctx, from, to, func(key, value []byte, offset int64) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			if err := s.applyRecordLocked(key, value, offset); err != nil {
@@ -130,85 +137,19 @@ func (s *shard) load() {
 type kv struct{ key, value []byte }
 
 // writeLocked appends records with acks=all in the shard's leader epoch and
-// returns a function that waits for the acknowledgement and then, under the
-// shard's lock, runs apply (with the first record's offset) unless the
-// write failed. The wait outlives the caller's context (apply runs whenever
-// the acknowledgement comes, so memory never lags an acknowledged write);
-// the caller may stop waiting earlier. Called with s.mu held.
+// returns a channel that gets the outcome; once acknowledged, apply runs
+// under the shard's lock (coordinator.Writer). Called with s.mu held.
 func (s *shard) writeLocked(recs []kv, apply func(base int64), failed func(err *errs.Error)) <-chan *errs.Error {
-	done := make(chan *errs.Error, 1)
-	fail := func(e *errs.Error) {
-		if failed != nil {
-			failed(e)
-		}
-		done <- e
+	out := make([]coordinator.KV, len(recs))
+	for i, r := range recs {
+		out[i] = coordinator.KV{Key: r.key, Value: r.value}
 	}
-	s.builder.Reset()
-	now := s.c.now().UnixMilli()
-	for _, r := range recs {
-		if err := s.builder.Append(&record.Record{Timestamp: now, Key: r.key, Value: r.value}); err != nil {
-			fail(errs.New(errs.UnknownServerError, "encoding offsets topic records: %v", err))
-			return done
-		}
-	}
-	batch, err := s.builder.Build()
-	if err != nil {
-		fail(errs.New(errs.UnknownServerError, "encoding offsets topic batch: %v", err))
-		return done
-	}
-	batch = append([]byte(nil), batch...)
-	wait := s.log.append(batch)
-	go func() {
-		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
-		defer cancel()
-		base, err := wait(ctx)
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if err != nil {
-			e := s.writeError(err)
-			if e.Code == errs.NotCoordinator && s.local == nil && s.ctx.Err() == nil {
-				s.stale.Store(true)
-				s.c.logger.Warn("group coordinator shard fenced by a later coordinator; reloading", log.TopicPartition(OffsetsTopic, s.id), log.Err(err))
-			}
-			fail(e)
-			return
-		}
-		if s.ctx.Err() != nil {
-			fail(errs.New(errs.NotCoordinator, "this node stopped coordinating %s-%d", OffsetsTopic, s.id))
-			return
-		}
-		apply(base)
-		done <- nil
-	}()
-	return done
+	return s.writer.WriteLocked(out, apply, failed)
 }
 
-// writeError maps a failed append as Kafka's coordinator does: a lost
-// leadership means NOT_COORDINATOR (find the new one), a write that could
-// not reach its replicas COORDINATOR_NOT_AVAILABLE (retry), anything else
-// an unknown server error.
-func (s *shard) writeError(err error) *errs.Error {
-	switch errs.CodeOf(err) {
-	case errs.NotLeaderOrFollower, errs.FencedLeaderEpoch, errs.UnknownLeaderEpoch, errs.NotCoordinator:
-		return errs.New(errs.NotCoordinator, "this node no longer leads %s-%d: %v", OffsetsTopic, s.id, err)
-	case errs.NotEnoughReplicas, errs.NotEnoughReplicasAfterAppend, errs.RequestTimedOut, errs.UnknownTopicOrPartition, errs.StorageError:
-		return errs.New(errs.CoordinatorNotAvailable, "writing %s-%d: %v", OffsetsTopic, s.id, err)
-	}
-	if s.ctx.Err() != nil {
-		return errs.New(errs.NotCoordinator, "this node stopped coordinating %s-%d", OffsetsTopic, s.id)
-	}
-	return errs.New(errs.UnknownServerError, "writing %s-%d: %v", OffsetsTopic, s.id, err)
-}
-
-// await waits for a write's outcome or for ctx. A write still pending when
-// ctx ends is answered REQUEST_TIMED_OUT: its outcome is unknown.
+// await waits for a write's outcome or for ctx (coordinator.Await).
 func await(ctx context.Context, done <-chan *errs.Error) *errs.Error {
-	select {
-	case e := <-done:
-		return e
-	case <-ctx.Done():
-		return errs.New(errs.RequestTimedOut, "the write to the offsets topic was not acknowledged before the call ended; it may still apply")
-	}
+	return coordinator.Await(ctx, OffsetsTopic, done)
 }
 
 // tick runs timers: session expiry, rebalance deadlines and, at the

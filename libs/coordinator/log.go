@@ -1,9 +1,10 @@
-package groupcoord
+package coordinator
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -11,34 +12,56 @@ import (
 	client "github.com/sluice-io/sluice/libs/client"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/client/record"
+	"github.com/sluice-io/sluice/libs/client/wire"
+	"github.com/sluice-io/sluice/libs/log"
+	"github.com/sluice-io/sluice/libs/metadata"
 	"github.com/sluice-io/sluice/libs/replica"
 )
 
-// shardLog is where a shard's partition of the offsets topic lives: in this
-// process, when it leads the partition, or on a remote leader, when this
-// process is a coordinator of its own.
-type shardLog interface {
-	// open waits until every write of an earlier coordinator is committed
+// Log is where a coordinator shard's partition of its internal topic
+// lives: in this process, when it leads the partition (LocalLog), or on a
+// remote leader, when this process is a coordinator of its own (RemoteLog).
+type Log interface {
+	// Open waits until every write of an earlier coordinator is committed
 	// and fenced, and returns the offsets to replay, [start, end).
-	open(ctx context.Context) (start, end int64, err error)
-	// replay calls apply for every record in [start, end), in order.
-	replay(ctx context.Context, start, end int64, apply func(key, value []byte, offset int64)) error
-	// append appends one batch. It is called in log order (under the
+	Open(ctx context.Context) (start, end int64, err error)
+	// Replay calls apply for every record in [start, end), in order.
+	Replay(ctx context.Context, start, end int64, apply func(key, value []byte, offset int64)) error
+	// Append appends one batch. It is called in log order (under the
 	// shard's lock) and returns a function that waits for the acks=all
 	// acknowledgement and returns the batch's first offset.
-	append(batch []byte) func(ctx context.Context) (int64, error)
-	// close stops background work.
-	close()
+	Append(batch []byte) func(ctx context.Context) (int64, error)
+	// Close stops background work.
+	Close()
+}
+
+// Env is what a coordinator role gives the shared machinery: who this
+// process is and how it reaches the cluster.
+type Env struct {
+	NodeID   int32
+	Metadata *metadata.Cache
+	Pool     *wire.Pool
+	Logger   *slog.Logger
+	// Client returns the process's SDK client (for remote replay).
+	Client func() *client.Client
 }
 
 // localLog is a partition this process leads, written in-process in the
-// leader epoch the shard loaded in (see the package comment on fencing).
+// leader epoch the shard loaded in: the local replica refuses an append in
+// any other epoch, and a deposed leader's acks=all append never completes.
 type localLog struct {
+	topic string
 	p     *replica.Partition
 	epoch int32
 }
 
-func (l *localLog) open(ctx context.Context) (int64, int64, error) {
+// NewLocalLog returns the Log of a partition of topic this process leads
+// in leader epoch epoch.
+func NewLocalLog(topic string, p *replica.Partition, epoch int32) Log {
+	return &localLog{topic: topic, p: p, epoch: epoch}
+}
+
+func (l *localLog) Open(ctx context.Context) (int64, int64, error) {
 	// The coordinator lock orders this against a remote coordinator's
 	// checked appends (storage node FenceCoordinator): any it let through
 	// is below the end taken here.
@@ -70,7 +93,7 @@ func (l *localLog) open(ctx context.Context) (int64, int64, error) {
 	}
 }
 
-func (l *localLog) replay(ctx context.Context, start, end int64, apply func(key, value []byte, offset int64)) error {
+func (l *localLog) Replay(ctx context.Context, start, end int64, apply func(key, value []byte, offset int64)) error {
 	var it record.Iterator
 	offset := start
 	epoch := l.epoch
@@ -80,13 +103,13 @@ func (l *localLog) replay(ctx context.Context, start, end int64, apply func(key,
 		}
 		res, _, _, err := l.p.ReadForConsumer(offset, 1<<20, &epoch, nil)
 		if err != nil {
-			return fmt.Errorf("reading %s-%d at %d: %w", OffsetsTopic, l.p.TP().Partition, offset, err)
+			return fmt.Errorf("reading %s-%d at %d: %w", l.topic, l.p.TP().Partition, offset, err)
 		}
 		buf := res.AppendTo(nil)
 		next := res.NextOffset
 		res.Release()
 		if next <= offset {
-			return fmt.Errorf("reading %s-%d at %d: no progress before %d", OffsetsTopic, l.p.TP().Partition, offset, end)
+			return fmt.Errorf("reading %s-%d at %d: no progress before %d", l.topic, l.p.TP().Partition, offset, end)
 		}
 		it.Reset(buf)
 		for it.Next() {
@@ -97,14 +120,14 @@ func (l *localLog) replay(ctx context.Context, start, end int64, apply func(key,
 			apply(r.Key, r.Value, r.Offset)
 		}
 		if err := it.Err(); err != nil {
-			return fmt.Errorf("decoding %s-%d at %d: %w", OffsetsTopic, l.p.TP().Partition, offset, err)
+			return fmt.Errorf("decoding %s-%d at %d: %w", l.topic, l.p.TP().Partition, offset, err)
 		}
 		offset = next
 	}
 	return nil
 }
 
-func (l *localLog) append(batch []byte) func(context.Context) (int64, error) {
+func (l *localLog) Append(batch []byte) func(context.Context) (int64, error) {
 	epoch := l.epoch
 	res, appendedIn, err := l.p.Append(batch, replica.AcksAll, &epoch, record.FromCoordinator)
 	return func(ctx context.Context) (int64, error) {
@@ -118,7 +141,7 @@ func (l *localLog) append(batch []byte) func(context.Context) (int64, error) {
 	}
 }
 
-func (l *localLog) close() {}
+func (l *localLog) Close() {}
 
 // remoteLog is a partition led by another process, written through its
 // leader's Produce with a coordinator fence: the leader accepts the write
@@ -127,7 +150,9 @@ func (l *localLog) close() {}
 // order is the order the shard validated them in, and a retried write lands
 // before the next one.
 type remoteLog struct {
-	c         *GroupCoordinator
+	env       Env
+	topic     string
+	role      string
 	partition int32
 	fence     *storagev1.CoordinatorFence
 
@@ -146,21 +171,24 @@ type remoteResult struct {
 	err  error
 }
 
-func newRemoteLog(c *GroupCoordinator, partition int32, revision int64) *remoteLog {
-	l := &remoteLog{c: c, partition: partition, queue: make(chan remoteWrite, 1024), stop: make(chan struct{}),
-		fence: &storagev1.CoordinatorFence{NodeId: int32(c.deps.Node.ID), MetadataRevision: revision}}
+// NewRemoteLog returns the Log of a partition of topic that another process
+// leads, for the coordinator (running role) that metadata at revision
+// named this process.
+func NewRemoteLog(env Env, topic, role string, partition int32, revision int64) Log {
+	l := &remoteLog{env: env, topic: topic, role: role, partition: partition, queue: make(chan remoteWrite, 1024), stop: make(chan struct{}),
+		fence: &storagev1.CoordinatorFence{NodeId: env.NodeID, MetadataRevision: revision}}
 	l.wg.Add(1)
 	go l.writer()
 	return l
 }
 
 func (l *remoteLog) leader() (storagev1.StorageServiceClient, error) {
-	img := l.c.deps.Metadata.Load()
-	ps, ok := img.Partition(OffsetsTopic, l.partition)
+	img := l.env.Metadata.Load()
+	ps, ok := img.Partition(l.topic, l.partition)
 	if !ok || ps.GetLeaderId() < 0 {
-		return nil, errs.New(errs.LeaderNotAvailable, "%s-%d has no leader", OffsetsTopic, l.partition)
+		return nil, errs.New(errs.LeaderNotAvailable, "%s-%d has no leader", l.topic, l.partition)
 	}
-	conn, err := l.c.deps.Pool.Get(img.Address(ps.GetLeaderId()))
+	conn, err := l.env.Pool.Get(img.Address(ps.GetLeaderId()))
 	if err != nil {
 		return nil, err
 	}
@@ -192,11 +220,11 @@ func (l *remoteLog) retry(ctx context.Context, fn func(ctx context.Context) erro
 // stillOurs reports whether metadata still names this node the
 // partition's (remote) coordinator.
 func (l *remoteLog) stillOurs() bool {
-	b, atLeader := l.c.deps.Metadata.Load().CoordinatorOf(OffsetsTopic, l.partition, groupCoordinatorRole)
+	b, atLeader := l.env.Metadata.Load().CoordinatorOf(l.topic, l.partition, l.role)
 	return b != nil && !atLeader && b.GetId() == l.fence.GetNodeId()
 }
 
-func (l *remoteLog) open(ctx context.Context) (int64, int64, error) {
+func (l *remoteLog) Open(ctx context.Context) (int64, int64, error) {
 	var resp *storagev1.FenceCoordinatorResponse
 	err := l.retry(ctx, func(ctx context.Context) error {
 		sc, err := l.leader()
@@ -205,7 +233,7 @@ func (l *remoteLog) open(ctx context.Context) (int64, int64, error) {
 		}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		resp, err = sc.FenceCoordinator(cctx, &storagev1.FenceCoordinatorRequest{Topic: OffsetsTopic, Partition: l.partition, Coordinator: l.fence})
+		resp, err = sc.FenceCoordinator(cctx, &storagev1.FenceCoordinatorRequest{Topic: l.topic, Partition: l.partition, Coordinator: l.fence})
 		return asErr(err)
 	})
 	if err != nil {
@@ -214,13 +242,13 @@ func (l *remoteLog) open(ctx context.Context) (int64, int64, error) {
 	return resp.GetLogStartOffset(), resp.GetLogEndOffset(), nil
 }
 
-func (l *remoteLog) replay(ctx context.Context, start, end int64, apply func(key, value []byte, offset int64)) error {
+func (l *remoteLog) Replay(ctx context.Context, start, end int64, apply func(key, value []byte, offset int64)) error {
 	if start >= end {
 		return nil
 	}
-	cons := l.c.sdk().NewConsumer(client.ConsumerConfig{Reset: client.ResetEarliest})
+	cons := l.env.Client().NewConsumer(client.ConsumerConfig{Reset: client.ResetEarliest})
 	defer cons.Close()
-	tp := client.TopicPartition{Topic: OffsetsTopic, Partition: l.partition}
+	tp := client.TopicPartition{Topic: l.topic, Partition: l.partition}
 	cons.Assign(tp)
 	cons.Seek(tp, start)
 	for cons.Position(tp) < end {
@@ -229,7 +257,7 @@ func (l *remoteLog) replay(ctx context.Context, start, end int64, apply func(key
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			l.c.logger.Debug("offsets replay fetch failed; retrying", slogErr(errs.From(err)))
+			l.env.Logger.Debug("coordinator replay fetch failed; retrying", log.TopicPartition(l.topic, l.partition), log.Err(err))
 			continue
 		}
 		for _, r := range recs {
@@ -241,12 +269,12 @@ func (l *remoteLog) replay(ctx context.Context, start, end int64, apply func(key
 	return nil
 }
 
-func (l *remoteLog) append(batch []byte) func(context.Context) (int64, error) {
+func (l *remoteLog) Append(batch []byte) func(context.Context) (int64, error) {
 	w := remoteWrite{batch: batch, done: make(chan remoteResult, 1)}
 	select {
 	case l.queue <- w:
 	default:
-		w.done <- remoteResult{err: errs.New(errs.CoordinatorNotAvailable, "the coordinator's write queue to %s-%d is full", OffsetsTopic, l.partition)}
+		w.done <- remoteResult{err: errs.New(errs.CoordinatorNotAvailable, "the coordinator's write queue to %s-%d is full", l.topic, l.partition)}
 	}
 	return func(ctx context.Context) (int64, error) {
 		select {
@@ -273,7 +301,7 @@ func (l *remoteLog) writer() {
 					return err
 				}
 				resp, err := sc.Produce(ctx, &storagev1.ProduceRequest{Acks: storagev1.Acks_ACKS_ALL, TimeoutMs: 10000, Coordinator: l.fence,
-					Partitions: []*storagev1.ProducePartition{{Topic: OffsetsTopic, Partition: l.partition, Data: &storagev1.ProducePartition_Batches{Batches: w.batch}}}})
+					Partitions: []*storagev1.ProducePartition{{Topic: l.topic, Partition: l.partition, Data: &storagev1.ProducePartition_Batches{Batches: w.batch}}}})
 				if err != nil {
 					return asErr(err)
 				}
@@ -290,7 +318,7 @@ func (l *remoteLog) writer() {
 	}
 }
 
-func (l *remoteLog) close() {
+func (l *remoteLog) Close() {
 	close(l.stop)
 	l.wg.Wait()
 }
