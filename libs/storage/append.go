@@ -65,7 +65,7 @@ func (l *Log) AppendAsLeader(batches []byte, leaderEpoch int32, origin record.Or
 	if latest, ok := l.epochs.latest(); ok && leaderEpoch < latest.Epoch {
 		return AppendResult{}, errs.New(errs.FencedLeaderEpoch, "leader epoch %d is older than the log's latest epoch %d", leaderEpoch, latest.Epoch)
 	}
-	dup, err := l.checkProducers(batches, &sum)
+	dup, err := l.checkProducers(batches, &sum, origin)
 	if err != nil {
 		return AppendResult{}, err
 	}
@@ -164,6 +164,9 @@ func (l *Log) appendLocked(batches []byte, sum *record.Summary, res AppendResult
 		h := it.Header()
 		l.indexBatch(seg, &h, pos)
 		l.producers.apply(&h, it.Bytes())
+		if h.Attributes.Control() && l.verified != nil {
+			delete(l.verified, h.ProducerID)
+		}
 		if leaderEpoch < 0 {
 			l.epochs.assign(h.PartitionLeaderEpoch, h.BaseOffset)
 		}

@@ -264,6 +264,9 @@ func TestCompactionTransactions(t *testing.T) {
 		require.NoError(t, b.AppendKV(ts, []byte(key), []byte(value)))
 		batch, err := b.Build()
 		require.NoError(t, err)
+		if txn {
+			l.VerifiedTxn(pid, 0)
+		}
 		_, err = l.AppendAsLeader(bytes.Clone(batch), 0, record.FromClient)
 		require.NoError(t, err)
 	}

@@ -79,7 +79,7 @@ func (l *Log) ExpireProducers() int {
 // checkProducers runs the leader's idempotence checks on a buffer of client
 // batches. appendMu must be held. A retry of one of a producer's latest
 // batches returns that batch (nothing is to be appended).
-func (l *Log) checkProducers(batches []byte, sum *record.Summary) (*producerBatch, error) {
+func (l *Log) checkProducers(batches []byte, sum *record.Summary, origin record.Origin) (*producerBatch, error) {
 	for it := record.Batches(batches); it.Next(); {
 		h := it.Header()
 		if h.ProducerID < 0 {
@@ -91,9 +91,53 @@ func (l *Log) checkProducers(batches []byte, sum *record.Summary) (*producerBatc
 			return nil, errs.New(errs.InvalidRecord, "%s: a produce request carries %d batches for the partition; an idempotent or transactional producer sends one",
 				filepath.Base(l.dir), sum.Batches)
 		}
-		return l.producers.checkLeader(filepath.Base(l.dir), &h, it.Bytes())
+		dup, err := l.producers.checkLeader(filepath.Base(l.dir), &h, it.Bytes())
+		if err != nil || dup != nil {
+			return dup, err
+		}
+		if origin == record.FromClient && h.Attributes.Transactional() && !h.Attributes.Control() && !l.inTransaction(h.ProducerID, h.ProducerEpoch) &&
+			l.verified[h.ProducerID] != h.ProducerEpoch+1 {
+			// KIP-890: the first batch of a transaction on a partition is
+			// appended only after the coordinator confirmed the partition
+			// is in the producer's open transaction (VerifiedTxn), and no
+			// marker for the producer came in between. A late batch of a
+			// finished transaction would otherwise open a transaction no
+			// one ever ends.
+			return nil, errs.New(errs.InvalidTxnState, "%s: producer %d epoch %d has no transaction open on this partition that its coordinator confirmed; add the partition to the transaction first",
+				filepath.Base(l.dir), h.ProducerID, h.ProducerEpoch)
+		}
+		return nil, nil
 	}
 	return nil, nil
+}
+
+// inTransaction reports whether the producer has a transaction open on the
+// log at this epoch. appendMu must be held.
+func (l *Log) inTransaction(pid int64, epoch int16) bool {
+	e := l.producers.producers[pid]
+	return e != nil && e.Epoch == epoch && e.TxnFirstOffset >= 0
+}
+
+// InTransaction reports whether the producer has a transaction open on the
+// log at this epoch: its further transactional batches need no
+// verification.
+func (l *Log) InTransaction(pid int64, epoch int16) bool {
+	l.appendMu.Lock()
+	defer l.appendMu.Unlock()
+	return l.inTransaction(pid, epoch)
+}
+
+// VerifiedTxn records that the transaction coordinator confirmed the
+// partition is part of the producer's open transaction at epoch; the next
+// transactional batch of the producer may open it here. A marker for the
+// producer withdraws the confirmation. Only the leader keeps these.
+func (l *Log) VerifiedTxn(pid int64, epoch int16) {
+	l.appendMu.Lock()
+	defer l.appendMu.Unlock()
+	if l.verified == nil {
+		l.verified = map[int64]int16{}
+	}
+	l.verified[pid] = epoch + 1 // zero means none
 }
 
 // snapshotProducers writes the producer state as of its end offset. A failed

@@ -30,6 +30,15 @@ func idemBatch(t testing.TB, pid int64, epoch int16, seq int32, n int, txn bool)
 	return bytes.Clone(batch)
 }
 
+// confirmed marks a transactional batch's transaction as confirmed by its
+// coordinator on l, as the storage node does before appending it.
+func confirmed(l *Log, batch []byte) []byte {
+	if h, ok := record.ParseBatchHeader(batch); ok && h.Attributes.Transactional() {
+		l.VerifiedTxn(h.ProducerID, h.ProducerEpoch)
+	}
+	return batch
+}
+
 func TestIdempotentAppends(t *testing.T) {
 	l := openLog(t, t.TempDir(), testConfig(t, nil), Options{})
 	defer l.Close()
@@ -147,7 +156,7 @@ func randomProducerTraffic(t *testing.T, l *Log, rng *rand.Rand, n int) {
 		default:
 			txn := pid >= 2
 			cnt := 1 + rng.IntN(3)
-			res, err := l.AppendAsLeader(idemBatch(t, pid, 0, seq[pid], cnt, txn), 0, record.FromClient)
+			res, err := l.AppendAsLeader(confirmed(l, idemBatch(t, pid, 0, seq[pid], cnt, txn)), 0, record.FromClient)
 			require.NoError(t, err)
 			require.False(t, res.Duplicate)
 			if rng.IntN(4) == 0 { // a retry
@@ -223,7 +232,7 @@ func TestTruncationRewindsProducerState(t *testing.T) {
 	defer l.Close()
 	var cut int64
 	for i := int32(0); i < 30; i++ {
-		res, err := l.AppendAsLeader(idemBatch(t, 1, 0, i, 1, i >= 20), 0, record.FromClient)
+		res, err := l.AppendAsLeader(confirmed(l, idemBatch(t, 1, 0, i, 1, i >= 20)), 0, record.FromClient)
 		require.NoError(t, err)
 		if i == 15 {
 			cut = res.FirstOffset
@@ -254,7 +263,7 @@ func TestTransactionsTrackedPerPartition(t *testing.T) {
 	l := openLog(t, t.TempDir(), testConfig(t, nil), Options{})
 	defer l.Close()
 	app := func(b []byte, o record.Origin) AppendResult {
-		res, err := l.AppendAsLeader(b, 0, o)
+		res, err := l.AppendAsLeader(confirmed(l, b), 0, o)
 		require.NoError(t, err)
 		return res
 	}
@@ -290,13 +299,51 @@ func TestTransactionsTrackedPerPartition(t *testing.T) {
 	require.True(t, open, "the refused marker ended nothing")
 }
 
+// KIP-890: a transactional batch opens a transaction on a partition only
+// after the coordinator confirmed it, and a marker in between withdraws the
+// confirmation, so a late batch of an ended transaction is refused.
+func TestTransactionalBatchNeedsConfirmation(t *testing.T) {
+	l := openLog(t, t.TempDir(), testConfig(t, nil), Options{})
+	defer l.Close()
+	_, err := l.AppendAsLeader(idemBatch(t, 3, 0, 0, 1, true), 0, record.FromClient)
+	requireCode(t, err, errs.InvalidTxnState)
+	require.Zero(t, l.LogEndOffset())
+
+	l.VerifiedTxn(3, 0)
+	_, err = l.AppendAsLeader(idemBatch(t, 3, 0, 0, 1, true), 0, record.FromClient)
+	require.NoError(t, err)
+	require.True(t, l.InTransaction(3, 0))
+	_, err = l.AppendAsLeader(idemBatch(t, 3, 0, 1, 1, true), 0, record.FromClient)
+	require.NoError(t, err, "later batches of the open transaction need no new confirmation")
+
+	// A confirmation given, then the transaction ends before the batch
+	// arrives: the batch is refused.
+	_, err = l.AppendAsLeader(record.AppendEndTxnMarker(nil, 3, 0, record.ControlCommit, 0, 0), 0, record.FromCoordinator)
+	require.NoError(t, err)
+	l.VerifiedTxn(3, 0)
+	_, err = l.AppendAsLeader(record.AppendEndTxnMarker(nil, 3, 0, record.ControlAbort, 0, 0), 0, record.FromCoordinator)
+	require.NoError(t, err)
+	_, err = l.AppendAsLeader(idemBatch(t, 3, 0, 2, 1, true), 0, record.FromClient)
+	requireCode(t, err, errs.InvalidTxnState)
+	_, open := l.FirstUnstableOffset()
+	require.False(t, open)
+
+	// A confirmation for another epoch does not count.
+	l.VerifiedTxn(3, 1)
+	_, err = l.AppendAsLeader(idemBatch(t, 3, 0, 2, 1, true), 0, record.FromClient)
+	requireCode(t, err, errs.InvalidTxnState)
+	// Coordinators' own transactional writes (offsets) are not checked.
+	_, err = l.AppendAsLeader(idemBatch(t, 4, 0, 0, 1, true), 0, record.FromCoordinator)
+	require.NoError(t, err)
+}
+
 func TestIdleProducersExpire(t *testing.T) {
 	clock := NewManualClock(epoch0)
 	l := openLog(t, t.TempDir(), testConfig(t, nil), Options{Clock: clock, ProducerIDExpiration: time.Hour})
 	defer l.Close()
 	_, err := l.AppendAsLeader(idemBatch(t, 1, 0, 0, 1, false), 0, record.FromClient) // timestamp epoch0
 	require.NoError(t, err)
-	_, err = l.AppendAsLeader(idemBatch(t, 2, 0, 0, 1, true), 0, record.FromClient) // open transaction
+	_, err = l.AppendAsLeader(confirmed(l, idemBatch(t, 2, 0, 0, 1, true)), 0, record.FromClient) // open transaction
 	require.NoError(t, err)
 	clock.Advance(59 * time.Minute)
 	require.Equal(t, 0, l.ExpireProducers())
@@ -352,7 +399,7 @@ func randomProducerTrafficF(f *testing.F, l *Log, rng *rand.Rand, n int) {
 			}
 			continue
 		}
-		if _, err := l.AppendAsLeader(idemBatch(f, pid, 0, seq[pid], 1, pid == 2), 0, record.FromClient); err != nil {
+		if _, err := l.AppendAsLeader(confirmed(l, idemBatch(f, pid, 0, seq[pid], 1, pid == 2)), 0, record.FromClient); err != nil {
 			f.Fatal(err)
 		}
 		seq[pid]++

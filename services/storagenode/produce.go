@@ -115,8 +115,11 @@ func (r *StorageNode) appendAll(ctx context.Context, req *storagev1.ProduceReque
 				var epoch int32
 				if metadata.CoordinatorRole(pp.GetTopic()) != "" {
 					ar, epoch, err = r.appendInternal(ctx, part, pp, req.GetCoordinator(), batches, acks)
-				} else {
+				} else if err = r.verifyTxn(ctx, part, pp, req.GetTransactionalId(), batches); err == nil {
 					ar, epoch, err = part.Append(batches, acks, pp.CurrentLeaderEpoch, record.FromClient)
+				}
+				if err == nil && ar.Duplicate {
+					r.duplicateBatches.Add(ctx, 1)
 				}
 				if err == nil {
 					r.producedBytes.Add(ctx, int64(ar.Bytes))

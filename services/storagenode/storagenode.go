@@ -88,6 +88,7 @@ type StorageNode struct {
 	tracer   trace.Tracer
 	// Counters of the data path.
 	producedBytes, producedRecords, fetchedBytes metric.Int64Counter
+	duplicateBatches                             metric.Int64Counter
 }
 
 // New builds the role and registers its gRPC services on deps.Server.
@@ -106,6 +107,8 @@ func New(cfg Config, deps service.Deps) *StorageNode {
 	// Creating a counter only fails for an invalid name; these are constant.
 	r.producedBytes, _ = meter.Int64Counter("sluice.produce.bytes", metric.WithUnit("By"), metric.WithDescription("Bytes of record batches appended as leader."))
 	r.producedRecords, _ = meter.Int64Counter("sluice.produce.records", metric.WithDescription("Records appended as leader."))
+	r.duplicateBatches, _ = meter.Int64Counter("sluice.produce.duplicate_batches",
+		metric.WithDescription("Retried producer batches answered with their original offsets and not appended again (idempotence)."))
 	r.fetchedBytes, _ = meter.Int64Counter("sluice.fetch.bytes", metric.WithUnit("By"), metric.WithDescription("Bytes of record batches sent to consumers."))
 	if err := registerLogMetrics(meter, deps.Replicas); err != nil {
 		r.logger.Warn("cannot register log metrics", log.Err(err))
