@@ -1,10 +1,12 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
+	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/client/record"
@@ -48,6 +51,11 @@ type ConsumerConfig struct {
 	// being elected) has Poll return the last error once it has failed
 	// for this long. Retrying goes on meanwhile and after. Default 60 s.
 	APITimeout time.Duration
+	// ReadCommitted is isolation.level=read_committed: only records below
+	// the last stable offset are read, and records of aborted transactions
+	// are dropped. The default reads every record below the high
+	// watermark (read_uncommitted), as Kafka's consumer does.
+	ReadCommitted bool
 }
 
 // ConsumedRecord is a record read from a partition.
@@ -116,6 +124,10 @@ type fetched struct {
 	gen     int
 	records []*ConsumedRecord
 	err     error
+	// tp and next, when next > 0, move tp's position to next even past
+	// the records: over markers and aborted transactions' records.
+	tp   TopicPartition
+	next int64
 }
 
 // NewConsumer returns a consumer with no assignment.
@@ -248,6 +260,14 @@ func (k *Consumer) accept(f fetched) []*ConsumedRecord {
 		}
 		p.offset, p.lastEpoch = r.Offset+1, r.LeaderEpoch
 		out = append(out, r)
+	}
+	if f.next > 0 {
+		// Only from where the chunk started: a chunk of a stream that was
+		// placed before a Seek belongs to an older generation and never
+		// gets here.
+		if p, ok := k.positions[f.tp]; ok && p.offset >= 0 && p.offset < f.next {
+			p.offset = f.next
+		}
 	}
 	return out
 }
@@ -584,7 +604,8 @@ func (k *Consumer) resetOffset(ctx context.Context, tp TopicPartition, addr stri
 		return 0, err
 	}
 	resp, err := storagev1.NewStorageServiceClient(conn).ListOffsets(ctx, &storagev1.ListOffsetsRequest{
-		Partitions: []*storagev1.ListOffsetsPartition{{Topic: tp.Topic, Partition: tp.Partition, Spec: spec}},
+		Partitions:     []*storagev1.ListOffsetsPartition{{Topic: tp.Topic, Partition: tp.Partition, Spec: spec}},
+		IsolationLevel: k.isolation(),
 	})
 	if err != nil {
 		return 0, err
@@ -610,7 +631,7 @@ func (k *Consumer) stream(ctx context.Context, gen int, addr string, parts []str
 		end.err = err
 		return end
 	}
-	req := &storagev1.FetchRequest{Follow: true, Format: storagev1.RecordFormat_RECORD_FORMAT_BATCHES, MaxWaitMs: 500}
+	req := &storagev1.FetchRequest{Follow: true, Format: storagev1.RecordFormat_RECORD_FORMAT_BATCHES, MaxWaitMs: 500, IsolationLevel: k.isolation()}
 	byTP := map[TopicPartition]streamPart{}
 	for _, p := range parts {
 		fp := &storagev1.FetchPartition{Topic: p.tp.Topic, Partition: p.tp.Partition, FetchOffset: p.offset,
@@ -683,14 +704,16 @@ func (k *Consumer) receive(ctx context.Context, gen int, stream grpc.ServerStrea
 		start := parts[tp].offset
 		var recs []*ConsumedRecord
 		var block []ConsumedRecord // records are allocated in blocks, not one by one
+		aborted := newAbortFilter(resp.GetAbortedTransactions())
 		it.Reset(resp.GetBatches())
 		for it.Next() {
 			b := it.Batch()
+			r := it.Record()
 			if b.Attributes.Control() {
+				aborted.marker(b, r)
 				continue
 			}
-			r := it.Record()
-			if r.Offset < start {
+			if r.Offset < start || aborted.drops(b) {
 				continue
 			}
 			if len(block) == cap(block) {
@@ -735,11 +758,61 @@ func (k *Consumer) receive(ctx context.Context, gen int, stream grpc.ServerStrea
 			}
 			continue
 		}
-		if len(recs) > 0 {
-			if !k.deliver(ctx, fetched{gen: gen, records: recs}) {
+		if next := resp.GetNextOffset(); len(recs) > 0 || next > start {
+			if !k.deliver(ctx, fetched{gen: gen, records: recs, tp: tp, next: next}) {
 				return ctx.Err()
 			}
 		}
+	}
+}
+
+func (k *Consumer) isolation() commonv1.IsolationLevel {
+	if k.cfg.ReadCommitted {
+		return commonv1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED
+	}
+	return commonv1.IsolationLevel_ISOLATION_LEVEL_READ_UNCOMMITTED
+}
+
+// abortFilter drops the records of aborted transactions from a
+// read_committed chunk, as Kafka's consumer does: the leader lists the
+// aborted transactions overlapping the chunk (producer id, first offset);
+// from a transaction's first offset on, that producer's transactional
+// batches are dropped until its ABORT marker.
+type abortFilter struct {
+	pending []*storagev1.AbortedTransaction // by first offset, not yet reached
+	active  map[int64]bool                  // producers inside an aborted transaction
+}
+
+func newAbortFilter(list []*storagev1.AbortedTransaction) *abortFilter {
+	if len(list) == 0 {
+		return nil
+	}
+	f := &abortFilter{pending: slices.Clone(list), active: map[int64]bool{}}
+	slices.SortFunc(f.pending, func(a, b *storagev1.AbortedTransaction) int {
+		return cmp.Compare(a.GetFirstOffset(), b.GetFirstOffset())
+	})
+	return f
+}
+
+// drops reports whether a data batch belongs to an aborted transaction.
+func (f *abortFilter) drops(b *record.BatchHeader) bool {
+	if f == nil || !b.Attributes.Transactional() {
+		return false
+	}
+	for len(f.pending) > 0 && f.pending[0].GetFirstOffset() <= b.LastOffset() {
+		f.active[f.pending[0].GetProducerId()] = true
+		f.pending = f.pending[1:]
+	}
+	return f.active[b.ProducerID]
+}
+
+// marker ends a producer's aborted transaction at its ABORT marker.
+func (f *abortFilter) marker(b *record.BatchHeader, r *record.Record) {
+	if f == nil {
+		return
+	}
+	if t, err := record.ParseControlKey(r.Key); err == nil && t == record.ControlAbort {
+		delete(f.active, b.ProducerID)
 	}
 }
 
