@@ -2,6 +2,20 @@
 // producer ids (in blocks allocated by the controller) and epochs, and runs
 // transactions across partitions with two-phase commit markers, keeping
 // their state in the internal topic __transaction_state.
+//
+// Each transactional id belongs to one partition of __transaction_state
+// (Kafka's hash) and is coordinated by the process metadata names for that
+// partition, with the machinery the group coordinator uses too
+// (libs/coordinator): a shard replays its partition before it serves,
+// writes every state change with acks=all before it answers, and is fenced
+// when a later coordinator takes the partition over.
+//
+// A transaction moves Empty → Ongoing (AddPartitionsToTxn,
+// AddOffsetsToTxn) → PrepareCommit / PrepareAbort (EndTxn, a timeout, an
+// InitProducerId that fences the producer, AbortTransaction) →
+// CompleteCommit / CompleteAbort once its markers are written. Ending a
+// transaction bumps the producer epoch (KIP-890), so nothing the producer
+// sent with the old epoch can join a later transaction.
 package txncoord
 
 import (
@@ -10,13 +24,16 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"sync"
 	"time"
 
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	txnv1 "github.com/sluice-io/sluice/gen/go/sluice/txn/v1"
+	client "github.com/sluice-io/sluice/libs/client"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/coordinator"
 	"github.com/sluice-io/sluice/libs/log"
+	"github.com/sluice-io/sluice/libs/role"
 	"github.com/sluice-io/sluice/libs/service"
 )
 
@@ -46,16 +63,27 @@ func (c *Config) Validate() error {
 type TransactionCoordinator struct {
 	txnv1.UnimplementedTransactionCoordinatorServiceServer
 
-	cfg    Config
-	deps   service.Deps
-	logger *slog.Logger
-	pids   *pidManager
+	cfg     Config
+	deps    service.Deps
+	logger  *slog.Logger
+	now     func() time.Time
+	pids    *pidManager
+	markers *markerWriter
+
+	mu     sync.Mutex
+	shards map[int32]*shard
+	client *client.Client
+
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // New builds the role and registers its gRPC service on deps.Server.
 func New(cfg Config, deps service.Deps) *TransactionCoordinator {
-	r := &TransactionCoordinator{cfg: cfg, deps: deps, logger: deps.Logger.With(log.Role("transaction-coordinator"))}
+	r := &TransactionCoordinator{cfg: cfg, deps: deps, logger: deps.Logger.With(log.Role("transaction-coordinator")),
+		now: time.Now, shards: map[int32]*shard{}}
 	r.pids = newPIDManager(r.allocateProducerIDs, r.logger)
+	r.markers = &markerWriter{send: r.sendMarkers, logger: r.logger}
 	txnv1.RegisterTransactionCoordinatorServiceServer(deps.Server.GRPC, r)
 	return r
 }
@@ -68,13 +96,157 @@ func (r *TransactionCoordinator) HealthServices() []string {
 	return []string{txnv1.TransactionCoordinatorService_ServiceDesc.ServiceName}
 }
 
-// Start implements service.Service.
-func (r *TransactionCoordinator) Start(context.Context) error { return nil }
-
-// Stop implements service.Service.
-func (r *TransactionCoordinator) Stop(context.Context) error {
-	r.pids.close()
+// Start follows this process's share of __transaction_state: it loads a
+// shard for each partition metadata says it coordinates and drops the
+// others, and aborts transactions that time out.
+func (r *TransactionCoordinator) Start(context.Context) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.done = make(chan struct{})
+	go func() {
+		defer close(r.done)
+		coordinator.Run(ctx, r.deps.Metadata, r.deps.Replicas, r.now, timeoutScan, r.reconcile, func(now time.Time) {
+			for _, s := range r.loadedShards() {
+				s.tick(now)
+			}
+		})
+	}()
 	return nil
+}
+
+// timeoutScan is how often shards look for transactions past their
+// timeout.
+const timeoutScan = time.Second
+
+// Stop unloads every shard (marker writing stops; the next coordinator
+// resumes it from the log) and stops fetching producer ids.
+func (r *TransactionCoordinator) Stop(ctx context.Context) error {
+	r.pids.close()
+	if r.cancel == nil {
+		return nil
+	}
+	r.cancel()
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	r.mu.Lock()
+	shards := r.shards
+	r.shards = map[int32]*shard{}
+	c := r.client
+	r.mu.Unlock()
+	for _, s := range shards {
+		s.unload()
+	}
+	if c != nil {
+		_ = c.Close() // closing idle connections; nothing to report
+	}
+	return nil
+}
+
+func (r *TransactionCoordinator) loadedShards() []*shard {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*shard, 0, len(r.shards))
+	for _, s := range r.shards {
+		out = append(out, s)
+	}
+	return out
+}
+
+// txnRole is the role that coordinates __transaction_state.
+const txnRole = string(role.TransactionCoordinator)
+
+// reconcile loads a shard for every partition of __transaction_state
+// metadata says this process coordinates, and unloads the others
+// (coordinator.Wanted and coordinator.Reconcile, as the group coordinator).
+func (r *TransactionCoordinator) reconcile() {
+	img := r.deps.Metadata.Load()
+	me := int32(r.deps.Node.ID)
+	// A coordinator of its own holds a partition only within one broker
+	// session: one that lost its session may have lost the partition.
+	myEpoch := img.Brokers[me].GetBrokerEpoch()
+	wanted := coordinator.Wanted(img, r.deps.Replicas, stateTopic, txnRole, me)
+	r.mu.Lock()
+	drop, start := coordinator.Reconcile(r.shards, wanted, func(s *shard, w coordinator.Placement) bool {
+		return w.Local == s.local && w.Epoch == s.epoch && !s.stale.Load() && (s.local != nil || s.brokerEpoch == myEpoch)
+	}, func(id int32, w coordinator.Placement) *shard {
+		var s *shard
+		if w.Local != nil {
+			s = newShard(r, id, coordinator.NewLocalLog(stateTopic, w.Local, w.Epoch))
+			s.local, s.epoch = w.Local, w.Epoch
+		} else {
+			s = newShard(r, id, coordinator.NewRemoteLog(r.env(), stateTopic, txnRole, id, img.Revision))
+			s.revision, s.brokerEpoch = img.Revision, myEpoch
+		}
+		if ps, ok := img.Partition(stateTopic, id); ok {
+			s.coordEpoch = ps.GetLeaderEpoch()
+		}
+		return s
+	})
+	r.mu.Unlock()
+	for _, s := range drop {
+		r.logger.Info("transaction coordinator shard unloaded", log.TopicPartition(stateTopic, s.id), log.Epoch(s.epoch))
+		s.unload()
+	}
+	for _, s := range start {
+		r.logger.Info("transaction coordinator shard loading", log.TopicPartition(stateTopic, s.id), log.Epoch(s.epoch),
+			slog.Bool("at_leader", s.local != nil), log.Revision(s.revision))
+		go s.load()
+	}
+}
+
+// shardFor returns the loaded shard that coordinates tid, or the error to
+// answer: NOT_COORDINATOR with a hint, COORDINATOR_LOAD_IN_PROGRESS while
+// the shard replays, COORDINATOR_NOT_AVAILABLE while nobody can.
+func (r *TransactionCoordinator) shardFor(tid string) (*shard, *errs.Error) {
+	if e := validTransactionalID(tid); e != nil {
+		return nil, e
+	}
+	img := r.deps.Metadata.Load()
+	t, ok := img.Topics[stateTopic]
+	if !ok || len(t.Partitions) == 0 {
+		return nil, errs.New(errs.CoordinatorNotAvailable, "%s does not exist yet; FindCoordinator creates it", stateTopic)
+	}
+	pid := coordinator.PartitionFor(tid, int32(len(t.Partitions)))
+	r.mu.Lock()
+	s := r.shards[pid]
+	r.mu.Unlock()
+	if s == nil {
+		return nil, coordinator.NotLoaded(img, stateTopic, txnRole, int32(r.deps.Node.ID), tid, fmt.Sprintf("transactional id %q", tid), pid)
+	}
+	if !s.isLoaded() {
+		return nil, errs.New(errs.CoordinatorLoadInProgress, "transactional id %q: the coordinator is replaying %s-%d", tid, stateTopic, pid)
+	}
+	return s, nil
+}
+
+func validTransactionalID(tid string) *errs.Error {
+	switch {
+	case tid == "":
+		return errs.Invalid(errs.InvalidRequest, "transactional_id", "the transactional id is empty")
+	case len(tid) > coordinator.MaxTransactionalIDBytes:
+		return errs.Invalid(errs.InvalidRequest, "transactional_id", "the transactional id has %d bytes, more than the %d allowed",
+			len(tid), coordinator.MaxTransactionalIDBytes)
+	}
+	return nil
+}
+
+// env is what the shared coordinator machinery needs of this process.
+func (r *TransactionCoordinator) env() coordinator.Env {
+	return coordinator.Env{NodeID: int32(r.deps.Node.ID), Metadata: r.deps.Metadata, Pool: r.deps.Pool, Logger: r.logger, Client: r.sdk}
+}
+
+// sdk returns the process's client, for remote shards' replay.
+func (r *TransactionCoordinator) sdk() *client.Client {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.client == nil {
+		// client.New fails only on an empty bootstrap list.
+		r.client, _ = client.New(client.Config{Bootstrap: []string{r.deps.Node.AdvertiseAddr()}, Logger: r.logger})
+	}
+	return r.client
 }
 
 // pidWait bounds how long InitProducerId waits for a block of producer ids
@@ -91,7 +263,7 @@ func (r *TransactionCoordinator) InitProducerId(ctx context.Context, req *txnv1.
 		return &txnv1.InitProducerIdResponse{Error: e.Proto(), ProducerId: -1, ProducerEpoch: -1}, nil
 	}
 	if req.GetTransactionalId() != "" {
-		return nil, errs.New(errs.Unimplemented, "transactional ids are not served yet")
+		return r.initTransactional(ctx, req), nil
 	}
 	id, err := r.newProducerID(ctx)
 	if err != nil {
