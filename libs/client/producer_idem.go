@@ -66,6 +66,12 @@ type partIdem struct {
 	// reset: a batch of this identity failed after it was sent, so the
 	// partition must move to a newer identity before sending new batches.
 	reset bool
+	// acked: a batch of this identity was acknowledged, so the leader
+	// knows the producer id. Until then one batch at a time is in flight:
+	// a leader accepts a producer id it does not know at any sequence, so
+	// a second batch could be appended while the first is refused for a
+	// retriable reason, and land before it.
+	acked bool
 	// outstanding are the batches with a sequence that have no final
 	// outcome yet (in flight or waiting to be resent), oldest first. At
 	// most MaxInFlight: new batches get a sequence only while nothing
@@ -95,6 +101,9 @@ func (p *Producer) idemNextLocked(pp *prodPartition) int {
 		return slices.IndexFunc(pp.ready, func(b *prodBatch) bool { return b.seq >= 0 })
 	}
 	if st.gen != 0 && !st.reset {
+		if !st.acked && pp.inflight > 0 {
+			return -1
+		}
 		return 0
 	}
 	// A new identity: only once the old one's batches are all settled,
@@ -163,6 +172,9 @@ func (p *Producer) idemSettledLocked(pp *prodPartition, b *prodBatch, err error)
 	st := &pp.idem
 	if i := slices.Index(st.outstanding, b); i >= 0 {
 		st.outstanding = slices.Delete(st.outstanding, i, i+1)
+	}
+	if err == nil && b.idGen == st.gen {
+		st.acked = true
 	}
 	if err == nil || b.idGen != st.gen || st.reset || p.closed {
 		return

@@ -368,17 +368,21 @@ func TestIdempotentProducerKeepsOrderAcrossRetry(t *testing.T) {
 		name        string
 		err         *errs.Error
 		appendFirst bool
+		at          int // the batch that fails, counted from 0 as they arrive
 	}{
-		{"refused", errs.New(errs.NotLeaderOrFollower, "not the leader"), false},
-		{"answer lost", errs.New(errs.RequestTimedOut, "replication timed out"), true},
-		{"stream cut after append", errCut, true},
-		{"stream cut before append", errCut, false},
+		{"refused", errs.New(errs.NotLeaderOrFollower, "not the leader"), false, 1},
+		{"answer lost", errs.New(errs.RequestTimedOut, "replication timed out"), true, 1},
+		{"stream cut after append", errCut, true, 1},
+		{"stream cut before append", errCut, false, 1},
+		// The leader does not know the producer id before the first batch
+		// is appended, and would take a second one at any sequence.
+		{"first batch refused", errs.New(errs.NotEnoughReplicas, "too few in-sync replicas"), false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newSeqNode()
 			var failed atomic.Int32
 			f.fault = func(n int, part int32, h record.BatchHeader) (*errs.Error, bool) {
-				if n == 1 && failed.Add(1) == 1 {
+				if n == tc.at && failed.Add(1) == 1 {
 					return tc.err, tc.appendFirst
 				}
 				return nil, false
@@ -399,8 +403,8 @@ func TestIdempotentProducerKeepsOrderAcrossRetry(t *testing.T) {
 			// After the failure the batches go again from the failed
 			// one, in sequence order, and the new ones after them.
 			sent := f.sentBatches()
-			j := 2
-			for j < len(sent) && sent[j].seq != sent[1].seq {
+			j := tc.at + 1
+			for j < len(sent) && sent[j].seq != sent[tc.at].seq {
 				j++
 			}
 			require.Less(t, j, len(sent), "the failed batch was resent")
