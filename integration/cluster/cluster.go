@@ -43,6 +43,8 @@ type Options struct {
 	Workers      int
 	// GroupCoordinators: see devcluster.Spec.
 	GroupCoordinators int
+	// TransactionCoordinators: see devcluster.Spec.
+	TransactionCoordinators int
 }
 
 // DefaultArgs make processes start fast on a busy test machine without
@@ -101,19 +103,20 @@ func Start(t testing.TB, o Options) *devcluster.Cluster {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, err := devcluster.Start(ctx, devcluster.Spec{
-		Sluiced:           Sluiced(t),
-		Dir:               dir,
-		Controllers:       o.Controllers,
-		StorageNodes:      o.StorageNodes,
-		Combined:          o.Combined,
-		Hosts:             o.Hosts,
-		Env:               o.Env,
-		StorageRoles:      o.StorageRoles,
-		Workers:           o.Workers,
-		GroupCoordinators: o.GroupCoordinators,
-		Wrap:              o.Wrap,
-		ExtraArgs:         append(append([]string{}, DefaultArgs...), o.ExtraArgs...),
-		ReadyTimeout:      90 * time.Second,
+		Sluiced:                 Sluiced(t),
+		Dir:                     dir,
+		Controllers:             o.Controllers,
+		StorageNodes:            o.StorageNodes,
+		Combined:                o.Combined,
+		Hosts:                   o.Hosts,
+		Env:                     o.Env,
+		StorageRoles:            o.StorageRoles,
+		Workers:                 o.Workers,
+		GroupCoordinators:       o.GroupCoordinators,
+		TransactionCoordinators: o.TransactionCoordinators,
+		Wrap:                    o.Wrap,
+		ExtraArgs:               append(append([]string{}, DefaultArgs...), o.ExtraArgs...),
+		ReadyTimeout:            90 * time.Second,
 	})
 	if err != nil {
 		dumpLogs(t, dir)

@@ -51,6 +51,12 @@ type Spec struct {
 	// without the group-coordinator role (unless StorageRoles says
 	// otherwise), and the coordinators share the groups.
 	GroupCoordinators int
+	// TransactionCoordinators is the number of transaction coordinators in
+	// processes of their own (after the group coordinators). With any,
+	// storage nodes run without the transaction-coordinator role (unless
+	// StorageRoles says otherwise), and the coordinators share
+	// __transaction_state.
+	TransactionCoordinators int
 	// BasePort is the first port; process k (0-based, controllers first)
 	// uses BasePort+10k for gRPC, +1 for HTTP, +2 and +3 for etcd. 0 picks
 	// free ports.
@@ -110,7 +116,7 @@ func Start(ctx context.Context, spec Spec) (*Cluster, error) {
 	if spec.Output != nil {
 		c.out = &lockedWriter{w: spec.Output}
 	}
-	n := spec.Controllers + spec.StorageNodes + spec.Workers + spec.GroupCoordinators
+	n := spec.Controllers + spec.StorageNodes + spec.Workers + spec.GroupCoordinators + spec.TransactionCoordinators
 	ports, err := c.ports(n)
 	if err != nil {
 		return nil, err
@@ -140,13 +146,20 @@ func Start(ctx context.Context, spec Spec) (*Cluster, error) {
 			p.EtcdClientAddr, p.EtcdPeerAddr = addr(2), addr(3)
 		} else if k < spec.Controllers+spec.StorageNodes {
 			p.Name = fmt.Sprintf("storage-%d", k-spec.Controllers+1)
-			p.Roles = role.Set{role.StorageNode, role.Replication, role.GroupCoordinator, role.TransactionCoordinator}
-			if spec.GroupCoordinators > 0 {
-				p.Roles = role.Set{role.StorageNode, role.Replication, role.TransactionCoordinator}
+			p.Roles = role.Set{role.StorageNode, role.Replication}
+			if spec.GroupCoordinators == 0 {
+				p.Roles = append(p.Roles, role.GroupCoordinator)
+			}
+			if spec.TransactionCoordinators == 0 {
+				p.Roles = append(p.Roles, role.TransactionCoordinator)
 			}
 			if len(spec.StorageRoles) > 0 {
 				p.Roles = spec.StorageRoles
 			}
+		} else if k >= spec.Controllers+spec.StorageNodes+spec.Workers+spec.GroupCoordinators {
+			x := k - spec.Controllers - spec.StorageNodes - spec.Workers - spec.GroupCoordinators
+			p.Name = fmt.Sprintf("transaction-coordinator-%d", x+1)
+			p.Roles = role.Set{role.TransactionCoordinator}
 		} else if k >= spec.Controllers+spec.StorageNodes+spec.Workers {
 			g := k - spec.Controllers - spec.StorageNodes - spec.Workers
 			p.Name = fmt.Sprintf("group-coordinator-%d", g+1)

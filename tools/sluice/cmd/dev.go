@@ -22,6 +22,7 @@ type devOptions struct {
 	controllers  int
 	storageNodes int
 	groupCoords  int
+	txnCoords    int
 	dataDir      string
 	basePort     int
 	sluiced      string
@@ -38,8 +39,8 @@ func newDevCmd(_ *globals) *cobra.Command {
 		Long: `Run a Sluice cluster on loopback: each controller and storage node is its own
 sluiced process with its own data directory. Controllers form one etcd quorum.
 Storage nodes also run replication and the group and transaction coordinators
-(with --group-coordinators N, group coordinators run as N processes of their
-own instead).
+(with --group-coordinators N or --transaction-coordinators N, those run as N
+processes of their own instead).
 
 Process k (controllers first) listens on base-port+10k (gRPC), +1 (HTTP
 metrics), and controllers also on +2 and +3 (etcd). With the default base port
@@ -60,6 +61,8 @@ While it runs, type a command and Enter:
 	f.IntVar(&o.controllers, "controllers", 1, "Number of controller processes (1, 3 or 5 for a quorum).")
 	f.IntVar(&o.storageNodes, "storage-nodes", 1, "Number of storage-node processes.")
 	f.IntVar(&o.groupCoords, "group-coordinators", 0, "Number of group coordinators in processes of their own; with any, storage nodes run no group coordinator.")
+	f.IntVar(&o.txnCoords, "transaction-coordinators", 0,
+		"Number of transaction coordinators in processes of their own; with any, storage nodes run no transaction coordinator.")
 	f.StringVar(&o.dataDir, "data-dir", "./data/dev", "Directory for every process's data and log.")
 	f.IntVar(&o.basePort, "base-port", 9090, "First port; see above.")
 	f.StringVar(&o.sluiced, "sluiced", "", "Path of the sluiced binary; default: next to this sluice binary, then $PATH.")
@@ -102,14 +105,15 @@ func runDev(ctx context.Context, out io.Writer, in io.Reader, o *devOptions) err
 	}
 	restarts := make(chan *devcluster.Process, 16)
 	spec := devcluster.Spec{
-		Sluiced:           bin,
-		Dir:               dir,
-		Controllers:       o.controllers,
-		StorageNodes:      o.storageNodes,
-		GroupCoordinators: o.groupCoords,
-		BasePort:          o.basePort,
-		ExtraArgs:         o.extra,
-		Output:            out,
+		Sluiced:                 bin,
+		Dir:                     dir,
+		Controllers:             o.controllers,
+		StorageNodes:            o.storageNodes,
+		GroupCoordinators:       o.groupCoords,
+		TransactionCoordinators: o.txnCoords,
+		BasePort:                o.basePort,
+		ExtraArgs:               o.extra,
+		Output:                  out,
 		OnExit: func(p *devcluster.Process, err error) {
 			fmt.Fprintf(out, "*** %s (pid exited) stopped unexpectedly: %v; type `restart %s` to start it again\n", p.Name, err, p.Name)
 			if o.autoRestart {

@@ -1,0 +1,232 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
+	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
+	txnv1 "github.com/sluice-io/sluice/gen/go/sluice/txn/v1"
+	"github.com/sluice-io/sluice/integration/cluster"
+	"github.com/sluice-io/sluice/libs/client"
+	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/client/record"
+	"github.com/sluice-io/sluice/libs/devcluster"
+)
+
+// txnProducer writes transactional batches straight to the one storage
+// node, as a transactional producer does: producer id, epoch, a sequence
+// per partition that starts over with each epoch, and the transactional
+// id on the request (the leader verifies the partition with the
+// coordinator, KIP-890).
+type txnProducer struct {
+	t     *testing.T
+	sc    storagev1.StorageServiceClient
+	tid   string
+	pid   int64
+	epoch int16
+	seq   map[int32]int32
+}
+
+func (p *txnProducer) produce(ctx context.Context, topic string, partition int32, values ...string) {
+	p.t.Helper()
+	b := record.NewBuilder(record.CodecNone)
+	b.SetProducer(p.pid, p.epoch, p.seq[partition])
+	b.SetTransactional(true)
+	for _, v := range values {
+		require.NoError(p.t, b.AppendKV(time.Now().UnixMilli(), nil, []byte(v)))
+	}
+	batch, err := b.Build()
+	require.NoError(p.t, err)
+	var last error
+	require.Eventually(p.t, func() bool {
+		resp, err := p.sc.Produce(ctx, &storagev1.ProduceRequest{Acks: storagev1.Acks_ACKS_ALL, TimeoutMs: 10000, TransactionalId: p.tid,
+			Partitions: []*storagev1.ProducePartition{{Topic: topic, Partition: partition, Data: &storagev1.ProducePartition_Batches{Batches: append([]byte(nil), batch...)}}}})
+		if err == nil {
+			err = errs.FromProto(resp.GetResults()[0].GetError())
+			if err == (*errs.Error)(nil) {
+				err = nil
+			}
+		}
+		last = err
+		return err == nil || !errs.IsRetriable(err)
+	}, 30*time.Second, 50*time.Millisecond)
+	require.NoError(p.t, last)
+	p.seq[partition] += int32(len(values))
+}
+
+// readAll reads both partitions of topic from the start until want
+// values arrived or the deadline passes, and returns the values sorted.
+func txnReadAll(t *testing.T, cl *client.Client, topic string, committed bool, want int, within time.Duration) []string {
+	t.Helper()
+	k := cl.NewConsumer(client.ConsumerConfig{Reset: client.ResetEarliest, ReadCommitted: committed})
+	defer k.Close()
+	k.Assign(client.TopicPartition{Topic: topic, Partition: 0}, client.TopicPartition{Topic: topic, Partition: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	var got []string
+	for len(got) < want && ctx.Err() == nil {
+		recs, err := k.Poll(ctx)
+		if err != nil {
+			continue
+		}
+		for _, r := range recs {
+			got = append(got, string(r.Value))
+		}
+	}
+	sort.Strings(got)
+	return got
+}
+
+// coordinatorProcess returns the process that coordinates tid now.
+func coordinatorProcess(t *testing.T, c *devcluster.Cluster, addr, tid string) *devcluster.Process {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	var node int32 = -1
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := groupv1.NewGroupCoordinatorServiceClient(conn).FindCoordinator(ctx, &groupv1.FindCoordinatorRequest{
+			KeyType: groupv1.CoordinatorKeyType_COORDINATOR_KEY_TYPE_TRANSACTION, Keys: []string{tid}})
+		if err != nil || resp.GetCoordinators()[0].GetError() != nil {
+			return false
+		}
+		node = resp.GetCoordinators()[0].GetNodeId()
+		return true
+	}, 60*time.Second, 100*time.Millisecond)
+	for _, p := range c.Processes() {
+		if p.NodeID == node {
+			return p
+		}
+	}
+	t.Fatalf("no process has node id %d", node)
+	return nil
+}
+
+// describeTxn asks the coordinator at addr to describe tid.
+func describeTxn(ctx context.Context, addr, tid string) (*txnv1.TransactionDescription, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := txnv1.NewTransactionCoordinatorServiceClient(conn).DescribeTransactions(dctx, &txnv1.DescribeTransactionsRequest{TransactionalIds: []string{tid}})
+	if err != nil {
+		return nil, err
+	}
+	d := resp.GetTransactions()[0]
+	if e := errs.FromProto(d.GetError()); e != nil {
+		return nil, e
+	}
+	return d, nil
+}
+
+func txnValues(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s-%03d", prefix, i)
+	}
+	return out
+}
+
+// Transactions end to end on real processes, with the transaction
+// coordinators in processes of their own: a committed transaction becomes
+// visible to read_committed readers, an aborted one never does (but
+// read_uncommitted readers see it); the coordinator of the transactional id
+// is SIGKILLed right after a commit is decided, and the other coordinator
+// takes __transaction_state's partition over, finishes the transaction
+// (its markers, then CompleteCommit) and serves the id, where a new
+// producer fences the old one.
+func TestTransactionsAcrossCoordinatorKill(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{StorageNodes: 1, TransactionCoordinators: 2})
+	cl := cluster.Client(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	const topic = "txn-out"
+	_, err := cl.CreateTopic(ctx, topic, 2, 1, nil)
+	require.NoError(t, err)
+	storage := c.StorageNodes()[0]
+	conn, err := grpc.NewClient(storage.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+
+	const tid = "copier-1"
+	pid, epoch, err := cl.InitProducerID(ctx, tid, time.Minute, -1, -1)
+	require.NoError(t, err)
+	p := &txnProducer{t: t, sc: storagev1.NewStorageServiceClient(conn), tid: tid, pid: pid, epoch: epoch, seq: map[int32]int32{}}
+	tps := []client.TopicPartition{{Topic: topic, Partition: 0}, {Topic: topic, Partition: 1}}
+
+	// 1: committed.
+	require.NoError(t, cl.AddPartitionsToTxn(ctx, tid, p.pid, p.epoch, tps))
+	p.produce(ctx, topic, 0, txnValues("c1a", 10)...)
+	p.produce(ctx, topic, 1, txnValues("c1b", 10)...)
+	require.Empty(t, txnReadAll(t, cl, topic, true, 1, 2*time.Second), "read_committed sees nothing of an open transaction")
+	npid, nepoch, err := cl.EndTxn(ctx, tid, p.pid, p.epoch, true)
+	require.NoError(t, err)
+	require.Equal(t, p.pid, npid)
+	require.Equal(t, p.epoch+1, nepoch)
+	p.epoch, p.seq = nepoch, map[int32]int32{}
+	require.Len(t, txnReadAll(t, cl, topic, true, 20, 30*time.Second), 20)
+
+	// 2: aborted.
+	require.NoError(t, cl.AddPartitionsToTxn(ctx, tid, p.pid, p.epoch, tps))
+	p.produce(ctx, topic, 0, txnValues("a2a", 5)...)
+	p.produce(ctx, topic, 1, txnValues("a2b", 5)...)
+	_, nepoch, err = cl.EndTxn(ctx, tid, p.pid, p.epoch, false)
+	require.NoError(t, err)
+	p.epoch, p.seq = nepoch, map[int32]int32{}
+
+	// 3: committed, and its coordinator killed as soon as the decision is
+	// persisted.
+	require.NoError(t, cl.AddPartitionsToTxn(ctx, tid, p.pid, p.epoch, tps))
+	p.produce(ctx, topic, 0, txnValues("c3a", 7)...)
+	p.produce(ctx, topic, 1, txnValues("c3b", 7)...)
+	coord := coordinatorProcess(t, c, storage.Addr, tid)
+	oldEpoch := p.epoch
+	_, nepoch, err = cl.EndTxn(ctx, tid, p.pid, p.epoch, true)
+	require.NoError(t, err)
+	require.NoError(t, coord.Kill())
+	p.epoch = nepoch
+
+	var desc *txnv1.TransactionDescription
+	require.Eventually(t, func() bool {
+		desc, err = describeTxn(ctx, coordinatorProcess(t, c, storage.Addr, tid).Addr, tid)
+		return err == nil && desc.GetState() == txnv1.TransactionState_TRANSACTION_STATE_COMPLETE_COMMIT
+	}, 90*time.Second, 200*time.Millisecond, "the new coordinator finishes the transaction")
+	require.Equal(t, int32(p.epoch), desc.GetProducerEpoch())
+	require.NotEqual(t, coord.NodeID, coordinatorProcess(t, c, storage.Addr, tid).NodeID)
+
+	committed := txnReadAll(t, cl, topic, true, 34, 30*time.Second)
+	var want []string
+	for _, v := range [][]string{txnValues("c1a", 10), txnValues("c1b", 10), txnValues("c3a", 7), txnValues("c3b", 7)} {
+		want = append(want, v...)
+	}
+	sort.Strings(want)
+	require.Equal(t, want, committed, "read_committed: both committed transactions, nothing of the aborted one")
+	require.Len(t, txnReadAll(t, cl, topic, false, 44, 30*time.Second), 44, "read_uncommitted also sees the aborted records")
+
+	// A retried EndTxn of transaction 3 (its answer lost) learns the
+	// outcome from the new coordinator.
+	_, again, err := cl.EndTxn(ctx, tid, p.pid, oldEpoch, true)
+	require.NoError(t, err)
+	require.Equal(t, p.epoch, again)
+
+	// A new producer with the same id fences this one.
+	_, fenceEpoch, err := cl.InitProducerID(ctx, tid, time.Minute, -1, -1)
+	require.NoError(t, err)
+	require.Greater(t, fenceEpoch, p.epoch)
+	err = cl.AddPartitionsToTxn(ctx, tid, p.pid, p.epoch, tps)
+	require.Equal(t, errs.ProducerFenced, errs.CodeOf(err), "got %v", err)
+	require.NoError(t, coord.Start())
+}
