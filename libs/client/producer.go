@@ -853,9 +853,13 @@ func (p *Producer) complete(group []*prodBatch, resp *storagev1.ProduceResponse,
 				// Retry first, in order: the batch goes back to the front.
 				pp.ready = append([]*prodBatch{b}, pp.ready...)
 			}
-			if e.Retriable() {
+			if now := time.Now(); e.Retriable() && !now.Before(pp.retryAt) {
+				// One backoff step per failure of the partition, not per
+				// batch: the batches in flight fail together when their
+				// leader dies, and five steps at once would wait 1 s
+				// before the first retry instead of 100 ms.
 				pp.backoff = min(max(2*pp.backoff, p.cfg.RetryBackoff), p.cfg.RetryBackoffMax)
-				pp.retryAt = time.Now().Add(pp.backoff)
+				pp.retryAt = now.Add(pp.backoff)
 			}
 			continue
 		}
