@@ -406,13 +406,19 @@ func (c *Client) lookupCoordinator(ctx context.Context, kind coordKind, key stri
 // groupCoordinatorAddrs returns the addresses of the live nodes metadata
 // lists with the group-coordinator role.
 func (c *Client) groupCoordinatorAddrs(ctx context.Context) ([]string, error) {
+	return c.roleAddrs(ctx, roleGroupCoordinator)
+}
+
+// roleAddrs returns the addresses of the live nodes metadata lists with a
+// role.
+func (c *Client) roleAddrs(ctx context.Context, role string) ([]string, error) {
 	md, err := c.Metadata(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var out []string
 	for _, b := range md.GetBrokers() {
-		if !slices.Contains(b.GetRoles(), roleGroupCoordinator) || !brokerUsable(b.GetState()) {
+		if !slices.Contains(b.GetRoles(), role) || !brokerUsable(b.GetState()) {
 			continue
 		}
 		for _, e := range b.GetEndpoints() {

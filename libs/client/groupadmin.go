@@ -7,6 +7,8 @@ import (
 	"sort"
 	"sync"
 
+	"google.golang.org/grpc"
+
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
 	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
@@ -28,54 +30,19 @@ const groupCallsInFlight = 8
 func (c *Client) ListGroups(ctx context.Context, states, types []string) ([]*groupv1.GroupListing, error) {
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	addrs, err := c.groupCoordinatorAddrsWait(ctx)
+	addrs, err := c.roleAddrsWait(ctx, roleGroupCoordinator)
 	if err != nil {
 		return nil, err
 	}
 	req := &groupv1.ListGroupsRequest{StatesFilter: states, TypesFilter: types}
-	answers := make([][]*groupv1.GroupListing, len(addrs))
-	failures := make([]error, len(addrs))
-	var wg sync.WaitGroup
-	for i, addr := range addrs {
-		wg.Go(func() {
-			answers[i], failures[i] = c.listGroupsAt(ctx, addr, req)
-		})
-	}
-	wg.Wait()
+	answers, failures := askEach(ctx, c, addrs, "listing groups", func(ctx context.Context, conn grpc.ClientConnInterface) ([]*groupv1.GroupListing, error) {
+		resp, err := groupv1.NewGroupCoordinatorServiceClient(conn).ListGroups(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		return resp.GetGroups(), nil
+	})
 	return mergeGroupListings(answers...), errors.Join(failures...)
-}
-
-// listGroupsAt asks one node for its groups, retrying retriable failures
-// until ctx ends; then the node's last answer, or else its last transport
-// failure, is returned.
-func (c *Client) listGroupsAt(ctx context.Context, addr string, req *groupv1.ListGroupsRequest) ([]*groupv1.GroupListing, error) {
-	var b backoff
-	var answered, last error
-	for {
-		conn, err := c.readyConn(ctx, addr)
-		if err == nil {
-			var resp *groupv1.ListGroupsResponse
-			resp, err = groupv1.NewGroupCoordinatorServiceClient(conn).ListGroups(ctx, req)
-			if err == nil {
-				return resp.GetGroups(), nil
-			}
-			if serverAnswer(err) {
-				answered = err
-			}
-		}
-		if ctx.Err() == nil || last == nil {
-			last = err
-		}
-		if !errs.IsRetriable(err) {
-			return nil, fmt.Errorf("listing groups at %s: %w", addr, errs.From(err))
-		}
-		if !b.wait(ctx) {
-			if answered != nil {
-				return nil, fmt.Errorf("listing groups at %s: %w", addr, errs.From(answered))
-			}
-			return nil, timedOut(fmt.Sprintf("listing groups at %s", addr), last)
-		}
-	}
 }
 
 // mergeGroupListings merges the nodes' answers, sorted by group id. A
@@ -97,25 +64,6 @@ func mergeGroupListings(answers ...[]*groupv1.GroupListing) []*groupv1.GroupList
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].GetGroupId() < out[j].GetGroupId() })
 	return out
-}
-
-// groupCoordinatorAddrsWait is groupCoordinatorAddrs, retrying retriable
-// metadata failures, and failing with COORDINATOR_NOT_AVAILABLE if no live
-// node has the role.
-func (c *Client) groupCoordinatorAddrsWait(ctx context.Context) ([]string, error) {
-	var b backoff
-	for {
-		addrs, err := c.groupCoordinatorAddrs(ctx)
-		if err == nil && len(addrs) == 0 {
-			err = errs.New(errs.CoordinatorNotAvailable, "no live node has the %s role", roleGroupCoordinator)
-		}
-		if err == nil {
-			return addrs, nil
-		}
-		if !errs.IsRetriable(err) || !b.wait(ctx) {
-			return nil, err
-		}
-	}
 }
 
 // eachGroup runs fn for every id, a few at a time, and waits for them all.
