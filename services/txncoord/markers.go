@@ -12,11 +12,6 @@ import (
 	"github.com/sluice-io/sluice/libs/log"
 )
 
-// codeCoordinatorFenced is Kafka's TRANSACTION_COORDINATOR_FENCED (52):
-// a partition leader refused a marker whose coordinator epoch is older than
-// one it has seen.
-const codeCoordinatorFenced = errs.Code(52)
-
 // markerSender sends one marker to the leaders of its partitions and
 // returns, per partition, nil once the marker is written there.
 type markerSender func(ctx context.Context, m *storagev1.TxnMarker) map[topicPartition]error
@@ -61,7 +56,7 @@ func (w *markerWriter) writeAll(ctx context.Context, s *shard, m *txnMeta) bool 
 				delete(left, tp)
 				continue
 			}
-			if errs.CodeOf(err) == codeCoordinatorFenced {
+			if errs.CodeOf(err) == errs.TransactionCoordinatorFenced {
 				w.logger.Warn("transaction markers refused: a later coordinator took over", log.TopicPartition(stateTopic, s.id), log.Err(err))
 				return false
 			}
