@@ -84,6 +84,13 @@ type ProducerConfig struct {
 	// BufferBytes bounds the records waiting to be sent (buffer.memory);
 	// Produce blocks while it is full. Default 32 MiB.
 	BufferBytes int
+	// TransactionalID makes the producer transactional
+	// (transactional.id): records are produced in transactions (see
+	// txnproducer.go). It needs idempotence.
+	TransactionalID string
+	// TransactionTimeout is transaction.timeout.ms: the coordinator aborts
+	// a transaction open longer. Default 60 s.
+	TransactionTimeout time.Duration
 }
 
 // Validate reports a configuration that cannot work, as Kafka's producer
@@ -95,7 +102,13 @@ func (c *ProducerConfig) Validate() error {
 		return errs.Invalid(errs.InvalidConfig, "MaxInFlight", "must not be negative, got %d", c.MaxInFlight)
 	}
 	if c.DisableIdempotence {
+		if c.TransactionalID != "" {
+			return errs.Invalid(errs.InvalidConfig, "DisableIdempotence", "a transactional producer (TransactionalID %q) is idempotent; idempotence cannot be turned off", c.TransactionalID)
+		}
 		return nil
+	}
+	if c.TransactionTimeout < 0 {
+		return errs.Invalid(errs.InvalidConfig, "TransactionTimeout", "must not be negative, got %v", c.TransactionTimeout)
 	}
 	if c.Acks != storagev1.Acks_ACKS_UNSPECIFIED && c.Acks != AcksAll {
 		return errs.Invalid(errs.InvalidConfig, "Acks", "the idempotent producer needs acks all, got %s; set DisableIdempotence to use acks 0 or 1", acksName(c.Acks))
@@ -191,6 +204,9 @@ type Producer struct {
 	cfgErr error
 	// idem: the producer is idempotent (producer_idem.go).
 	idem bool
+	// txn is the transaction state of a transactional producer, else nil
+	// (txnproducer.go).
+	txn *txnState
 	// initID gets a producer id and epoch (InitProducerId).
 	initID func(ctx context.Context) (int64, int16, error)
 	// ctx ends when the producer closes; bg are the goroutines that
@@ -295,6 +311,9 @@ func (c *Client) NewProducer(cfg ProducerConfig) *Producer {
 		// for a new producer id.
 		return c.InitProducerID(ctx, "", 0, -1, -1)
 	}
+	if cfg.TransactionalID != "" {
+		p.txn = newTxnState(&cfg)
+	}
 	p.builders.New = func() any { return record.NewBuilder(cfg.Compression) }
 	p.spaceFree = sync.NewCond(&p.mu)
 	p.idle = sync.NewCond(&p.mu)
@@ -337,6 +356,11 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 	size := len(r.Key) + len(r.Value) + 32
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.txn != nil {
+		if err := p.txnUsableLocked(); err != nil {
+			return err
+		}
+	}
 	for p.buffered+size > p.cfg.BufferBytes && p.buffered > 0 && !p.closed {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -422,6 +446,9 @@ func (p *Producer) partition(tp tpKey) *prodPartition {
 func (p *Producer) sealLocked(pp *prodPartition) {
 	if len(pp.open) == 0 {
 		return
+	}
+	if p.txn != nil {
+		pp.builder.SetTransactional(true)
 	}
 	data, err := pp.builder.Build()
 	recs := pp.open
@@ -564,6 +591,9 @@ func (p *Producer) finishLocked(b *prodBatch, base int64, err error) {
 	if p.idem && b.seq >= 0 {
 		p.idemSettledLocked(p.parts[b.tp], b, err)
 	}
+	if p.txn != nil && err != nil && err != errTxnAborted {
+		p.txnFailedLocked(err)
+	}
 	p.buffered -= b.bytes
 	p.spaceFree.Broadcast()
 	p.idle.Broadcast()
@@ -675,6 +705,9 @@ func (p *Producer) sendReady(ctx context.Context) time.Duration {
 			next = min(next, pp.retryAt.Sub(now))
 			continue
 		}
+		if p.txn != nil && !p.txnMaySendLocked(pp) {
+			continue // the coordinator's answer, or the transaction's end, wakes the loop
+		}
 		idx := 0
 		if p.idem {
 			// An answer, or a producer id, wakes the loop when the
@@ -743,6 +776,9 @@ func (p *Producer) takeReadyLocked(pp *prodPartition, i int) *prodBatch {
 func (p *Producer) send(ctx context.Context, addr string, batches []*prodBatch) {
 	for len(batches) > 0 {
 		req := &storagev1.ProduceRequest{Acks: p.cfg.Acks, TimeoutMs: int32(p.cfg.RequestTimeout / time.Millisecond)}
+		if p.txn != nil {
+			req.TransactionalId = p.txn.id
+		}
 		var group []*prodBatch
 		size := 0
 		for len(batches) > 0 && (len(group) == 0 || size+len(batches[0].data) <= p.cfg.MaxRequestBytes) {
@@ -870,6 +906,8 @@ func (p *Producer) complete(group []*prodBatch, resp *storagev1.ProduceResponse,
 		}
 		p.finishLocked(b, -1, err)
 	}
+	// A transaction's end waits for every answer, retried batches too.
+	p.idle.Broadcast()
 	p.kick()
 }
 
