@@ -230,3 +230,50 @@ func TestTransactionsAcrossCoordinatorKill(t *testing.T) {
 	require.Equal(t, errs.ProducerFenced, errs.CodeOf(err), "got %v", err)
 	require.NoError(t, coord.Start())
 }
+
+// A producer that begins a transaction and goes silent holds the last
+// stable offset of its partitions back, so read_committed readers see
+// nothing after its first record; once transaction.timeout.ms passes the
+// coordinator (here in the storage node's process, writing its log
+// in-process) aborts it and fences the producer, the ABORT marker lets the
+// last stable offset advance, and the records written after the hanging
+// transaction become visible.
+func TestHangingTransactionIsAbortedAfterItsTimeout(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{StorageNodes: 1})
+	cl := cluster.Client(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const topic = "txn-hang"
+	_, err := cl.CreateTopic(ctx, topic, 2, 1, nil)
+	require.NoError(t, err)
+	conn, err := grpc.NewClient(c.StorageNodes()[0].Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	sc := storagev1.NewStorageServiceClient(conn)
+
+	const tid = "hanger"
+	pid, epoch, err := cl.InitProducerID(ctx, tid, 3*time.Second, -1, -1)
+	require.NoError(t, err)
+	p := &txnProducer{t: t, sc: sc, tid: tid, pid: pid, epoch: epoch, seq: map[int32]int32{}}
+	require.NoError(t, cl.AddPartitionsToTxn(ctx, tid, pid, epoch, []client.TopicPartition{{Topic: topic, Partition: 0}}))
+	p.produce(ctx, topic, 0, txnValues("hung", 5)...)
+	hungAt := time.Now()
+	// The producer dies here. Another writes plain records after it.
+	b := record.NewBuilder(record.CodecNone)
+	require.NoError(t, b.AppendKV(time.Now().UnixMilli(), nil, []byte("after")))
+	batch, err := b.Build()
+	require.NoError(t, err)
+	resp, err := sc.Produce(ctx, &storagev1.ProduceRequest{Acks: storagev1.Acks_ACKS_ALL, TimeoutMs: 10000,
+		Partitions: []*storagev1.ProducePartition{{Topic: topic, Partition: 0, Data: &storagev1.ProducePartition_Batches{Batches: batch}}}})
+	require.NoError(t, err)
+	require.Nil(t, resp.GetResults()[0].GetError())
+	require.Empty(t, txnReadAll(t, cl, topic, true, 1, time.Second), "the open transaction holds the last stable offset back")
+
+	require.Equal(t, []string{"after"}, txnReadAll(t, cl, topic, true, 1, 60*time.Second), "aborted after its timeout: the plain record is visible, the hung ones never")
+	t.Logf("visible to read_committed %v after the hang began (timeout 3s, scan every 1s)", time.Since(hungAt).Round(100*time.Millisecond))
+	require.Len(t, txnReadAll(t, cl, topic, false, 6, 30*time.Second), 6)
+
+	// The producer that hung is fenced.
+	_, _, err = cl.EndTxn(ctx, tid, pid, epoch, true)
+	require.Equal(t, errs.ProducerFenced, errs.CodeOf(err), "got %v", err)
+}
