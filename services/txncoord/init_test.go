@@ -14,7 +14,7 @@ import (
 )
 
 func testCoordinator(fetch fetchBlock) *TransactionCoordinator {
-	r := &TransactionCoordinator{cfg: Config{MaxTimeout: time.Minute}, logger: log.Discard()}
+	r := &TransactionCoordinator{cfg: Config{MaxTimeout: time.Minute, IDExpiration: time.Hour}, logger: log.Discard()}
 	r.pids = newPIDManager(fetch, r.logger)
 	return r
 }

@@ -159,6 +159,16 @@ func (s *shard) writeLocked(next *txnMeta, after func(m *txnMeta)) <-chan *errs.
 	}, func(*errs.Error) { delete(s.pending, tid) })
 }
 
+// expireLocked removes tid: a tombstone is written, and the id is
+// forgotten once it is acknowledged. Called with s.mu held.
+func (s *shard) expireLocked(tid string) {
+	s.pending[tid] = true
+	s.writer.WriteLocked([]coordinator.KV{{Key: txnKey(tid)}}, func(int64) {
+		delete(s.pending, tid)
+		delete(s.txns, tid)
+	}, func(*errs.Error) { delete(s.pending, tid) })
+}
+
 // prepareLocked persists the end of m's open transaction and, once it is
 // persisted, starts writing its markers. Called with s.mu held.
 func (s *shard) prepareLocked(next *txnMeta) <-chan *errs.Error {
@@ -231,9 +241,20 @@ func timedOut(m *txnMeta, now time.Time) bool {
 	return m.state == kmsg.TransactionStateOngoing && m.startMs >= 0 && now.UnixMilli()-m.startMs > int64(m.timeoutMs)
 }
 
+// expired reports whether m is a transactional id without an open
+// transaction that has not changed for longer than after.
+func expired(m *txnMeta, now time.Time, after time.Duration) bool {
+	switch m.state {
+	case kmsg.TransactionStateEmpty, kmsg.TransactionStateCompleteCommit, kmsg.TransactionStateCompleteAbort:
+		return after > 0 && now.UnixMilli()-m.lastUpdateMs > after.Milliseconds()
+	}
+	return false
+}
+
 // tick aborts transactions open longer than their timeout
 // (transaction.timeout.ms): the abort bumps the epoch, so the producer that
-// hung is fenced.
+// hung is fenced. It also removes transactional ids idle past
+// transactional.id.expiration.ms.
 func (s *shard) tick(now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -241,7 +262,15 @@ func (s *shard) tick(now time.Time) {
 		return
 	}
 	for tid, m := range s.txns {
-		if !timedOut(m, now) || s.pending[tid] {
+		if s.pending[tid] {
+			continue
+		}
+		if expired(m, now, s.r.cfg.IDExpiration) {
+			s.r.logger.Info("transactional id expired", slog.String("transactional_id", tid), slog.Int64("producer_id", m.producerID))
+			s.expireLocked(tid)
+			continue
+		}
+		if !timedOut(m, now) {
 			continue
 		}
 		s.r.logger.Info("transaction timed out; aborting it", slog.String("transactional_id", tid),

@@ -2,6 +2,7 @@ package txncoord
 
 import (
 	"context"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,7 +55,7 @@ func newHarness(t *testing.T) *harness {
 	cache := metadata.NewCache()
 	cache.Reset(img)
 	fc := &fakeController{}
-	r := &TransactionCoordinator{cfg: Config{MaxTimeout: time.Minute}, logger: log.Discard(), shards: map[int32]*shard{},
+	r := &TransactionCoordinator{cfg: Config{MaxTimeout: time.Minute, IDExpiration: time.Hour}, logger: log.Discard(), shards: map[int32]*shard{},
 		deps: service.Deps{Metadata: cache, Node: config.Node{ID: 1}},
 		now:  func() time.Time { return time.UnixMilli(h.clock.Load()) }}
 	r.pids = newPIDManager(fc.fetch, r.logger)
@@ -467,4 +468,28 @@ func TestNotCoordinator(t *testing.T) {
 	resp = h.add("tx", 1, 0, tp("t", 0))
 	require.Equal(t, errs.NotCoordinator, code(resp.GetError()))
 	require.Equal(t, int32(1), resp.GetError().GetCoordinator().GetNodeId())
+}
+
+// A transactional id idle past its expiration is removed with a tombstone:
+// replay forgets it too, and its next InitProducerId starts over with a new
+// producer id. An id with an open transaction never expires.
+func TestTransactionalIDExpires(t *testing.T) {
+	h := newHarness(t)
+	pid, _ := h.mustInit("idle")
+	opid, oepoch := h.mustInit("open")
+	h.add("open", opid, oepoch, tp("t", 0))
+	h.s.mu.Lock()
+	h.s.txns["open"].timeoutMs = math.MaxInt32
+	h.s.mu.Unlock()
+	h.clock.Add(time.Hour.Milliseconds() + 1)
+	h.s.tick(h.r.now())
+	require.Eventually(t, func() bool { return h.state("idle") == nil }, 5*time.Second, 2*time.Millisecond)
+	require.NotNil(t, h.state("open"))
+	recs := h.log.Records()
+	require.Nil(t, recs[len(recs)-1].Value, "a tombstone")
+	h.load()
+	require.Nil(t, h.state("idle"))
+	require.Equal(t, kmsg.TransactionStateOngoing, h.state("open").state)
+	again, _ := h.mustInit("idle")
+	require.NotEqual(t, pid, again)
 }

@@ -43,18 +43,27 @@ type Config struct {
 	// MaxTimeout is transaction.max.timeout.ms: the longest transaction
 	// timeout a producer may ask for.
 	MaxTimeout time.Duration
+	// IDExpiration is transactional.id.expiration.ms: a transactional id
+	// without an open transaction and without a change for this long is
+	// removed (a tombstone in __transaction_state).
+	IDExpiration time.Duration
 }
 
 // RegisterFlags registers the role's flags.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.MaxTimeout, "txn.max-timeout", 15*time.Minute,
 		"Longest transaction timeout a producer may ask for (transaction.max.timeout.ms); longer ones get INVALID_TRANSACTION_TIMEOUT.")
+	fs.DurationVar(&c.IDExpiration, "txn.id-expiration", 7*24*time.Hour,
+		"How long a transactional id without an open transaction is kept after its last change (transactional.id.expiration.ms).")
 }
 
 // Validate checks the configuration.
 func (c *Config) Validate() error {
 	if c.MaxTimeout < time.Millisecond || c.MaxTimeout.Milliseconds() > math.MaxInt32 {
 		return fmt.Errorf("txn.max-timeout: %v must be between 1ms and %d ms", c.MaxTimeout, math.MaxInt32)
+	}
+	if c.IDExpiration < time.Second {
+		return fmt.Errorf("txn.id-expiration: %v must be at least 1s", c.IDExpiration)
 	}
 	return nil
 }
