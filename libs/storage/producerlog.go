@@ -91,6 +91,18 @@ func (l *Log) checkProducers(batches []byte, sum *record.Summary, origin record.
 			return nil, errs.New(errs.InvalidRecord, "%s: a produce request carries %d batches for the partition; an idempotent or transactional producer sends one",
 				filepath.Base(l.dir), sum.Batches)
 		}
+		if origin == record.FromCoordinator && h.Attributes.Transactional() && !h.Attributes.Control() && h.BaseSequence < 0 {
+			// Offsets committed in a transaction: the group coordinator
+			// writes them as a transactional batch of the producer with no
+			// sequence (Kafka's coordinator does the same), so only the
+			// epoch is checked; the batch opens or joins the producer's
+			// transaction on the partition until a marker ends it.
+			if e := l.producers.producers[h.ProducerID]; e != nil && h.ProducerEpoch < e.Epoch {
+				return nil, errs.New(errs.InvalidProducerEpoch, "%s: producer %d epoch %d is older than the partition's current epoch %d for it",
+					filepath.Base(l.dir), h.ProducerID, h.ProducerEpoch, e.Epoch)
+			}
+			return nil, nil
+		}
 		dup, err := l.producers.checkLeader(filepath.Base(l.dir), &h, it.Bytes())
 		if err != nil || dup != nil {
 			return dup, err
