@@ -203,7 +203,8 @@ type Producer struct {
 	// cfgErr is the configuration error Produce reports (see Validate).
 	cfgErr error
 	// idem: the producer is idempotent (producer_idem.go).
-	idem bool
+	idem    bool
+	idemTel idemTelemetry
 	// txn is the transaction state of a transactional producer, else nil
 	// (txnproducer.go).
 	txn *txnState
@@ -306,6 +307,7 @@ func (c *Client) NewProducer(cfg ProducerConfig) *Producer {
 		c: c, cfg: cfg, md: newMetaCache(c), parts: map[tpKey]*prodPartition{}, cfgErr: cfgErr, idem: !cfg.DisableIdempotence, ctx: ctx,
 		wake: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{}), conns: map[string]*prodConn{},
 	}
+	p.idemTel = newIdemTelemetry(c.cfg.Telemetry)
 	p.initID = func(ctx context.Context) (int64, int16, error) {
 		// An idempotent producer has no transactional id; -1, -1 asks
 		// for a new producer id.

@@ -6,6 +6,10 @@ import (
 	"slices"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/client/record"
 )
@@ -79,6 +83,23 @@ type partIdem struct {
 	outstanding []*prodBatch
 	// resend counts the outstanding batches in ready.
 	resend int
+}
+
+// idemTelemetry counts the idempotent producer's recoveries.
+type idemTelemetry struct {
+	resets metric.Int64Counter
+}
+
+func newIdemTelemetry(tel *Telemetry) idemTelemetry {
+	var mp metric.MeterProvider = metricnoop.NewMeterProvider()
+	if tel != nil && tel.MeterProvider != nil {
+		mp = tel.MeterProvider
+	}
+	// Instrument creation fails only on invalid names; the noop
+	// instrument returned alongside is safe to use.
+	resets, _ := mp.Meter("github.com/sluice-io/sluice/libs/client").Int64Counter("sluice.client.producer.sequence_resets",
+		metric.WithDescription("Times a partition moved to a new producer id because a batch failed after it was sent (its records failed)."))
+	return idemTelemetry{resets: resets}
 }
 
 // addSeq advances a sequence by n records; sequences wrap at MaxInt32 to 0.
@@ -180,6 +201,7 @@ func (p *Producer) idemSettledLocked(pp *prodPartition, b *prodBatch, err error)
 		return
 	}
 	st.reset = true
+	p.idemTel.resets.Add(context.Background(), 1, metric.WithAttributes(attribute.String("topic", b.tp.topic)))
 	l := p.c.cfg.Logger
 	if l == nil {
 		return

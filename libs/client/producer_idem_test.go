@@ -42,6 +42,8 @@ type seqNode struct {
 	// holdFor passes).
 	hold    int
 	holdFor time.Duration
+	// telemetry is the client's (nil: none).
+	telemetry *Telemetry
 	// fault, when set, is asked about each batch before it is checked;
 	// a non-nil error is the answer and nothing is appended; append
 	// appends it first, as if only the answer were lost.
@@ -267,7 +269,7 @@ func startSeqNode(t *testing.T, f *seqNode, cfg ProducerConfig) (p *Producer, id
 	storagev1.RegisterStorageServiceServer(srv, f)
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = srv.Serve(lis) })
-	c, err := New(Config{Bootstrap: []string{"node1:1"}, DialOptions: []grpc.DialOption{
+	c, err := New(Config{Bootstrap: []string{"node1:1"}, Telemetry: f.telemetry, DialOptions: []grpc.DialOption{
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 	}})
@@ -427,6 +429,8 @@ func TestIdempotentProducerNewIDAfterFatalBatchError(t *testing.T) {
 	for _, code := range []errs.Code{errs.OutOfOrderSequenceNumber, errs.UnknownProducerID, errs.InvalidRecord} {
 		t.Run(code.String(), func(t *testing.T) {
 			f := newSeqNode()
+			meters := &meterRecorder{counts: map[string]int64{}}
+			f.telemetry = &Telemetry{MeterProvider: meters}
 			var failedSeq atomic.Int32
 			failedSeq.Store(-1)
 			f.fault = func(n int, part int32, h record.BatchHeader) (*errs.Error, bool) {
@@ -462,6 +466,7 @@ func TestIdempotentProducerNewIDAfterFatalBatchError(t *testing.T) {
 			require.Equal(t, numbers(n, func(i int) bool { return i >= failed[0] && i <= failed[len(failed)-1] }), f.log(0),
 				"every other record once, in order")
 			require.EqualValues(t, 2, ids.Load(), "a new producer id after the failure")
+			require.EqualValues(t, 1, meters.get("sluice.client.producer.sequence_resets"))
 			requireSettled(t, p)
 
 			// Partition 0 after the failure: the new id, from sequence 0
