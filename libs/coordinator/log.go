@@ -25,8 +25,15 @@ type Log interface {
 	// Open waits until every write of an earlier coordinator is committed
 	// and fenced, and returns the offsets to replay, [start, end).
 	Open(ctx context.Context) (start, end int64, err error)
-	// Replay calls apply for every record in [start, end), in order.
+	// Replay calls apply for every record in [start, end), in order,
+	// passing over control batches (transaction markers).
 	Replay(ctx context.Context, start, end int64, apply func(key, value []byte, offset int64)) error
+	// ReplayAll calls apply for every record in [start, end), in order,
+	// with what its batch says of it: the records of transactional batches
+	// and of control batches too, for a coordinator that keeps state of
+	// transactions (offsets committed in a transaction). r is valid only
+	// during the call.
+	ReplayAll(ctx context.Context, start, end int64, apply func(r *LogRecord)) error
 	// Append appends one batch. It is called in log order (under the
 	// shard's lock) and returns a function that waits for the acks=all
 	// acknowledgement and returns the batch's first offset.
@@ -94,6 +101,10 @@ func (l *localLog) Open(ctx context.Context) (int64, int64, error) {
 }
 
 func (l *localLog) Replay(ctx context.Context, start, end int64, apply func(key, value []byte, offset int64)) error {
+	return l.ReplayAll(ctx, start, end, dataOnly(apply))
+}
+
+func (l *localLog) ReplayAll(ctx context.Context, start, end int64, apply func(r *LogRecord)) error {
 	var it record.Iterator
 	offset := start
 	epoch := l.epoch
@@ -111,15 +122,7 @@ func (l *localLog) Replay(ctx context.Context, start, end int64, apply func(key,
 		if next <= offset {
 			return fmt.Errorf("reading %s-%d at %d: no progress before %d", l.topic, l.p.TP().Partition, offset, end)
 		}
-		it.Reset(buf)
-		for it.Next() {
-			if it.Batch().Attributes.Control() {
-				continue
-			}
-			r := it.Record()
-			apply(r.Key, r.Value, r.Offset)
-		}
-		if err := it.Err(); err != nil {
+		if err := replayBatches(&it, buf, offset, end, apply); err != nil {
 			return fmt.Errorf("decoding %s-%d at %d: %w", l.topic, l.p.TP().Partition, offset, err)
 		}
 		offset = next

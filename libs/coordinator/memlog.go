@@ -16,8 +16,15 @@ type MemLog struct {
 	Fail func() error
 }
 
-// MemRecord is one record of a MemLog.
-type MemRecord struct{ Key, Value []byte }
+// MemRecord is one record of a MemLog, with what its batch said of it
+// (producer, transactional, control: see LogRecord).
+type MemRecord struct {
+	Key, Value    []byte
+	ProducerID    int64
+	ProducerEpoch int16
+	Transactional bool
+	Control       bool
+}
 
 // Records returns a copy of the records appended so far.
 func (l *MemLog) Records() []MemRecord {
@@ -34,12 +41,18 @@ func (l *MemLog) Open(context.Context) (int64, int64, error) {
 }
 
 // Replay implements Log.
-func (l *MemLog) Replay(_ context.Context, start, end int64, apply func(key, value []byte, offset int64)) error {
+func (l *MemLog) Replay(ctx context.Context, start, end int64, apply func(key, value []byte, offset int64)) error {
+	return l.ReplayAll(ctx, start, end, dataOnly(apply))
+}
+
+// ReplayAll implements Log.
+func (l *MemLog) ReplayAll(_ context.Context, start, end int64, apply func(r *LogRecord)) error {
 	l.mu.Lock()
 	recs := append([]MemRecord(nil), l.recs[start:end]...)
 	l.mu.Unlock()
 	for i, r := range recs {
-		apply(r.Key, r.Value, start+int64(i))
+		apply(&LogRecord{Key: r.Key, Value: r.Value, Offset: start + int64(i), ProducerID: r.ProducerID, ProducerEpoch: r.ProducerEpoch,
+			Transactional: r.Transactional, Control: r.Control})
 	}
 	return nil
 }
@@ -57,8 +70,9 @@ func (l *MemLog) Append(batch []byte) func(context.Context) (int64, error) {
 	it.Reset(batch)
 	base := int64(len(l.recs))
 	for it.Next() {
-		r := it.Record()
-		l.recs = append(l.recs, MemRecord{append([]byte(nil), r.Key...), append([]byte(nil), r.Value...)})
+		r, b := it.Record(), it.Batch()
+		l.recs = append(l.recs, MemRecord{Key: append([]byte(nil), r.Key...), Value: append([]byte(nil), r.Value...), ProducerID: b.ProducerID, ProducerEpoch: b.ProducerEpoch,
+			Transactional: b.Attributes.Transactional(), Control: b.Attributes.Control()})
 	}
 	return func(context.Context) (int64, error) { return base, it.Err() }
 }

@@ -86,7 +86,9 @@ func NotLoaded(img *metadata.Image, topic, role string, me int32, key, subject s
 // WriteError maps a failed append to a coordinator's partition as Kafka's
 // coordinators do: a lost leadership means NOT_COORDINATOR (find the new
 // one), a write that could not reach its replicas COORDINATOR_NOT_AVAILABLE
-// (retry), anything else an unknown server error. stopped says the shard
+// (retry), a transactional write or marker refused for its producer or
+// coordinator epoch keeps the leader's code, anything else is an unknown
+// server error. stopped says the shard
 // was unloaded meanwhile.
 func WriteError(err error, topic string, pid int32, stopped bool) *errs.Error {
 	switch errs.CodeOf(err) {
@@ -94,6 +96,10 @@ func WriteError(err error, topic string, pid int32, stopped bool) *errs.Error {
 		return errs.New(errs.NotCoordinator, "this node no longer leads %s-%d: %v", topic, pid, err)
 	case errs.NotEnoughReplicas, errs.NotEnoughReplicasAfterAppend, errs.RequestTimedOut, errs.UnknownTopicOrPartition, errs.StorageError:
 		return errs.New(errs.CoordinatorNotAvailable, "writing %s-%d: %v", topic, pid, err)
+	case errs.InvalidProducerEpoch, errs.ProducerFenced, errs.TransactionCoordinatorFenced, errs.InvalidTxnState:
+		// The leader refused a transactional batch or a marker for what it
+		// says of its producer: that is the answer, as the leader gave it.
+		return errs.From(err)
 	}
 	if stopped {
 		return errs.New(errs.NotCoordinator, "this node stopped coordinating %s-%d", topic, pid)

@@ -42,13 +42,6 @@ type Writer struct {
 // whenever the acknowledgement comes; callers may stop waiting earlier
 // (Await). Called with Mu held.
 func (w *Writer) WriteLocked(recs []KV, apply func(base int64), failed func(e *errs.Error)) <-chan *errs.Error {
-	done := make(chan *errs.Error, 1)
-	fail := func(e *errs.Error) {
-		if failed != nil {
-			failed(e)
-		}
-		done <- e
-	}
 	if w.builder == nil {
 		w.builder = record.NewBuilder(record.CodecNone)
 	}
@@ -56,16 +49,26 @@ func (w *Writer) WriteLocked(recs []KV, apply func(base int64), failed func(e *e
 	now := w.Now().UnixMilli()
 	for _, r := range recs {
 		if err := w.builder.Append(&record.Record{Timestamp: now, Key: r.Key, Value: r.Value}); err != nil {
-			fail(errs.New(errs.UnknownServerError, "encoding %s records: %v", w.Topic, err))
-			return done
+			return w.failNow(errs.New(errs.UnknownServerError, "encoding %s records: %v", w.Topic, err), failed)
 		}
 	}
 	batch, err := w.builder.Build()
 	if err != nil {
-		fail(errs.New(errs.UnknownServerError, "encoding a %s batch: %v", w.Topic, err))
-		return done
+		return w.failNow(errs.New(errs.UnknownServerError, "encoding a %s batch: %v", w.Topic, err), failed)
 	}
-	batch = append([]byte(nil), batch...)
+	return w.appendLocked(append([]byte(nil), batch...), apply, failed)
+}
+
+// appendLocked appends one encoded batch and applies it once acknowledged
+// (see WriteLocked). Called with Mu held.
+func (w *Writer) appendLocked(batch []byte, apply func(base int64), failed func(e *errs.Error)) <-chan *errs.Error {
+	done := make(chan *errs.Error, 1)
+	fail := func(e *errs.Error) {
+		if failed != nil {
+			failed(e)
+		}
+		done <- e
+	}
 	wait := w.Log.Append(batch)
 	go func() {
 		ctx, cancel := context.WithTimeout(w.Ctx, 30*time.Second)
