@@ -1,0 +1,230 @@
+package txncheck
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+)
+
+// Outcome is what a client learned about an operation.
+type Outcome uint8
+
+const (
+	// OK means the operation completed as the client asked.
+	OK Outcome = iota + 1
+	// Fail means the operation certainly took no effect.
+	Fail
+	// Info means the client does not know whether it took effect (a timeout,
+	// a lost connection, a process killed mid-call).
+	Info
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OK:
+		return "ok"
+	case Fail:
+		return "fail"
+	case Info:
+		return "info"
+	}
+	return fmt.Sprintf("outcome(%d)", uint8(o))
+}
+
+// Isolation is a consumer's isolation.level.
+type Isolation uint8
+
+const (
+	// ReadCommitted consumers see committed transactions only.
+	ReadCommitted Isolation = iota + 1
+	// ReadUncommitted consumers see every record, aborted ones included.
+	ReadUncommitted
+)
+
+func (i Isolation) String() string {
+	switch i {
+	case ReadCommitted:
+		return "read_committed"
+	case ReadUncommitted:
+		return "read_uncommitted"
+	}
+	return fmt.Sprintf("isolation(%d)", uint8(i))
+}
+
+// TopicPartition names a partition.
+type TopicPartition struct {
+	Topic     string
+	Partition int32
+}
+
+func (tp TopicPartition) String() string { return fmt.Sprintf("%s/%d", tp.Topic, tp.Partition) }
+
+// Send is one record a transaction produced.
+type Send struct {
+	Topic     string
+	Partition int32
+	Key       string
+	// Value identifies the send: unique per topic across the history.
+	Value string
+	// Acked says the produce was acknowledged with Offset.
+	Acked  bool
+	Offset int64
+}
+
+// TP returns the send's partition.
+func (s Send) TP() TopicPartition { return TopicPartition{s.Topic, s.Partition} }
+
+// OffsetCommit is a consumer offset a transaction commits (read-process-write):
+// the next offset the group will read in the partition.
+type OffsetCommit struct {
+	Group     string
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+// Txn is one transaction of one producer. Record a send of a
+// non-transactional (idempotent) producer as a Txn of one send with Commit
+// set and the produce's outcome.
+type Txn struct {
+	// Process identifies the producer; one producer's transactions are
+	// recorded in the order it ran them.
+	Process int
+	// Start, CommitStart and End are times on a clock shared by every
+	// recorder (UnixNano on one host, or a logical counter); 0 is unknown.
+	// Start is when the transaction began, CommitStart when EndTxn was sent,
+	// End when the client learned the outcome.
+	Start, CommitStart, End int64
+	Sends                   []Send
+	Offsets                 []OffsetCommit
+	// Commit says the client asked to commit. False means it asked to abort
+	// or never asked (it died before EndTxn): its values must never become
+	// visible, whatever the outcome.
+	Commit bool
+	// Outcome is the answer to EndTxn (or to the first call that failed):
+	// Fail only when the transaction certainly did not commit (an abort, a
+	// PRODUCER_FENCED answer), Info when it may have.
+	Outcome Outcome
+}
+
+// Read is one record a poll returned.
+type Read struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Key       string
+	Value     string
+}
+
+// TP returns the read's partition.
+func (r Read) TP() TopicPartition { return TopicPartition{r.Topic, r.Partition} }
+
+// Position is a consumer's position in a partition: the next offset it reads.
+type Position struct {
+	Topic     string
+	Partition int32
+	// Offset is the position; NoOffset in a seek means the position changed
+	// to somewhere unknown.
+	Offset int64
+}
+
+// NoOffset marks an unknown position in a seek.
+const NoOffset int64 = -1
+
+// Poll is one poll of one consumer.
+type Poll struct {
+	// Process identifies the consumer (one client instance); its polls are
+	// recorded in the order it made them.
+	Process   int
+	Start     int64
+	End       int64
+	Isolation Isolation
+	// Group is the consumer group, if any; with Seeks it lets the checker
+	// compare positions against transactional offset commits.
+	Group string
+	// Seeks are positions set before this poll's reads: an assignment, a
+	// rebalance, a seek or a reset. Each starts a new read segment. Record
+	// one for every partition a consumer is assigned, with NoOffset when the
+	// start is not known: without it, a consumer that reads a partition
+	// again after others had it counts as having read past the records in
+	// between, and one that resumes lower as going backwards.
+	Seeks []Position
+	// Reads are the records returned, in the order returned.
+	Reads []Read
+	// Ends are positions after the poll, where known; read_committed
+	// consumers move past aborted records and markers up to the last stable
+	// offset, so a position may pass offsets no read returned.
+	Ends []Position
+	// Final says the workload had stopped and every transaction had ended
+	// before this poll, and the partitions in Ends were read to their end:
+	// every committed record of those partitions lies below those positions.
+	Final bool
+}
+
+// Copy describes a read-process-write copy: every input value must appear
+// exactly once among the read_committed reads of the output topic. Check it
+// on a history with a final read of the whole output topic.
+type Copy struct {
+	Input  []string
+	Output string
+	// Map turns an output value into the input value it copies; nil is the
+	// identity.
+	Map func(output string) string
+}
+
+// Numbered returns the values "0" to "n-1": the input of a copy whose input
+// topic holds numbered records.
+func Numbered(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = strconv.Itoa(i)
+	}
+	return out
+}
+
+// History is everything recorded in one run.
+type History struct {
+	Txns   []Txn
+	Polls  []Poll
+	Copies []Copy
+}
+
+// Recorder collects a history from concurrent clients.
+type Recorder struct {
+	mu sync.Mutex
+	h  History
+}
+
+// Txn records a transaction once its outcome is known and returns its index.
+func (r *Recorder) Txn(t Txn) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.h.Txns = append(r.h.Txns, t)
+	return len(r.h.Txns) - 1
+}
+
+// Poll records a poll and returns its index.
+func (r *Recorder) Poll(p Poll) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.h.Polls = append(r.h.Polls, p)
+	return len(r.h.Polls) - 1
+}
+
+// Copy records a copy to check.
+func (r *Recorder) Copy(c Copy) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.h.Copies = append(r.h.Copies, c)
+}
+
+// History returns what was recorded so far.
+func (r *Recorder) History() History {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return History{
+		Txns:   append([]Txn(nil), r.h.Txns...),
+		Polls:  append([]Poll(nil), r.h.Polls...),
+		Copies: append([]Copy(nil), r.h.Copies...),
+	}
+}
