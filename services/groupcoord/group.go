@@ -142,9 +142,10 @@ func (s *shard) applyRecordLocked(key, value []byte, logOffset int64) error {
 	return nil
 }
 
-// dropIfGoneLocked forgets a group with no offsets and no members.
+// dropIfGoneLocked forgets a group with no offsets, pending or committed,
+// and no members.
 func (s *shard) dropIfGoneLocked(g *group) {
-	if len(g.offsets) == 0 && g.empty() && (g.classic == nil || g.classic.generation == 0) {
+	if len(g.offsets) == 0 && g.empty() && (g.classic == nil || g.classic.generation == 0) && !s.hasPendingLocked(g.id) {
 		delete(s.groups, g.id)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
 	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/metadata"
 )
 
 // OffsetCommit stores consumed positions. A member's commit is fenced by its
@@ -36,7 +37,6 @@ func (r *GroupCoordinator) OffsetCommit(ctx context.Context, req *groupv1.Offset
 		return failAll(e)
 	}
 	img := r.deps.Metadata.Load()
-	now := r.now()
 	s.mu.Lock()
 	g := s.groupLocked(req.GetGroupId(), false)
 	partitionCheck, e := s.validateCommitLocked(g, req)
@@ -44,30 +44,7 @@ func (r *GroupCoordinator) OffsetCommit(ctx context.Context, req *groupv1.Offset
 		s.mu.Unlock()
 		return failAll(e)
 	}
-	var recs []kv
-	var idx []int
-	for i, p := range req.GetPartitions() {
-		res := resp.Results[i]
-		t, ok := img.Topics[p.GetTopic()]
-		switch {
-		case !ok || p.GetPartition() < 0 || int(p.GetPartition()) >= len(t.Partitions):
-			res.Error = errs.New(errs.UnknownTopicOrPartition, "topic %q has no partition %d", p.GetTopic(), p.GetPartition()).Proto()
-		case p.GetOffset() < 0:
-			res.Error = errs.Invalid(errs.InvalidRequest, "offset", "offset %d for %s-%d is negative; commit the next offset to consume", p.GetOffset(), p.GetTopic(), p.GetPartition()).Proto()
-		case len(p.GetMetadata()) > r.cfg.OffsetMetadataMaxBytes:
-			res.Error = errs.New(errs.OffsetMetadataTooLarge, "metadata of %s-%d has %d bytes, more than offset.metadata.max.bytes=%d", p.GetTopic(), p.GetPartition(), len(p.GetMetadata()), r.cfg.OffsetMetadataMaxBytes).Proto()
-		case partitionCheck != nil && partitionCheck(p.GetTopic(), p.GetPartition()) != nil:
-			res.Error = errs.From(partitionCheck(p.GetTopic(), p.GetPartition())).Proto()
-		default:
-			epoch := int32(-1)
-			if p.LeaderEpoch != nil {
-				epoch = p.GetLeaderEpoch()
-			}
-			c := committedOffset{offset: p.GetOffset(), leaderEpoch: epoch, metadata: p.GetMetadata(), commitMs: now.UnixMilli()}
-			recs = append(recs, kv{offsetKey(req.GetGroupId(), p.GetTopic(), p.GetPartition()), offsetValue(c)})
-			idx = append(idx, i)
-		}
-	}
+	recs, idx := r.commitRecords(img, req.GetGroupId(), req.GetPartitions(), partitionCheck, resp.Results)
 	if len(recs) == 0 {
 		s.mu.Unlock()
 		return resp, nil
@@ -84,6 +61,38 @@ func (r *GroupCoordinator) OffsetCommit(ctx context.Context, req *groupv1.Offset
 		}
 	}
 	return resp, nil
+}
+
+// commitRecords checks each partition of a commit on its own (it exists,
+// the offset is not negative, the metadata fits offset.metadata.max.bytes,
+// partitionCheck passes), sets the error of those that fail in results,
+// and returns the offset records of the others with their indexes.
+func (r *GroupCoordinator) commitRecords(img *metadata.Image, groupID string, parts []*groupv1.OffsetCommitPartition, partitionCheck func(string, int32) error,
+	results []*groupv1.OffsetCommitResult) (recs []kv, idx []int) {
+	now := r.now()
+	for i, p := range parts {
+		res := results[i]
+		t, ok := img.Topics[p.GetTopic()]
+		switch {
+		case !ok || p.GetPartition() < 0 || int(p.GetPartition()) >= len(t.Partitions):
+			res.Error = errs.New(errs.UnknownTopicOrPartition, "topic %q has no partition %d", p.GetTopic(), p.GetPartition()).Proto()
+		case p.GetOffset() < 0:
+			res.Error = errs.Invalid(errs.InvalidRequest, "offset", "offset %d for %s-%d is negative; commit the next offset to consume", p.GetOffset(), p.GetTopic(), p.GetPartition()).Proto()
+		case len(p.GetMetadata()) > r.cfg.OffsetMetadataMaxBytes:
+			res.Error = errs.New(errs.OffsetMetadataTooLarge, "metadata of %s-%d has %d bytes, more than offset.metadata.max.bytes=%d", p.GetTopic(), p.GetPartition(), len(p.GetMetadata()), r.cfg.OffsetMetadataMaxBytes).Proto()
+		case partitionCheck != nil && partitionCheck(p.GetTopic(), p.GetPartition()) != nil:
+			res.Error = errs.From(partitionCheck(p.GetTopic(), p.GetPartition())).Proto()
+		default:
+			epoch := int32(-1)
+			if p.LeaderEpoch != nil {
+				epoch = p.GetLeaderEpoch()
+			}
+			c := committedOffset{offset: p.GetOffset(), leaderEpoch: epoch, metadata: p.GetMetadata(), commitMs: now.UnixMilli()}
+			recs = append(recs, kv{offsetKey(groupID, p.GetTopic(), p.GetPartition()), offsetValue(c)})
+			idx = append(idx, i)
+		}
+	}
+	return recs, idx
 }
 
 // validateCommitLocked applies Kafka's fencing rules to a commit. For a
@@ -146,7 +155,7 @@ func (r *GroupCoordinator) OffsetFetch(ctx context.Context, req *groupv1.OffsetF
 			return resp, nil
 		}
 		for _, tp := range sortedTPs(g.offsets) {
-			resp.Partitions = append(resp.Partitions, fetched(tp, g.offsets[tp], true))
+			resp.Partitions = append(resp.Partitions, s.fetchedLocked(req, tp, g.offsets[tp], true))
 		}
 		return resp, nil
 	}
@@ -157,9 +166,21 @@ func (r *GroupCoordinator) OffsetFetch(ctx context.Context, req *groupv1.OffsetF
 		if g != nil {
 			c, ok = g.offsets[tp]
 		}
-		resp.Partitions = append(resp.Partitions, fetched(tp, c, ok))
+		resp.Partitions = append(resp.Partitions, s.fetchedLocked(req, tp, c, ok))
 	}
 	return resp, nil
+}
+
+// fetchedLocked answers one partition of an OffsetFetch: with
+// require_stable, UNSTABLE_OFFSET_COMMIT while a transaction holds an offset
+// of it (Kafka's rule, KIP-447: the caller retries until the transaction
+// ended); otherwise the committed offset, pending ones left out.
+func (s *shard) fetchedLocked(req *groupv1.OffsetFetchRequest, tp topicPartition, c committedOffset, ok bool) *groupv1.OffsetFetchPartition {
+	if req.GetRequireStable() && s.pendingLocked(req.GetGroupId(), tp) {
+		return &groupv1.OffsetFetchPartition{Topic: tp.topic, Partition: tp.partition, Offset: -1, LeaderEpoch: -1,
+			Error: errs.New(errs.UnstableOffsetCommit, "group %q has an offset of %s-%d in a transaction that has not ended; retry", req.GetGroupId(), tp.topic, tp.partition).Proto()}
+	}
+	return fetched(tp, c, ok)
 }
 
 func fetched(tp topicPartition, c committedOffset, ok bool) *groupv1.OffsetFetchPartition {
@@ -246,8 +267,11 @@ func (r *GroupCoordinator) OffsetDelete(ctx context.Context, req *groupv1.Offset
 // group's offsets expire only once it has no members).
 func (s *shard) expireOffsetsLocked(now time.Time) {
 	var recs []kv
+	s.expireEndedLocked(now)
 	for _, g := range s.groups {
-		if !g.empty() || len(g.offsets) == 0 {
+		// Offsets of a group a transaction holds offsets of stay until it
+		// ends (Kafka keeps such groups too).
+		if !g.empty() || len(g.offsets) == 0 || s.hasPendingLocked(g.id) {
 			continue
 		}
 		since := g.emptySince()
@@ -377,6 +401,13 @@ func (r *GroupCoordinator) DeleteGroups(ctx context.Context, req *groupv1.Delete
 			continue
 		case !g.empty():
 			res.Error = errs.New(errs.NonEmptyGroup, "group %q has active members; only empty groups can be deleted", id).Proto()
+			s.mu.Unlock()
+			continue
+		case s.hasPendingLocked(id):
+			// Deleting it would lose the offsets the transaction commits
+			// (or leave them to bring the group back): it waits for the
+			// transaction to end, as Kafka's coordinator does.
+			res.Error = errs.New(errs.NonEmptyGroup, "group %q has offsets in a transaction that has not ended; delete it after the transaction commits or aborts", id).Proto()
 			s.mu.Unlock()
 			continue
 		}

@@ -38,6 +38,11 @@ type shard struct {
 	loaded bool
 	groups map[string]*group
 	writer *coordinator.Writer
+	// txns are the producers' open transactions with offsets here, and
+	// ended the last transaction of each producer a marker ended
+	// (txnoffsets.go).
+	txns  map[int64]*openTxn
+	ended map[int64]endedTxn
 	// nextExpiry is when offsets of empty groups are next checked.
 	nextExpiry time.Time
 }
@@ -56,7 +61,7 @@ func newRemoteShard(c *GroupCoordinator, id int32, revision int64) *shard {
 
 func newShard(c *GroupCoordinator, id int32, l coordinator.Log) *shard {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &shard{c: c, id: id, log: l, ctx: ctx, cancel: cancel, groups: map[string]*group{}}
+	s := &shard{c: c, id: id, log: l, ctx: ctx, cancel: cancel, groups: map[string]*group{}, txns: map[int64]*openTxn{}, ended: map[int64]endedTxn{}}
 	s.writer = &coordinator.Writer{Topic: OffsetsTopic, Partition: id, Log: l, Mu: &s.mu, Ctx: ctx, Now: c.now,
 		Fenced: func(e *errs.Error) {
 			if s.local == nil {
@@ -87,6 +92,13 @@ func (s *shard) unload() {
 		}
 	}
 	s.groups = map[string]*group{}
+	for _, t := range s.txns {
+		if t.idle != nil {
+			close(t.idle) // a waiting marker finds the shard unloaded
+			t.idle = nil
+		}
+	}
+	s.txns, s.ended = map[int64]*openTxn{}, map[int64]endedTxn{}
 }
 
 // load replays the partition from its log start to the end the log has
@@ -98,11 +110,11 @@ func (s *shard) load() {
 	ctx := s.ctx
 	from, to, err := s.log.Open(ctx)
 	if err == nil {
-		err = s.log.Replay(ctx, from, to, func(key, value []byte, offset int64) {
+		err = s.log.ReplayAll(ctx, from, to, func(r *coordinator.LogRecord) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			if err := s.applyRecordLocked(key, value, offset); err != nil {
-				s.c.logger.Warn("offsets topic record skipped", log.TopicPartition(OffsetsTopic, s.id), log.Offset(offset), log.Err(err))
+			if err := s.applyLogRecordLocked(r); err != nil {
+				s.c.logger.Warn("offsets topic record skipped", log.TopicPartition(OffsetsTopic, s.id), log.Offset(r.Offset), log.Err(err))
 			}
 		})
 	}
@@ -125,6 +137,7 @@ func (s *shard) load() {
 		}
 	}
 	s.loaded = true
+	s.logTxnStateLocked()
 	s.nextExpiry = now.Add(s.c.cfg.RetentionCheckInterval)
 	n := len(s.groups)
 	s.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
+	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/client/record"
@@ -25,6 +26,12 @@ const markerTimeout = 30 * time.Second
 // coordinator epoch is older than the last marker's for the producer, is
 // refused (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED): it comes
 // from a deposed coordinator or for a fenced producer.
+//
+// Markers for partitions of __consumer_offsets (offsets committed in a
+// transaction) are forwarded to the partition's group coordinator
+// (GroupCoordinatorService.WriteTxnMarkers), which writes them through its
+// own fenced writer and commits or drops the producer's pending offsets
+// once they are acknowledged; its answer is the partition's.
 func (r *StorageNode) WriteTxnMarkers(ctx context.Context, req *storagev1.WriteTxnMarkersRequest) (*storagev1.WriteTxnMarkersResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, markerTimeout)
 	defer cancel()
@@ -36,6 +43,7 @@ func (r *StorageNode) WriteTxnMarkers(ctx context.Context, req *storagev1.WriteT
 		epoch int32
 	}
 	var waits []wait
+	forwards := map[int32]*markerForward{}
 	for i, m := range req.GetMarkers() {
 		if err := validateMarker(i, m); err != nil {
 			return nil, err
@@ -48,6 +56,12 @@ func (r *StorageNode) WriteTxnMarkers(ctx context.Context, req *storagev1.WriteT
 		for _, tp := range m.GetPartitions() {
 			res := &storagev1.TxnMarkerResult{ProducerId: m.GetProducerId(), Partition: tp}
 			out.Results = append(out.Results, res)
+			if tp.GetTopic() == metadata.OffsetsTopic {
+				if err := r.forwardMarker(forwards, i, m, tp, res); err != nil {
+					res.Error = errs.ItemError(err)
+				}
+				continue
+			}
 			part, err := r.partition(tp.GetTopic(), tp.GetPartition())
 			if err == nil {
 				batch := record.AppendEndTxnMarker(nil, m.GetProducerId(), int16(m.GetProducerEpoch()), ct, m.GetCoordinatorEpoch(), now)
@@ -64,6 +78,9 @@ func (r *StorageNode) WriteTxnMarkers(ctx context.Context, req *storagev1.WriteT
 		}
 	}
 	var wg sync.WaitGroup
+	for _, f := range forwards {
+		wg.Go(func() { f.send(ctx, r) })
+	}
 	for _, w := range waits {
 		wg.Go(func() {
 			if err := w.part.AwaitAck(ctx, w.ar, w.epoch, replica.AcksAll); err != nil {
@@ -89,16 +106,77 @@ func validateMarker(i int, m *storagev1.TxnMarker) error {
 	return nil
 }
 
-// appendMarker appends one marker as leader. On an internal topic
-// (__consumer_offsets, for offsets committed in a transaction) it takes the
-// coordinator lock, so the marker and the group coordinator's own writes
-// are ordered.
+// appendMarker appends one marker as leader. On an internal topic it takes
+// the coordinator lock, so the marker and a coordinator's own writes are
+// ordered (markers for __consumer_offsets do not come here: they are
+// forwarded to its group coordinator).
 func (r *StorageNode) appendMarker(part *replica.Partition, topic string, batch []byte) (storage.AppendResult, int32, error) {
 	if metadata.CoordinatorRole(topic) != "" {
 		part.LockCoordinator()
 		defer part.UnlockCoordinator()
 	}
 	return part.Append(batch, replica.AcksAll, nil, record.FromCoordinator)
+}
+
+// markerForward is the markers forwarded to one group coordinator, with
+// the results to fill in request order.
+type markerForward struct {
+	addr    string
+	req     *groupv1.WriteTxnMarkersRequest
+	results []*storagev1.TxnMarkerResult
+	// last is the index of the request marker req's last marker copies.
+	last int
+}
+
+// forwardMarker adds partition tp of marker i to the request for the group
+// coordinator of tp (a partition of __consumer_offsets).
+func (r *StorageNode) forwardMarker(forwards map[int32]*markerForward, i int, m *storagev1.TxnMarker, tp *commonv1.TopicPartition, res *storagev1.TxnMarkerResult) error {
+	img := r.deps.Metadata.Load()
+	c, _ := img.CoordinatorOf(tp.GetTopic(), tp.GetPartition(), metadata.CoordinatorRole(tp.GetTopic()))
+	if c == nil {
+		return errs.New(errs.CoordinatorNotAvailable, "%s-%d has no group coordinator now to write the marker", tp.GetTopic(), tp.GetPartition())
+	}
+	f := forwards[c.GetId()]
+	if f == nil {
+		f = &markerForward{addr: img.Address(c.GetId()), req: &groupv1.WriteTxnMarkersRequest{}, last: -1}
+		forwards[c.GetId()] = f
+	}
+	if f.last != i {
+		f.req.Markers = append(f.req.Markers, &storagev1.TxnMarker{ProducerId: m.GetProducerId(), ProducerEpoch: m.GetProducerEpoch(),
+			Committed: m.GetCommitted(), CoordinatorEpoch: m.GetCoordinatorEpoch()})
+		f.last = i
+	}
+	fm := f.req.Markers[len(f.req.Markers)-1]
+	fm.Partitions = append(fm.Partitions, tp)
+	f.results = append(f.results, res)
+	return nil
+}
+
+// send calls the group coordinator and copies its answers; a failed call
+// is every partition's answer (the transaction coordinator retries).
+func (f *markerForward) send(ctx context.Context, r *StorageNode) {
+	fail := func(err error) {
+		for _, res := range f.results {
+			res.Error = errs.ItemError(err)
+		}
+	}
+	conn, err := r.deps.Pool.Get(f.addr)
+	if err != nil {
+		fail(err)
+		return
+	}
+	resp, err := groupv1.NewGroupCoordinatorServiceClient(conn).WriteTxnMarkers(ctx, f.req)
+	if err != nil {
+		fail(err)
+		return
+	}
+	if len(resp.GetResults()) != len(f.results) {
+		fail(errs.New(errs.UnknownServerError, "the group coordinator at %s answered %d results for %d partitions", f.addr, len(resp.GetResults()), len(f.results)))
+		return
+	}
+	for i, res := range resp.GetResults() {
+		f.results[i].Error = res.GetError()
+	}
 }
 
 // DescribeProducers describes the producer state of partitions: by default

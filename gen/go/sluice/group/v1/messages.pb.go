@@ -7,8 +7,9 @@
 package groupv1
 
 import (
-	v11 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
+	v12 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	v1 "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
+	v11 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -1934,15 +1935,116 @@ func (x *TxnOffsetCommitResponse) GetResults() []*OffsetCommitResult {
 	return nil
 }
 
+// WriteTxnMarkersRequest is the request of
+// GroupCoordinatorService.WriteTxnMarkers: the markers a storage node was
+// asked to write to partitions of __consumer_offsets, forwarded to the
+// group coordinator that owns them.
+type WriteTxnMarkersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Markers to write. Every partition must be a partition of
+	// __consumer_offsets that the called node coordinates; any other gets
+	// NOT_COORDINATOR (with a hint) or INVALID_REQUEST.
+	Markers       []*v11.TxnMarker `protobuf:"bytes,1,rep,name=markers,proto3" json:"markers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteTxnMarkersRequest) Reset() {
+	*x = WriteTxnMarkersRequest{}
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteTxnMarkersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteTxnMarkersRequest) ProtoMessage() {}
+
+func (x *WriteTxnMarkersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteTxnMarkersRequest.ProtoReflect.Descriptor instead.
+func (*WriteTxnMarkersRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *WriteTxnMarkersRequest) GetMarkers() []*v11.TxnMarker {
+	if x != nil {
+		return x.Markers
+	}
+	return nil
+}
+
+// WriteTxnMarkersResponse is the response of
+// GroupCoordinatorService.WriteTxnMarkers.
+type WriteTxnMarkersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One result per partition per marker, in request order.
+	Results       []*v11.TxnMarkerResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteTxnMarkersResponse) Reset() {
+	*x = WriteTxnMarkersResponse{}
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteTxnMarkersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteTxnMarkersResponse) ProtoMessage() {}
+
+func (x *WriteTxnMarkersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteTxnMarkersResponse.ProtoReflect.Descriptor instead.
+func (*WriteTxnMarkersResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *WriteTxnMarkersResponse) GetResults() []*v11.TxnMarkerResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 // OffsetFetchRequest is the request of GroupCoordinatorService.OffsetFetch.
 type OffsetFetchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Group id.
 	GroupId string `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
 	// Partitions to fetch; empty fetches every committed partition.
-	Partitions []*v11.TopicPartition `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
-	// Answer UNSTABLE_OFFSET_COMMIT for partitions with pending transactional
-	// offsets instead of returning the last stable one.
+	Partitions []*v12.TopicPartition `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	// Answer UNSTABLE_OFFSET_COMMIT (retriable) for partitions with offsets
+	// committed in a transaction that has not ended yet, instead of the last
+	// committed offset. Consumers reading read_committed set it (KIP-447), so
+	// a new owner of a partition starts after the offsets of a transaction
+	// that is about to commit.
 	RequireStable bool `protobuf:"varint,3,opt,name=require_stable,json=requireStable,proto3" json:"require_stable,omitempty"`
 	// Member id, checked with member_epoch when set (consumer protocol).
 	MemberId string `protobuf:"bytes,4,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
@@ -1954,7 +2056,7 @@ type OffsetFetchRequest struct {
 
 func (x *OffsetFetchRequest) Reset() {
 	*x = OffsetFetchRequest{}
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[26]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2068,7 @@ func (x *OffsetFetchRequest) String() string {
 func (*OffsetFetchRequest) ProtoMessage() {}
 
 func (x *OffsetFetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[26]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2081,7 @@ func (x *OffsetFetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetFetchRequest.ProtoReflect.Descriptor instead.
 func (*OffsetFetchRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{26}
+	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *OffsetFetchRequest) GetGroupId() string {
@@ -1989,7 +2091,7 @@ func (x *OffsetFetchRequest) GetGroupId() string {
 	return ""
 }
 
-func (x *OffsetFetchRequest) GetPartitions() []*v11.TopicPartition {
+func (x *OffsetFetchRequest) GetPartitions() []*v12.TopicPartition {
 	if x != nil {
 		return x.Partitions
 	}
@@ -2038,7 +2140,7 @@ type OffsetFetchPartition struct {
 
 func (x *OffsetFetchPartition) Reset() {
 	*x = OffsetFetchPartition{}
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[27]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2050,7 +2152,7 @@ func (x *OffsetFetchPartition) String() string {
 func (*OffsetFetchPartition) ProtoMessage() {}
 
 func (x *OffsetFetchPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[27]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2063,7 +2165,7 @@ func (x *OffsetFetchPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetFetchPartition.ProtoReflect.Descriptor instead.
 func (*OffsetFetchPartition) Descriptor() ([]byte, []int) {
-	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{27}
+	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *OffsetFetchPartition) GetTopic() string {
@@ -2121,7 +2223,7 @@ type OffsetFetchResponse struct {
 
 func (x *OffsetFetchResponse) Reset() {
 	*x = OffsetFetchResponse{}
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[28]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2133,7 +2235,7 @@ func (x *OffsetFetchResponse) String() string {
 func (*OffsetFetchResponse) ProtoMessage() {}
 
 func (x *OffsetFetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[28]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2146,7 +2248,7 @@ func (x *OffsetFetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetFetchResponse.ProtoReflect.Descriptor instead.
 func (*OffsetFetchResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{28}
+	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *OffsetFetchResponse) GetError() *v1.Error {
@@ -2170,14 +2272,14 @@ type OffsetDeleteRequest struct {
 	GroupId string `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
 	// Partitions whose offsets to delete; the group must not be subscribed to
 	// their topics.
-	Partitions    []*v11.TopicPartition `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	Partitions    []*v12.TopicPartition `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OffsetDeleteRequest) Reset() {
 	*x = OffsetDeleteRequest{}
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[29]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2189,7 +2291,7 @@ func (x *OffsetDeleteRequest) String() string {
 func (*OffsetDeleteRequest) ProtoMessage() {}
 
 func (x *OffsetDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[29]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2202,7 +2304,7 @@ func (x *OffsetDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetDeleteRequest.ProtoReflect.Descriptor instead.
 func (*OffsetDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{29}
+	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *OffsetDeleteRequest) GetGroupId() string {
@@ -2212,7 +2314,7 @@ func (x *OffsetDeleteRequest) GetGroupId() string {
 	return ""
 }
 
-func (x *OffsetDeleteRequest) GetPartitions() []*v11.TopicPartition {
+func (x *OffsetDeleteRequest) GetPartitions() []*v12.TopicPartition {
 	if x != nil {
 		return x.Partitions
 	}
@@ -2232,7 +2334,7 @@ type OffsetDeleteResponse struct {
 
 func (x *OffsetDeleteResponse) Reset() {
 	*x = OffsetDeleteResponse{}
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[30]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2244,7 +2346,7 @@ func (x *OffsetDeleteResponse) String() string {
 func (*OffsetDeleteResponse) ProtoMessage() {}
 
 func (x *OffsetDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[30]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2257,7 +2359,7 @@ func (x *OffsetDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetDeleteResponse.ProtoReflect.Descriptor instead.
 func (*OffsetDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{30}
+	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *OffsetDeleteResponse) GetError() *v1.Error {
@@ -2289,7 +2391,7 @@ type ListGroupsRequest struct {
 
 func (x *ListGroupsRequest) Reset() {
 	*x = ListGroupsRequest{}
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[31]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +2403,7 @@ func (x *ListGroupsRequest) String() string {
 func (*ListGroupsRequest) ProtoMessage() {}
 
 func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[31]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2314,7 +2416,7 @@ func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{31}
+	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListGroupsRequest) GetStatesFilter() []string {
@@ -2348,7 +2450,7 @@ type GroupListing struct {
 
 func (x *GroupListing) Reset() {
 	*x = GroupListing{}
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[32]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2360,7 +2462,7 @@ func (x *GroupListing) String() string {
 func (*GroupListing) ProtoMessage() {}
 
 func (x *GroupListing) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[32]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2373,7 +2475,7 @@ func (x *GroupListing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupListing.ProtoReflect.Descriptor instead.
 func (*GroupListing) Descriptor() ([]byte, []int) {
-	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{32}
+	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GroupListing) GetGroupId() string {
@@ -2415,7 +2517,7 @@ type ListGroupsResponse struct {
 
 func (x *ListGroupsResponse) Reset() {
 	*x = ListGroupsResponse{}
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[33]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2427,7 +2529,7 @@ func (x *ListGroupsResponse) String() string {
 func (*ListGroupsResponse) ProtoMessage() {}
 
 func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[33]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2440,7 +2542,7 @@ func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ListGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{33}
+	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListGroupsResponse) GetGroups() []*GroupListing {
@@ -2462,7 +2564,7 @@ type DescribeGroupsRequest struct {
 
 func (x *DescribeGroupsRequest) Reset() {
 	*x = DescribeGroupsRequest{}
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[34]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2474,7 +2576,7 @@ func (x *DescribeGroupsRequest) String() string {
 func (*DescribeGroupsRequest) ProtoMessage() {}
 
 func (x *DescribeGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[34]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2487,7 +2589,7 @@ func (x *DescribeGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeGroupsRequest.ProtoReflect.Descriptor instead.
 func (*DescribeGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{34}
+	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DescribeGroupsRequest) GetGroupIds() []string {
@@ -2520,7 +2622,7 @@ type GroupMember struct {
 
 func (x *GroupMember) Reset() {
 	*x = GroupMember{}
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[35]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2532,7 +2634,7 @@ func (x *GroupMember) String() string {
 func (*GroupMember) ProtoMessage() {}
 
 func (x *GroupMember) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[35]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2545,7 +2647,7 @@ func (x *GroupMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupMember.ProtoReflect.Descriptor instead.
 func (*GroupMember) Descriptor() ([]byte, []int) {
-	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{35}
+	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GroupMember) GetMemberId() string {
@@ -2622,7 +2724,7 @@ type GroupDescription struct {
 
 func (x *GroupDescription) Reset() {
 	*x = GroupDescription{}
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[36]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2634,7 +2736,7 @@ func (x *GroupDescription) String() string {
 func (*GroupDescription) ProtoMessage() {}
 
 func (x *GroupDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[36]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2647,7 +2749,7 @@ func (x *GroupDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupDescription.ProtoReflect.Descriptor instead.
 func (*GroupDescription) Descriptor() ([]byte, []int) {
-	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{36}
+	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GroupDescription) GetGroupId() string {
@@ -2718,7 +2820,7 @@ type DescribeGroupsResponse struct {
 
 func (x *DescribeGroupsResponse) Reset() {
 	*x = DescribeGroupsResponse{}
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[37]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2730,7 +2832,7 @@ func (x *DescribeGroupsResponse) String() string {
 func (*DescribeGroupsResponse) ProtoMessage() {}
 
 func (x *DescribeGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[37]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2743,7 +2845,7 @@ func (x *DescribeGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeGroupsResponse.ProtoReflect.Descriptor instead.
 func (*DescribeGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{37}
+	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DescribeGroupsResponse) GetGroups() []*GroupDescription {
@@ -2764,7 +2866,7 @@ type DeleteGroupsRequest struct {
 
 func (x *DeleteGroupsRequest) Reset() {
 	*x = DeleteGroupsRequest{}
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[38]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2776,7 +2878,7 @@ func (x *DeleteGroupsRequest) String() string {
 func (*DeleteGroupsRequest) ProtoMessage() {}
 
 func (x *DeleteGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[38]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2789,7 +2891,7 @@ func (x *DeleteGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroupsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{38}
+	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeleteGroupsRequest) GetGroupIds() []string {
@@ -2812,7 +2914,7 @@ type DeleteGroupResult struct {
 
 func (x *DeleteGroupResult) Reset() {
 	*x = DeleteGroupResult{}
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[39]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2824,7 +2926,7 @@ func (x *DeleteGroupResult) String() string {
 func (*DeleteGroupResult) ProtoMessage() {}
 
 func (x *DeleteGroupResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[39]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2837,7 +2939,7 @@ func (x *DeleteGroupResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroupResult.ProtoReflect.Descriptor instead.
 func (*DeleteGroupResult) Descriptor() ([]byte, []int) {
-	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{39}
+	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DeleteGroupResult) GetGroupId() string {
@@ -2865,7 +2967,7 @@ type DeleteGroupsResponse struct {
 
 func (x *DeleteGroupsResponse) Reset() {
 	*x = DeleteGroupsResponse{}
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[40]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2877,7 +2979,7 @@ func (x *DeleteGroupsResponse) String() string {
 func (*DeleteGroupsResponse) ProtoMessage() {}
 
 func (x *DeleteGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_group_v1_messages_proto_msgTypes[40]
+	mi := &file_sluice_group_v1_messages_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2890,7 +2992,7 @@ func (x *DeleteGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroupsResponse.ProtoReflect.Descriptor instead.
 func (*DeleteGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{40}
+	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeleteGroupsResponse) GetResults() []*DeleteGroupResult {
@@ -2904,7 +3006,7 @@ var File_sluice_group_v1_messages_proto protoreflect.FileDescriptor
 
 const file_sluice_group_v1_messages_proto_rawDesc = "" +
 	"\n" +
-	"\x1esluice/group/v1/messages.proto\x12\x0fsluice.group.v1\x1a\x1fsluice/common/v1/messages.proto\x1a%sluice/errordetails/v1/messages.proto\"l\n" +
+	"\x1esluice/group/v1/messages.proto\x12\x0fsluice.group.v1\x1a\x1fsluice/common/v1/messages.proto\x1a%sluice/errordetails/v1/messages.proto\x1a sluice/storage/v1/messages.proto\"l\n" +
 	"\x16FindCoordinatorRequest\x12>\n" +
 	"\bkey_type\x18\x01 \x01(\x0e2#.sluice.group.v1.CoordinatorKeyTypeR\akeyType\x12\x12\n" +
 	"\x04keys\x18\x02 \x03(\tR\x04keys\"\x87\x01\n" +
@@ -3045,7 +3147,11 @@ const file_sluice_group_v1_messages_proto_rawDesc = "" +
 	"partitions\x18\b \x03(\v2&.sluice.group.v1.OffsetCommitPartitionR\n" +
 	"partitions\"X\n" +
 	"\x17TxnOffsetCommitResponse\x12=\n" +
-	"\aresults\x18\x01 \x03(\v2#.sluice.group.v1.OffsetCommitResultR\aresults\"\xd8\x01\n" +
+	"\aresults\x18\x01 \x03(\v2#.sluice.group.v1.OffsetCommitResultR\aresults\"P\n" +
+	"\x16WriteTxnMarkersRequest\x126\n" +
+	"\amarkers\x18\x01 \x03(\v2\x1c.sluice.storage.v1.TxnMarkerR\amarkers\"W\n" +
+	"\x17WriteTxnMarkersResponse\x12<\n" +
+	"\aresults\x18\x01 \x03(\v2\".sluice.storage.v1.TxnMarkerResultR\aresults\"\xd8\x01\n" +
 	"\x12OffsetFetchRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12@\n" +
 	"\n" +
@@ -3134,7 +3240,7 @@ func file_sluice_group_v1_messages_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_group_v1_messages_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sluice_group_v1_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_sluice_group_v1_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_sluice_group_v1_messages_proto_goTypes = []any{
 	(CoordinatorKeyType)(0),                // 0: sluice.group.v1.CoordinatorKeyType
 	(*FindCoordinatorRequest)(nil),         // 1: sluice.group.v1.FindCoordinatorRequest
@@ -3163,66 +3269,72 @@ var file_sluice_group_v1_messages_proto_goTypes = []any{
 	(*OffsetCommitResponse)(nil),           // 24: sluice.group.v1.OffsetCommitResponse
 	(*TxnOffsetCommitRequest)(nil),         // 25: sluice.group.v1.TxnOffsetCommitRequest
 	(*TxnOffsetCommitResponse)(nil),        // 26: sluice.group.v1.TxnOffsetCommitResponse
-	(*OffsetFetchRequest)(nil),             // 27: sluice.group.v1.OffsetFetchRequest
-	(*OffsetFetchPartition)(nil),           // 28: sluice.group.v1.OffsetFetchPartition
-	(*OffsetFetchResponse)(nil),            // 29: sluice.group.v1.OffsetFetchResponse
-	(*OffsetDeleteRequest)(nil),            // 30: sluice.group.v1.OffsetDeleteRequest
-	(*OffsetDeleteResponse)(nil),           // 31: sluice.group.v1.OffsetDeleteResponse
-	(*ListGroupsRequest)(nil),              // 32: sluice.group.v1.ListGroupsRequest
-	(*GroupListing)(nil),                   // 33: sluice.group.v1.GroupListing
-	(*ListGroupsResponse)(nil),             // 34: sluice.group.v1.ListGroupsResponse
-	(*DescribeGroupsRequest)(nil),          // 35: sluice.group.v1.DescribeGroupsRequest
-	(*GroupMember)(nil),                    // 36: sluice.group.v1.GroupMember
-	(*GroupDescription)(nil),               // 37: sluice.group.v1.GroupDescription
-	(*DescribeGroupsResponse)(nil),         // 38: sluice.group.v1.DescribeGroupsResponse
-	(*DeleteGroupsRequest)(nil),            // 39: sluice.group.v1.DeleteGroupsRequest
-	(*DeleteGroupResult)(nil),              // 40: sluice.group.v1.DeleteGroupResult
-	(*DeleteGroupsResponse)(nil),           // 41: sluice.group.v1.DeleteGroupsResponse
-	(*v1.Error)(nil),                       // 42: sluice.errordetails.v1.Error
-	(*v11.TopicPartition)(nil),             // 43: sluice.common.v1.TopicPartition
+	(*WriteTxnMarkersRequest)(nil),         // 27: sluice.group.v1.WriteTxnMarkersRequest
+	(*WriteTxnMarkersResponse)(nil),        // 28: sluice.group.v1.WriteTxnMarkersResponse
+	(*OffsetFetchRequest)(nil),             // 29: sluice.group.v1.OffsetFetchRequest
+	(*OffsetFetchPartition)(nil),           // 30: sluice.group.v1.OffsetFetchPartition
+	(*OffsetFetchResponse)(nil),            // 31: sluice.group.v1.OffsetFetchResponse
+	(*OffsetDeleteRequest)(nil),            // 32: sluice.group.v1.OffsetDeleteRequest
+	(*OffsetDeleteResponse)(nil),           // 33: sluice.group.v1.OffsetDeleteResponse
+	(*ListGroupsRequest)(nil),              // 34: sluice.group.v1.ListGroupsRequest
+	(*GroupListing)(nil),                   // 35: sluice.group.v1.GroupListing
+	(*ListGroupsResponse)(nil),             // 36: sluice.group.v1.ListGroupsResponse
+	(*DescribeGroupsRequest)(nil),          // 37: sluice.group.v1.DescribeGroupsRequest
+	(*GroupMember)(nil),                    // 38: sluice.group.v1.GroupMember
+	(*GroupDescription)(nil),               // 39: sluice.group.v1.GroupDescription
+	(*DescribeGroupsResponse)(nil),         // 40: sluice.group.v1.DescribeGroupsResponse
+	(*DeleteGroupsRequest)(nil),            // 41: sluice.group.v1.DeleteGroupsRequest
+	(*DeleteGroupResult)(nil),              // 42: sluice.group.v1.DeleteGroupResult
+	(*DeleteGroupsResponse)(nil),           // 43: sluice.group.v1.DeleteGroupsResponse
+	(*v1.Error)(nil),                       // 44: sluice.errordetails.v1.Error
+	(*v11.TxnMarker)(nil),                  // 45: sluice.storage.v1.TxnMarker
+	(*v11.TxnMarkerResult)(nil),            // 46: sluice.storage.v1.TxnMarkerResult
+	(*v12.TopicPartition)(nil),             // 47: sluice.common.v1.TopicPartition
 }
 var file_sluice_group_v1_messages_proto_depIdxs = []int32{
 	0,  // 0: sluice.group.v1.FindCoordinatorRequest.key_type:type_name -> sluice.group.v1.CoordinatorKeyType
-	42, // 1: sluice.group.v1.Coordinator.error:type_name -> sluice.errordetails.v1.Error
+	44, // 1: sluice.group.v1.Coordinator.error:type_name -> sluice.errordetails.v1.Error
 	2,  // 2: sluice.group.v1.FindCoordinatorResponse.coordinators:type_name -> sluice.group.v1.Coordinator
 	4,  // 3: sluice.group.v1.JoinGroupRequest.protocols:type_name -> sluice.group.v1.JoinGroupProtocol
-	42, // 4: sluice.group.v1.JoinGroupResponse.error:type_name -> sluice.errordetails.v1.Error
+	44, // 4: sluice.group.v1.JoinGroupResponse.error:type_name -> sluice.errordetails.v1.Error
 	6,  // 5: sluice.group.v1.JoinGroupResponse.members:type_name -> sluice.group.v1.JoinGroupMember
 	8,  // 6: sluice.group.v1.SyncGroupRequest.assignments:type_name -> sluice.group.v1.SyncGroupAssignment
-	42, // 7: sluice.group.v1.SyncGroupResponse.error:type_name -> sluice.errordetails.v1.Error
-	42, // 8: sluice.group.v1.HeartbeatResponse.error:type_name -> sluice.errordetails.v1.Error
+	44, // 7: sluice.group.v1.SyncGroupResponse.error:type_name -> sluice.errordetails.v1.Error
+	44, // 8: sluice.group.v1.HeartbeatResponse.error:type_name -> sluice.errordetails.v1.Error
 	13, // 9: sluice.group.v1.LeaveGroupRequest.members:type_name -> sluice.group.v1.LeavingMember
-	42, // 10: sluice.group.v1.LeaveGroupResult.error:type_name -> sluice.errordetails.v1.Error
-	42, // 11: sluice.group.v1.LeaveGroupResponse.error:type_name -> sluice.errordetails.v1.Error
+	44, // 10: sluice.group.v1.LeaveGroupResult.error:type_name -> sluice.errordetails.v1.Error
+	44, // 11: sluice.group.v1.LeaveGroupResponse.error:type_name -> sluice.errordetails.v1.Error
 	15, // 12: sluice.group.v1.LeaveGroupResponse.results:type_name -> sluice.group.v1.LeaveGroupResult
 	17, // 13: sluice.group.v1.ConsumerGroupHeartbeatRequest.owned_partitions:type_name -> sluice.group.v1.TopicPartitions
-	42, // 14: sluice.group.v1.ConsumerGroupHeartbeatResponse.error:type_name -> sluice.errordetails.v1.Error
+	44, // 14: sluice.group.v1.ConsumerGroupHeartbeatResponse.error:type_name -> sluice.errordetails.v1.Error
 	20, // 15: sluice.group.v1.ConsumerGroupHeartbeatResponse.assignment:type_name -> sluice.group.v1.Assignment
 	17, // 16: sluice.group.v1.Assignment.topic_partitions:type_name -> sluice.group.v1.TopicPartitions
 	21, // 17: sluice.group.v1.OffsetCommitRequest.partitions:type_name -> sluice.group.v1.OffsetCommitPartition
-	42, // 18: sluice.group.v1.OffsetCommitResult.error:type_name -> sluice.errordetails.v1.Error
+	44, // 18: sluice.group.v1.OffsetCommitResult.error:type_name -> sluice.errordetails.v1.Error
 	23, // 19: sluice.group.v1.OffsetCommitResponse.results:type_name -> sluice.group.v1.OffsetCommitResult
 	21, // 20: sluice.group.v1.TxnOffsetCommitRequest.partitions:type_name -> sluice.group.v1.OffsetCommitPartition
 	23, // 21: sluice.group.v1.TxnOffsetCommitResponse.results:type_name -> sluice.group.v1.OffsetCommitResult
-	43, // 22: sluice.group.v1.OffsetFetchRequest.partitions:type_name -> sluice.common.v1.TopicPartition
-	42, // 23: sluice.group.v1.OffsetFetchPartition.error:type_name -> sluice.errordetails.v1.Error
-	42, // 24: sluice.group.v1.OffsetFetchResponse.error:type_name -> sluice.errordetails.v1.Error
-	28, // 25: sluice.group.v1.OffsetFetchResponse.partitions:type_name -> sluice.group.v1.OffsetFetchPartition
-	43, // 26: sluice.group.v1.OffsetDeleteRequest.partitions:type_name -> sluice.common.v1.TopicPartition
-	42, // 27: sluice.group.v1.OffsetDeleteResponse.error:type_name -> sluice.errordetails.v1.Error
-	23, // 28: sluice.group.v1.OffsetDeleteResponse.results:type_name -> sluice.group.v1.OffsetCommitResult
-	33, // 29: sluice.group.v1.ListGroupsResponse.groups:type_name -> sluice.group.v1.GroupListing
-	20, // 30: sluice.group.v1.GroupMember.assignment:type_name -> sluice.group.v1.Assignment
-	42, // 31: sluice.group.v1.GroupDescription.error:type_name -> sluice.errordetails.v1.Error
-	36, // 32: sluice.group.v1.GroupDescription.members:type_name -> sluice.group.v1.GroupMember
-	37, // 33: sluice.group.v1.DescribeGroupsResponse.groups:type_name -> sluice.group.v1.GroupDescription
-	42, // 34: sluice.group.v1.DeleteGroupResult.error:type_name -> sluice.errordetails.v1.Error
-	40, // 35: sluice.group.v1.DeleteGroupsResponse.results:type_name -> sluice.group.v1.DeleteGroupResult
-	36, // [36:36] is the sub-list for method output_type
-	36, // [36:36] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	45, // 22: sluice.group.v1.WriteTxnMarkersRequest.markers:type_name -> sluice.storage.v1.TxnMarker
+	46, // 23: sluice.group.v1.WriteTxnMarkersResponse.results:type_name -> sluice.storage.v1.TxnMarkerResult
+	47, // 24: sluice.group.v1.OffsetFetchRequest.partitions:type_name -> sluice.common.v1.TopicPartition
+	44, // 25: sluice.group.v1.OffsetFetchPartition.error:type_name -> sluice.errordetails.v1.Error
+	44, // 26: sluice.group.v1.OffsetFetchResponse.error:type_name -> sluice.errordetails.v1.Error
+	30, // 27: sluice.group.v1.OffsetFetchResponse.partitions:type_name -> sluice.group.v1.OffsetFetchPartition
+	47, // 28: sluice.group.v1.OffsetDeleteRequest.partitions:type_name -> sluice.common.v1.TopicPartition
+	44, // 29: sluice.group.v1.OffsetDeleteResponse.error:type_name -> sluice.errordetails.v1.Error
+	23, // 30: sluice.group.v1.OffsetDeleteResponse.results:type_name -> sluice.group.v1.OffsetCommitResult
+	35, // 31: sluice.group.v1.ListGroupsResponse.groups:type_name -> sluice.group.v1.GroupListing
+	20, // 32: sluice.group.v1.GroupMember.assignment:type_name -> sluice.group.v1.Assignment
+	44, // 33: sluice.group.v1.GroupDescription.error:type_name -> sluice.errordetails.v1.Error
+	38, // 34: sluice.group.v1.GroupDescription.members:type_name -> sluice.group.v1.GroupMember
+	39, // 35: sluice.group.v1.DescribeGroupsResponse.groups:type_name -> sluice.group.v1.GroupDescription
+	44, // 36: sluice.group.v1.DeleteGroupResult.error:type_name -> sluice.errordetails.v1.Error
+	42, // 37: sluice.group.v1.DeleteGroupsResponse.results:type_name -> sluice.group.v1.DeleteGroupResult
+	38, // [38:38] is the sub-list for method output_type
+	38, // [38:38] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_sluice_group_v1_messages_proto_init() }
@@ -3238,7 +3350,7 @@ func file_sluice_group_v1_messages_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_group_v1_messages_proto_rawDesc), len(file_sluice_group_v1_messages_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   41,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

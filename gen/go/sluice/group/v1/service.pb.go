@@ -27,7 +27,8 @@ var File_sluice_group_v1_service_proto protoreflect.FileDescriptor
 
 const file_sluice_group_v1_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1dsluice/group/v1/service.proto\x12\x0fsluice.group.v1\x1a\x1esluice/group/v1/messages.proto2\xde\t\n" +
+	"\x1dsluice/group/v1/service.proto\x12\x0fsluice.group.v1\x1a\x1esluice/group/v1/messages.proto2\xc4\n" +
+	"\n" +
 	"\x17GroupCoordinatorService\x12d\n" +
 	"\x0fFindCoordinator\x12'.sluice.group.v1.FindCoordinatorRequest\x1a(.sluice.group.v1.FindCoordinatorResponse\x12R\n" +
 	"\tJoinGroup\x12!.sluice.group.v1.JoinGroupRequest\x1a\".sluice.group.v1.JoinGroupResponse\x12R\n" +
@@ -37,7 +38,8 @@ const file_sluice_group_v1_service_proto_rawDesc = "" +
 	"LeaveGroup\x12\".sluice.group.v1.LeaveGroupRequest\x1a#.sluice.group.v1.LeaveGroupResponse\x12y\n" +
 	"\x16ConsumerGroupHeartbeat\x12..sluice.group.v1.ConsumerGroupHeartbeatRequest\x1a/.sluice.group.v1.ConsumerGroupHeartbeatResponse\x12[\n" +
 	"\fOffsetCommit\x12$.sluice.group.v1.OffsetCommitRequest\x1a%.sluice.group.v1.OffsetCommitResponse\x12d\n" +
-	"\x0fTxnOffsetCommit\x12'.sluice.group.v1.TxnOffsetCommitRequest\x1a(.sluice.group.v1.TxnOffsetCommitResponse\x12X\n" +
+	"\x0fTxnOffsetCommit\x12'.sluice.group.v1.TxnOffsetCommitRequest\x1a(.sluice.group.v1.TxnOffsetCommitResponse\x12d\n" +
+	"\x0fWriteTxnMarkers\x12'.sluice.group.v1.WriteTxnMarkersRequest\x1a(.sluice.group.v1.WriteTxnMarkersResponse\x12X\n" +
 	"\vOffsetFetch\x12#.sluice.group.v1.OffsetFetchRequest\x1a$.sluice.group.v1.OffsetFetchResponse\x12[\n" +
 	"\fOffsetDelete\x12$.sluice.group.v1.OffsetDeleteRequest\x1a%.sluice.group.v1.OffsetDeleteResponse\x12U\n" +
 	"\n" +
@@ -55,24 +57,26 @@ var file_sluice_group_v1_service_proto_goTypes = []any{
 	(*ConsumerGroupHeartbeatRequest)(nil),  // 5: sluice.group.v1.ConsumerGroupHeartbeatRequest
 	(*OffsetCommitRequest)(nil),            // 6: sluice.group.v1.OffsetCommitRequest
 	(*TxnOffsetCommitRequest)(nil),         // 7: sluice.group.v1.TxnOffsetCommitRequest
-	(*OffsetFetchRequest)(nil),             // 8: sluice.group.v1.OffsetFetchRequest
-	(*OffsetDeleteRequest)(nil),            // 9: sluice.group.v1.OffsetDeleteRequest
-	(*ListGroupsRequest)(nil),              // 10: sluice.group.v1.ListGroupsRequest
-	(*DescribeGroupsRequest)(nil),          // 11: sluice.group.v1.DescribeGroupsRequest
-	(*DeleteGroupsRequest)(nil),            // 12: sluice.group.v1.DeleteGroupsRequest
-	(*FindCoordinatorResponse)(nil),        // 13: sluice.group.v1.FindCoordinatorResponse
-	(*JoinGroupResponse)(nil),              // 14: sluice.group.v1.JoinGroupResponse
-	(*SyncGroupResponse)(nil),              // 15: sluice.group.v1.SyncGroupResponse
-	(*HeartbeatResponse)(nil),              // 16: sluice.group.v1.HeartbeatResponse
-	(*LeaveGroupResponse)(nil),             // 17: sluice.group.v1.LeaveGroupResponse
-	(*ConsumerGroupHeartbeatResponse)(nil), // 18: sluice.group.v1.ConsumerGroupHeartbeatResponse
-	(*OffsetCommitResponse)(nil),           // 19: sluice.group.v1.OffsetCommitResponse
-	(*TxnOffsetCommitResponse)(nil),        // 20: sluice.group.v1.TxnOffsetCommitResponse
-	(*OffsetFetchResponse)(nil),            // 21: sluice.group.v1.OffsetFetchResponse
-	(*OffsetDeleteResponse)(nil),           // 22: sluice.group.v1.OffsetDeleteResponse
-	(*ListGroupsResponse)(nil),             // 23: sluice.group.v1.ListGroupsResponse
-	(*DescribeGroupsResponse)(nil),         // 24: sluice.group.v1.DescribeGroupsResponse
-	(*DeleteGroupsResponse)(nil),           // 25: sluice.group.v1.DeleteGroupsResponse
+	(*WriteTxnMarkersRequest)(nil),         // 8: sluice.group.v1.WriteTxnMarkersRequest
+	(*OffsetFetchRequest)(nil),             // 9: sluice.group.v1.OffsetFetchRequest
+	(*OffsetDeleteRequest)(nil),            // 10: sluice.group.v1.OffsetDeleteRequest
+	(*ListGroupsRequest)(nil),              // 11: sluice.group.v1.ListGroupsRequest
+	(*DescribeGroupsRequest)(nil),          // 12: sluice.group.v1.DescribeGroupsRequest
+	(*DeleteGroupsRequest)(nil),            // 13: sluice.group.v1.DeleteGroupsRequest
+	(*FindCoordinatorResponse)(nil),        // 14: sluice.group.v1.FindCoordinatorResponse
+	(*JoinGroupResponse)(nil),              // 15: sluice.group.v1.JoinGroupResponse
+	(*SyncGroupResponse)(nil),              // 16: sluice.group.v1.SyncGroupResponse
+	(*HeartbeatResponse)(nil),              // 17: sluice.group.v1.HeartbeatResponse
+	(*LeaveGroupResponse)(nil),             // 18: sluice.group.v1.LeaveGroupResponse
+	(*ConsumerGroupHeartbeatResponse)(nil), // 19: sluice.group.v1.ConsumerGroupHeartbeatResponse
+	(*OffsetCommitResponse)(nil),           // 20: sluice.group.v1.OffsetCommitResponse
+	(*TxnOffsetCommitResponse)(nil),        // 21: sluice.group.v1.TxnOffsetCommitResponse
+	(*WriteTxnMarkersResponse)(nil),        // 22: sluice.group.v1.WriteTxnMarkersResponse
+	(*OffsetFetchResponse)(nil),            // 23: sluice.group.v1.OffsetFetchResponse
+	(*OffsetDeleteResponse)(nil),           // 24: sluice.group.v1.OffsetDeleteResponse
+	(*ListGroupsResponse)(nil),             // 25: sluice.group.v1.ListGroupsResponse
+	(*DescribeGroupsResponse)(nil),         // 26: sluice.group.v1.DescribeGroupsResponse
+	(*DeleteGroupsResponse)(nil),           // 27: sluice.group.v1.DeleteGroupsResponse
 }
 var file_sluice_group_v1_service_proto_depIdxs = []int32{
 	0,  // 0: sluice.group.v1.GroupCoordinatorService.FindCoordinator:input_type -> sluice.group.v1.FindCoordinatorRequest
@@ -83,26 +87,28 @@ var file_sluice_group_v1_service_proto_depIdxs = []int32{
 	5,  // 5: sluice.group.v1.GroupCoordinatorService.ConsumerGroupHeartbeat:input_type -> sluice.group.v1.ConsumerGroupHeartbeatRequest
 	6,  // 6: sluice.group.v1.GroupCoordinatorService.OffsetCommit:input_type -> sluice.group.v1.OffsetCommitRequest
 	7,  // 7: sluice.group.v1.GroupCoordinatorService.TxnOffsetCommit:input_type -> sluice.group.v1.TxnOffsetCommitRequest
-	8,  // 8: sluice.group.v1.GroupCoordinatorService.OffsetFetch:input_type -> sluice.group.v1.OffsetFetchRequest
-	9,  // 9: sluice.group.v1.GroupCoordinatorService.OffsetDelete:input_type -> sluice.group.v1.OffsetDeleteRequest
-	10, // 10: sluice.group.v1.GroupCoordinatorService.ListGroups:input_type -> sluice.group.v1.ListGroupsRequest
-	11, // 11: sluice.group.v1.GroupCoordinatorService.DescribeGroups:input_type -> sluice.group.v1.DescribeGroupsRequest
-	12, // 12: sluice.group.v1.GroupCoordinatorService.DeleteGroups:input_type -> sluice.group.v1.DeleteGroupsRequest
-	13, // 13: sluice.group.v1.GroupCoordinatorService.FindCoordinator:output_type -> sluice.group.v1.FindCoordinatorResponse
-	14, // 14: sluice.group.v1.GroupCoordinatorService.JoinGroup:output_type -> sluice.group.v1.JoinGroupResponse
-	15, // 15: sluice.group.v1.GroupCoordinatorService.SyncGroup:output_type -> sluice.group.v1.SyncGroupResponse
-	16, // 16: sluice.group.v1.GroupCoordinatorService.Heartbeat:output_type -> sluice.group.v1.HeartbeatResponse
-	17, // 17: sluice.group.v1.GroupCoordinatorService.LeaveGroup:output_type -> sluice.group.v1.LeaveGroupResponse
-	18, // 18: sluice.group.v1.GroupCoordinatorService.ConsumerGroupHeartbeat:output_type -> sluice.group.v1.ConsumerGroupHeartbeatResponse
-	19, // 19: sluice.group.v1.GroupCoordinatorService.OffsetCommit:output_type -> sluice.group.v1.OffsetCommitResponse
-	20, // 20: sluice.group.v1.GroupCoordinatorService.TxnOffsetCommit:output_type -> sluice.group.v1.TxnOffsetCommitResponse
-	21, // 21: sluice.group.v1.GroupCoordinatorService.OffsetFetch:output_type -> sluice.group.v1.OffsetFetchResponse
-	22, // 22: sluice.group.v1.GroupCoordinatorService.OffsetDelete:output_type -> sluice.group.v1.OffsetDeleteResponse
-	23, // 23: sluice.group.v1.GroupCoordinatorService.ListGroups:output_type -> sluice.group.v1.ListGroupsResponse
-	24, // 24: sluice.group.v1.GroupCoordinatorService.DescribeGroups:output_type -> sluice.group.v1.DescribeGroupsResponse
-	25, // 25: sluice.group.v1.GroupCoordinatorService.DeleteGroups:output_type -> sluice.group.v1.DeleteGroupsResponse
-	13, // [13:26] is the sub-list for method output_type
-	0,  // [0:13] is the sub-list for method input_type
+	8,  // 8: sluice.group.v1.GroupCoordinatorService.WriteTxnMarkers:input_type -> sluice.group.v1.WriteTxnMarkersRequest
+	9,  // 9: sluice.group.v1.GroupCoordinatorService.OffsetFetch:input_type -> sluice.group.v1.OffsetFetchRequest
+	10, // 10: sluice.group.v1.GroupCoordinatorService.OffsetDelete:input_type -> sluice.group.v1.OffsetDeleteRequest
+	11, // 11: sluice.group.v1.GroupCoordinatorService.ListGroups:input_type -> sluice.group.v1.ListGroupsRequest
+	12, // 12: sluice.group.v1.GroupCoordinatorService.DescribeGroups:input_type -> sluice.group.v1.DescribeGroupsRequest
+	13, // 13: sluice.group.v1.GroupCoordinatorService.DeleteGroups:input_type -> sluice.group.v1.DeleteGroupsRequest
+	14, // 14: sluice.group.v1.GroupCoordinatorService.FindCoordinator:output_type -> sluice.group.v1.FindCoordinatorResponse
+	15, // 15: sluice.group.v1.GroupCoordinatorService.JoinGroup:output_type -> sluice.group.v1.JoinGroupResponse
+	16, // 16: sluice.group.v1.GroupCoordinatorService.SyncGroup:output_type -> sluice.group.v1.SyncGroupResponse
+	17, // 17: sluice.group.v1.GroupCoordinatorService.Heartbeat:output_type -> sluice.group.v1.HeartbeatResponse
+	18, // 18: sluice.group.v1.GroupCoordinatorService.LeaveGroup:output_type -> sluice.group.v1.LeaveGroupResponse
+	19, // 19: sluice.group.v1.GroupCoordinatorService.ConsumerGroupHeartbeat:output_type -> sluice.group.v1.ConsumerGroupHeartbeatResponse
+	20, // 20: sluice.group.v1.GroupCoordinatorService.OffsetCommit:output_type -> sluice.group.v1.OffsetCommitResponse
+	21, // 21: sluice.group.v1.GroupCoordinatorService.TxnOffsetCommit:output_type -> sluice.group.v1.TxnOffsetCommitResponse
+	22, // 22: sluice.group.v1.GroupCoordinatorService.WriteTxnMarkers:output_type -> sluice.group.v1.WriteTxnMarkersResponse
+	23, // 23: sluice.group.v1.GroupCoordinatorService.OffsetFetch:output_type -> sluice.group.v1.OffsetFetchResponse
+	24, // 24: sluice.group.v1.GroupCoordinatorService.OffsetDelete:output_type -> sluice.group.v1.OffsetDeleteResponse
+	25, // 25: sluice.group.v1.GroupCoordinatorService.ListGroups:output_type -> sluice.group.v1.ListGroupsResponse
+	26, // 26: sluice.group.v1.GroupCoordinatorService.DescribeGroups:output_type -> sluice.group.v1.DescribeGroupsResponse
+	27, // 27: sluice.group.v1.GroupCoordinatorService.DeleteGroups:output_type -> sluice.group.v1.DeleteGroupsResponse
+	14, // [14:28] is the sub-list for method output_type
+	0,  // [0:14] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name

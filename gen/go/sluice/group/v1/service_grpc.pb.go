@@ -30,6 +30,7 @@ const (
 	GroupCoordinatorService_ConsumerGroupHeartbeat_FullMethodName = "/sluice.group.v1.GroupCoordinatorService/ConsumerGroupHeartbeat"
 	GroupCoordinatorService_OffsetCommit_FullMethodName           = "/sluice.group.v1.GroupCoordinatorService/OffsetCommit"
 	GroupCoordinatorService_TxnOffsetCommit_FullMethodName        = "/sluice.group.v1.GroupCoordinatorService/TxnOffsetCommit"
+	GroupCoordinatorService_WriteTxnMarkers_FullMethodName        = "/sluice.group.v1.GroupCoordinatorService/WriteTxnMarkers"
 	GroupCoordinatorService_OffsetFetch_FullMethodName            = "/sluice.group.v1.GroupCoordinatorService/OffsetFetch"
 	GroupCoordinatorService_OffsetDelete_FullMethodName           = "/sluice.group.v1.GroupCoordinatorService/OffsetDelete"
 	GroupCoordinatorService_ListGroups_FullMethodName             = "/sluice.group.v1.GroupCoordinatorService/ListGroups"
@@ -75,9 +76,24 @@ type GroupCoordinatorServiceClient interface {
 	// member's generation (classic) or member epoch (consumer protocol) and is
 	// fenced when stale.
 	OffsetCommit(ctx context.Context, in *OffsetCommitRequest, opts ...grpc.CallOption) (*OffsetCommitResponse, error)
-	// TxnOffsetCommit commits offsets as part of a transaction; they become
-	// visible when the transaction commits.
+	// TxnOffsetCommit commits offsets as part of a transaction (the
+	// transactional producer's sendOffsetsToTransaction, after
+	// AddOffsetsToTxn). The offsets are written to the group's partition of
+	// __consumer_offsets as a transactional batch of the producer, and stay
+	// pending, invisible to OffsetFetch, until the transaction's COMMIT
+	// marker makes them the committed offsets; an ABORT marker drops them.
+	// The commit is fenced like OffsetCommit by the member's generation
+	// (classic) or member epoch (consumer protocol) when a member id or
+	// generation is given (KIP-447); generation -1 with no member id commits
+	// without a member check.
 	TxnOffsetCommit(ctx context.Context, in *TxnOffsetCommitRequest, opts ...grpc.CallOption) (*TxnOffsetCommitResponse, error)
+	// WriteTxnMarkers ends transactions on partitions of __consumer_offsets
+	// that this node coordinates: storage nodes forward to it the markers
+	// the transaction coordinator asks them to write there. The coordinator
+	// appends each COMMIT or ABORT control batch through its own fenced
+	// writer and, once it is acknowledged by every in-sync replica, makes the
+	// producer's pending offsets committed or drops them, then answers.
+	WriteTxnMarkers(ctx context.Context, in *WriteTxnMarkersRequest, opts ...grpc.CallOption) (*WriteTxnMarkersResponse, error)
 	// OffsetFetch returns a group's committed offsets.
 	OffsetFetch(ctx context.Context, in *OffsetFetchRequest, opts ...grpc.CallOption) (*OffsetFetchResponse, error)
 	// OffsetDelete removes committed offsets of partitions the group no longer
@@ -179,6 +195,16 @@ func (c *groupCoordinatorServiceClient) TxnOffsetCommit(ctx context.Context, in 
 	return out, nil
 }
 
+func (c *groupCoordinatorServiceClient) WriteTxnMarkers(ctx context.Context, in *WriteTxnMarkersRequest, opts ...grpc.CallOption) (*WriteTxnMarkersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WriteTxnMarkersResponse)
+	err := c.cc.Invoke(ctx, GroupCoordinatorService_WriteTxnMarkers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *groupCoordinatorServiceClient) OffsetFetch(ctx context.Context, in *OffsetFetchRequest, opts ...grpc.CallOption) (*OffsetFetchResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(OffsetFetchResponse)
@@ -267,9 +293,24 @@ type GroupCoordinatorServiceServer interface {
 	// member's generation (classic) or member epoch (consumer protocol) and is
 	// fenced when stale.
 	OffsetCommit(context.Context, *OffsetCommitRequest) (*OffsetCommitResponse, error)
-	// TxnOffsetCommit commits offsets as part of a transaction; they become
-	// visible when the transaction commits.
+	// TxnOffsetCommit commits offsets as part of a transaction (the
+	// transactional producer's sendOffsetsToTransaction, after
+	// AddOffsetsToTxn). The offsets are written to the group's partition of
+	// __consumer_offsets as a transactional batch of the producer, and stay
+	// pending, invisible to OffsetFetch, until the transaction's COMMIT
+	// marker makes them the committed offsets; an ABORT marker drops them.
+	// The commit is fenced like OffsetCommit by the member's generation
+	// (classic) or member epoch (consumer protocol) when a member id or
+	// generation is given (KIP-447); generation -1 with no member id commits
+	// without a member check.
 	TxnOffsetCommit(context.Context, *TxnOffsetCommitRequest) (*TxnOffsetCommitResponse, error)
+	// WriteTxnMarkers ends transactions on partitions of __consumer_offsets
+	// that this node coordinates: storage nodes forward to it the markers
+	// the transaction coordinator asks them to write there. The coordinator
+	// appends each COMMIT or ABORT control batch through its own fenced
+	// writer and, once it is acknowledged by every in-sync replica, makes the
+	// producer's pending offsets committed or drops them, then answers.
+	WriteTxnMarkers(context.Context, *WriteTxnMarkersRequest) (*WriteTxnMarkersResponse, error)
 	// OffsetFetch returns a group's committed offsets.
 	OffsetFetch(context.Context, *OffsetFetchRequest) (*OffsetFetchResponse, error)
 	// OffsetDelete removes committed offsets of partitions the group no longer
@@ -314,6 +355,9 @@ func (UnimplementedGroupCoordinatorServiceServer) OffsetCommit(context.Context, 
 }
 func (UnimplementedGroupCoordinatorServiceServer) TxnOffsetCommit(context.Context, *TxnOffsetCommitRequest) (*TxnOffsetCommitResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TxnOffsetCommit not implemented")
+}
+func (UnimplementedGroupCoordinatorServiceServer) WriteTxnMarkers(context.Context, *WriteTxnMarkersRequest) (*WriteTxnMarkersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WriteTxnMarkers not implemented")
 }
 func (UnimplementedGroupCoordinatorServiceServer) OffsetFetch(context.Context, *OffsetFetchRequest) (*OffsetFetchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method OffsetFetch not implemented")
@@ -496,6 +540,24 @@ func _GroupCoordinatorService_TxnOffsetCommit_Handler(srv interface{}, ctx conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _GroupCoordinatorService_WriteTxnMarkers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WriteTxnMarkersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GroupCoordinatorServiceServer).WriteTxnMarkers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GroupCoordinatorService_WriteTxnMarkers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GroupCoordinatorServiceServer).WriteTxnMarkers(ctx, req.(*WriteTxnMarkersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _GroupCoordinatorService_OffsetFetch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(OffsetFetchRequest)
 	if err := dec(in); err != nil {
@@ -624,6 +686,10 @@ var GroupCoordinatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TxnOffsetCommit",
 			Handler:    _GroupCoordinatorService_TxnOffsetCommit_Handler,
+		},
+		{
+			MethodName: "WriteTxnMarkers",
+			Handler:    _GroupCoordinatorService_WriteTxnMarkers_Handler,
 		},
 		{
 			MethodName: "OffsetFetch",
