@@ -72,7 +72,7 @@ func newRoot() (*cobra.Command, *globals) {
 	root.PersistentFlags().DurationVar(&g.timeout, "request-timeout", 30*time.Second,
 		"How long a call to the cluster may take, retries included (default.api.timeout.ms); when it ends, the last error the cluster answered with is shown.")
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "text", "Output format: text or json.")
-	root.AddCommand(newClusterCmd(g), newTopicCmd(g), newPartitionCmd(g), newProduceCmd(g), newConsumeCmd(g), newGroupCmd(g), newDevCmd(g), newPerfCmd(g))
+	root.AddCommand(newClusterCmd(g), newTopicCmd(g), newPartitionCmd(g), newProduceCmd(g), newConsumeCmd(g), newGroupCmd(g), newTxnCmd(g), newProducersCmd(g), newDevCmd(g), newPerfCmd(g))
 	return root, g
 }
 
