@@ -158,6 +158,19 @@ func TestValidHistories(t *testing.T) {
 			},
 		},
 		{
+			name: "consumer reassigned a partition after others had it",
+			h: History{
+				Txns: []Txn{commitOK(1, ack(0, "a", 0)), commitOK(1, ack(0, "b", 2)), commitOK(1, ack(0, "c", 4))},
+				Polls: []Poll{
+					seek(rc(10, rd(0, 0, "a")), pos(0, 0)),
+					seek(rc(11, rd(0, 2, "b")), pos(0, 2)),
+					// Back at 4, from the group's committed offset it did not
+					// know: b is not its to have read.
+					seek(rc(10, rd(0, 4, "c")), pos(0, NoOffset)),
+				},
+			},
+		},
+		{
 			name: "seek back and read again",
 			h: History{
 				Txns: []Txn{commitOK(1, ack(0, "a", 0)), commitOK(1, ack(0, "b", 2))},
@@ -195,7 +208,7 @@ func TestValidHistories(t *testing.T) {
 		{
 			name: "exactly-once copy",
 			h: History{
-				Copies: []Copy{{Input: []string{"0", "1", "2"}, Output: "out",
+				Copies: []Copy{{Input: Numbered(3), Output: "out",
 					Map: func(s string) string { return strings.TrimPrefix(s, "copy-") }}},
 				Polls: []Poll{
 					{Process: 10, Isolation: ReadCommitted, Reads: []Read{
@@ -306,6 +319,15 @@ func TestAnomalies(t *testing.T) {
 				Polls: []Poll{ends(rc(10, rd(0, 0, "a")), pos(0, 4))},
 			},
 			want: map[Kind]int{LostWrite: 1},
+		},
+		{
+			name: "lost write between a reported position and the next read",
+			h: History{
+				Txns:  []Txn{commitOK(1, ack(0, "a", 3)), commitOK(1, ack(0, "b", 5))},
+				Polls: []Poll{ends(rc(10), pos(0, 2)), rc(10, rd(0, 5, "b"))},
+			},
+			want:  map[Kind]int{LostWrite: 1},
+			check: func(t *testing.T, a Anomaly) { require.Equal(t, "a", a.Value) },
 		},
 		{
 			name: "lost write of an unacknowledged value found by a final read",
