@@ -321,6 +321,14 @@ func TestAnomalies(t *testing.T) {
 			want: map[Kind]int{LostWrite: 1},
 		},
 		{
+			name: "lost write just below a reported position",
+			h: History{
+				Txns:  []Txn{commitOK(1, ack(0, "a", 0)), commitOK(2, ack(0, "b", 2))},
+				Polls: []Poll{ends(rc(10, rd(0, 0, "a")), pos(0, 3))},
+			},
+			want: map[Kind]int{LostWrite: 1},
+		},
+		{
 			name: "lost write between a reported position and the next read",
 			h: History{
 				Txns:  []Txn{commitOK(1, ack(0, "a", 3)), commitOK(1, ack(0, "b", 5))},
