@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
 	txnv1 "github.com/sluice-io/sluice/gen/go/sluice/txn/v1"
@@ -18,6 +19,7 @@ import (
 	"github.com/sluice-io/sluice/libs/client"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/client/record"
+	"github.com/sluice-io/sluice/libs/coordinator"
 	"github.com/sluice-io/sluice/libs/devcluster"
 )
 
@@ -276,4 +278,70 @@ func TestHangingTransactionIsAbortedAfterItsTimeout(t *testing.T) {
 	// The producer that hung is fenced.
 	_, _, err = cl.EndTxn(ctx, tid, pid, epoch, true)
 	require.Equal(t, errs.ProducerFenced, errs.CodeOf(err), "got %v", err)
+}
+
+// A coordinator that dies after a commit is decided but before its markers
+// are written (the data partitions' leader is paused, so no marker can be)
+// leaves the transaction in PrepareCommit; the coordinator that takes
+// __transaction_state's partition over replays it and, once the leader is
+// back, writes the markers and completes the commit: read_committed readers
+// then see the transaction, whole.
+func TestCoordinatorCrashBetweenPrepareAndMarkers(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{StorageNodes: 2, TransactionCoordinators: 2,
+		ExtraArgs: []string{"--group.transaction-state-topic-replication-factor=1"}})
+	cl := cluster.Client(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	s1, s2 := c.StorageNodes()[0], c.StorageNodes()[1]
+	const topic = "txn-resume"
+	resp, err := cl.CreateTopics(ctx, &controllerv1.CreateTopicsRequest{Topics: []*controllerv1.TopicSpec{{Name: topic,
+		Assignments: []*controllerv1.ReplicaAssignment{{Partition: 0, Replicas: []int32{s2.NodeID}}, {Partition: 1, Replicas: []int32{s2.NodeID}}}}}})
+	require.NoError(t, err)
+	require.Nil(t, resp.GetResults()[0].GetError())
+
+	// The first lookup creates __transaction_state; then pick an id whose
+	// partition lives on storage-1, away from the data.
+	_, _, err = cl.InitProducerID(ctx, "probe", time.Minute, -1, -1)
+	require.NoError(t, err)
+	md, err := cl.Metadata(ctx, "__transaction_state")
+	require.NoError(t, err)
+	parts := md.GetTopics()[0].GetPartitions()
+	tid := ""
+	for i := 0; tid == "" && i < 1000; i++ {
+		cand := fmt.Sprintf("resume-%d", i)
+		if parts[coordinator.PartitionFor(cand, int32(len(parts)))].GetLeaderId() == s1.NodeID {
+			tid = cand
+		}
+	}
+	require.NotEmpty(t, tid)
+
+	conn, err := grpc.NewClient(s2.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	pid, epoch, err := cl.InitProducerID(ctx, tid, time.Minute, -1, -1)
+	require.NoError(t, err)
+	p := &txnProducer{t: t, sc: storagev1.NewStorageServiceClient(conn), tid: tid, pid: pid, epoch: epoch, seq: map[int32]int32{}}
+	require.NoError(t, cl.AddPartitionsToTxn(ctx, tid, pid, epoch, []client.TopicPartition{{Topic: topic, Partition: 0}, {Topic: topic, Partition: 1}}))
+	p.produce(ctx, topic, 0, txnValues("r0", 6)...)
+	p.produce(ctx, topic, 1, txnValues("r1", 6)...)
+
+	coord := coordinatorProcess(t, c, s1.Addr, tid)
+	require.NoError(t, s2.Pause())
+	_, nepoch, err := cl.EndTxn(ctx, tid, pid, epoch, true)
+	require.NoError(t, err)
+	desc, err := describeTxn(ctx, coord.Addr, tid)
+	require.NoError(t, err)
+	require.Equal(t, txnv1.TransactionState_TRANSACTION_STATE_PREPARE_COMMIT, desc.GetState(), "no marker can be written while the leader is paused")
+	require.NoError(t, coord.Kill())
+	require.NoError(t, s2.Resume())
+
+	require.Eventually(t, func() bool {
+		desc, err = describeTxn(ctx, coordinatorProcess(t, c, s1.Addr, tid).Addr, tid)
+		return err == nil && desc.GetState() == txnv1.TransactionState_TRANSACTION_STATE_COMPLETE_COMMIT
+	}, 2*time.Minute, 250*time.Millisecond, "the next coordinator completes the commit")
+	require.Equal(t, int32(nepoch), desc.GetProducerEpoch())
+	want := append(txnValues("r0", 6), txnValues("r1", 6)...)
+	sort.Strings(want)
+	require.Equal(t, want, txnReadAll(t, cl, topic, true, 12, 60*time.Second))
+	require.NoError(t, coord.Start())
 }
