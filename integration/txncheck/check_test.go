@@ -1,6 +1,7 @@
 package txncheck
 
 import (
+	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
@@ -609,6 +610,23 @@ func TestStringBounded(t *testing.T) {
 	require.Contains(t, s, "copy-missing: 1000")
 	require.Contains(t, s, "... 995 more")
 	require.Less(t, len(s), 2000)
+}
+
+// TestHistoryJSON checks that a history survives a JSON round trip, so a
+// failing run can save it and the checker can be run on it again.
+func TestHistoryJSON(t *testing.T) {
+	h := simulate(7, smallSim, halfApply).h
+	h.Copies = []Copy{{Input: Numbered(2), Output: "out", Map: strings.TrimSpace}}
+	b, err := json.Marshal(h)
+	require.NoError(t, err)
+	var back History
+	require.NoError(t, json.Unmarshal(b, &back))
+	want, err := Check(h)
+	require.NoError(t, err)
+	got, err := Check(back)
+	require.NoError(t, err)
+	require.Equal(t, want.String(), got.String())
+	require.NotEmpty(t, got.Of(TornTxn))
 }
 
 func TestRecorder(t *testing.T) {

@@ -168,8 +168,9 @@ type Copy struct {
 	Input  []string
 	Output string
 	// Map turns an output value into the input value it copies; nil is the
-	// identity.
-	Map func(output string) string
+	// identity. It is left out of JSON, so a history can be saved with a
+	// failing test's log.
+	Map func(output string) string `json:"-"`
 }
 
 // Numbered returns the values "0" to "n-1": the input of a copy whose input
