@@ -123,6 +123,16 @@ func txnRow(id string, producerID int64, state txnv1.TransactionState, d *txnv1.
 	return r
 }
 
+// txnOpen says whether a transaction in state s is open or ending.
+func txnOpen(s txnv1.TransactionState) bool {
+	switch s {
+	case txnv1.TransactionState_TRANSACTION_STATE_ONGOING, txnv1.TransactionState_TRANSACTION_STATE_PREPARE_COMMIT,
+		txnv1.TransactionState_TRANSACTION_STATE_PREPARE_ABORT, txnv1.TransactionState_TRANSACTION_STATE_PREPARE_EPOCH_FENCE:
+		return true
+	}
+	return false
+}
+
 func tpText(tp *commonv1.TopicPartition) string {
 	return fmt.Sprintf("%s-%d", tp.GetTopic(), tp.GetPartition())
 }
@@ -154,8 +164,8 @@ func newTxnListCmd(g *globals) *cobra.Command {
 		Use:   "list",
 		Short: "List transactional ids with their producer id, state, age and partitions",
 		Long: `List the transactional ids every transaction coordinator knows, with their
-producer id and state, and for an open transaction how long it has been open
-and its partitions (from each id's coordinator).
+producer id and state, and for an open or ending transaction how long it has
+been open and its partitions (from each id's coordinator).
 
   sluice txn list
   sluice txn list --state Ongoing --min-duration 5m`,
@@ -178,21 +188,25 @@ and its partitions (from each id's coordinator).
 			if lerr != nil && len(list) == 0 {
 				return errors.New(errText(lerr))
 			}
-			ids := make([]string, len(list))
-			for i, l := range list {
-				ids[i] = l.GetTransactionalId()
+			// Only open transactions have an age and partitions worth a
+			// call to their coordinator; a cluster may hold many ids at rest.
+			var ids []string
+			for _, l := range list {
+				if txnOpen(l.GetState()) {
+					ids = append(ids, l.GetTransactionalId())
+				}
 			}
 			// A description that fails leaves its row with what the
 			// listing said; its error is in the JSON output.
 			descs, _ := c.DescribeTransactions(ctx, ids...)
+			byID := map[string]*txnv1.TransactionDescription{}
+			for _, d := range descs {
+				byID[d.GetTransactionalId()] = d
+			}
 			now := time.Now()
 			rows := make([]txnJSON, len(list))
 			for i, l := range list {
-				var d *txnv1.TransactionDescription
-				if i < len(descs) {
-					d = descs[i]
-				}
-				rows[i] = txnRow(l.GetTransactionalId(), l.GetProducerId(), l.GetState(), d, now)
+				rows[i] = txnRow(l.GetTransactionalId(), l.GetProducerId(), l.GetState(), byID[l.GetTransactionalId()], now)
 			}
 			if err := printTxnRows(g, cmd.OutOrStdout(), rows, false); err != nil {
 				return err
