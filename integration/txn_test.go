@@ -345,3 +345,61 @@ func TestCoordinatorCrashBetweenPrepareAndMarkers(t *testing.T) {
 	require.Equal(t, want, txnReadAll(t, cl, topic, true, 12, 60*time.Second))
 	require.NoError(t, coord.Start())
 }
+
+// KIP-890 on real processes: a batch of a transaction that already ended
+// (held back in the network, say) arrives after the producer's next
+// transaction began on the same partition. The leader's check with the
+// coordinator refuses it (the epoch moved on), so it neither joins the
+// next transaction nor becomes visible; a late EndTxn of the first
+// transaction does not end the second.
+func TestLateWritesOfAnEndedTransactionAreRefused(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{StorageNodes: 1})
+	cl := cluster.Client(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const topic = "txn-late"
+	_, err := cl.CreateTopic(ctx, topic, 2, 1, nil)
+	require.NoError(t, err)
+	conn, err := grpc.NewClient(c.StorageNodes()[0].Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	sc := storagev1.NewStorageServiceClient(conn)
+
+	const tid = "late"
+	pid, epoch, err := cl.InitProducerID(ctx, tid, time.Minute, -1, -1)
+	require.NoError(t, err)
+	tps := []client.TopicPartition{{Topic: topic, Partition: 0}}
+	first := &txnProducer{t: t, sc: sc, tid: tid, pid: pid, epoch: epoch, seq: map[int32]int32{}}
+	require.NoError(t, cl.AddPartitionsToTxn(ctx, tid, pid, epoch, tps))
+	first.produce(ctx, topic, 0, txnValues("t1", 3)...)
+	_, next, err := cl.EndTxn(ctx, tid, pid, epoch, true)
+	require.NoError(t, err)
+
+	second := &txnProducer{t: t, sc: sc, tid: tid, pid: pid, epoch: next, seq: map[int32]int32{}}
+	require.NoError(t, cl.AddPartitionsToTxn(ctx, tid, pid, next, tps))
+	second.produce(ctx, topic, 0, txnValues("t2", 3)...)
+
+	// The late batch of the first transaction.
+	b := record.NewBuilder(record.CodecNone)
+	b.SetProducer(pid, epoch, first.seq[0])
+	b.SetTransactional(true)
+	require.NoError(t, b.AppendKV(time.Now().UnixMilli(), nil, []byte("late-t1")))
+	batch, err := b.Build()
+	require.NoError(t, err)
+	resp, err := sc.Produce(ctx, &storagev1.ProduceRequest{Acks: storagev1.Acks_ACKS_ALL, TimeoutMs: 10000, TransactionalId: tid,
+		Partitions: []*storagev1.ProducePartition{{Topic: topic, Partition: 0, Data: &storagev1.ProducePartition_Batches{Batches: batch}}}})
+	require.NoError(t, err)
+	lateErr := errs.FromProto(resp.GetResults()[0].GetError())
+	require.NotNil(t, lateErr, "the late batch was appended")
+	require.Contains(t, []errs.Code{errs.InvalidProducerEpoch, errs.ProducerFenced, errs.InvalidTxnState}, lateErr.Code, "got %v", lateErr)
+	t.Logf("the late batch: %v", lateErr)
+
+	// A late EndTxn(abort) of the first transaction leaves the second open.
+	_, _, err = cl.EndTxn(ctx, tid, pid, epoch, false)
+	require.Error(t, err)
+	_, _, err = cl.EndTxn(ctx, tid, pid, next, true)
+	require.NoError(t, err)
+	want := append(txnValues("t1", 3), txnValues("t2", 3)...)
+	require.Equal(t, want, txnReadAll(t, cl, topic, true, 6, 30*time.Second))
+	require.Equal(t, want, txnReadAll(t, cl, topic, false, 7, 3*time.Second), "nothing late was appended")
+}
