@@ -21,7 +21,7 @@ import (
 // Kafka's offset layouts. Once acknowledged they are pending: held per
 // producer id, invisible to OffsetFetch. The transaction coordinator ends
 // the transaction with a marker that the partition's storage leader
-// forwards here (WriteTxnMarkers); the shard writes the control batch
+// forwards here (WriteTxnOffsetMarkers); the shard writes the control batch
 // itself, in log order with its other writes, and once it is acknowledged a
 // COMMIT makes the producer's pending offsets committed and an ABORT drops
 // them. Replay does the same from the log: transactional offset records
@@ -325,7 +325,7 @@ func (s *shard) validateTxnCommitLocked(g *group, req *groupv1.TxnOffsetCommitRe
 	return nil, e
 }
 
-// WriteTxnMarkers writes transaction markers to partitions of the offsets
+// WriteTxnOffsetMarkers writes transaction markers to partitions of the offsets
 // topic this node coordinates (storage nodes forward them here; see the
 // comment at the top of this file). Each partition is answered on its own:
 // NOT_COORDINATOR with a hint, or COORDINATOR_LOAD_IN_PROGRESS, when this
@@ -334,8 +334,8 @@ func (s *shard) validateTxnCommitLocked(g *group, req *groupv1.TxnOffsetCommitRe
 // append otherwise (its refusals of an older producer or coordinator epoch
 // included). A marker for a producer with nothing pending is written all
 // the same: it ends the producer's transaction on the partition's log.
-func (r *GroupCoordinator) WriteTxnMarkers(ctx context.Context, req *groupv1.WriteTxnMarkersRequest) (*groupv1.WriteTxnMarkersResponse, error) {
-	out := &groupv1.WriteTxnMarkersResponse{}
+func (r *GroupCoordinator) WriteTxnOffsetMarkers(ctx context.Context, req *groupv1.WriteTxnOffsetMarkersRequest) (*groupv1.WriteTxnOffsetMarkersResponse, error) {
+	out := &groupv1.WriteTxnOffsetMarkersResponse{}
 	type wait struct {
 		res  *storagev1.TxnMarkerResult
 		done <-chan *errs.Error

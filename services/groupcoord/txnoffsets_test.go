@@ -104,7 +104,7 @@ func codeOf(e *edpb.Error) errs.Code {
 // topic and returns the partition's error code.
 func (h *txnHarness) marker(pid int64, epoch int32, commit bool) errs.Code {
 	h.t.Helper()
-	resp, err := h.c.WriteTxnMarkers(h.ctx, &groupv1.WriteTxnMarkersRequest{Markers: []*storagev1.TxnMarker{{
+	resp, err := h.c.WriteTxnOffsetMarkers(h.ctx, &groupv1.WriteTxnOffsetMarkersRequest{Markers: []*storagev1.TxnMarker{{
 		ProducerId: pid, ProducerEpoch: epoch, Committed: commit, CoordinatorEpoch: 1,
 		Partitions: []*commonv1.TopicPartition{{Topic: OffsetsTopic, Partition: 0}},
 	}}})
@@ -399,14 +399,14 @@ func TestTxnOffsetCommitBadInput(t *testing.T) {
 	require.Equal(t, []errs.Code{0}, h.commit(txnReq(1, 3, "g", map[int32]int64{0: 1})), "the producer's next transaction")
 
 	// Markers only for partitions of the offsets topic this node has.
-	mresp, err := h.c.WriteTxnMarkers(h.ctx, &groupv1.WriteTxnMarkersRequest{Markers: []*storagev1.TxnMarker{{
+	mresp, err := h.c.WriteTxnOffsetMarkers(h.ctx, &groupv1.WriteTxnOffsetMarkersRequest{Markers: []*storagev1.TxnMarker{{
 		ProducerId: 1, ProducerEpoch: 3, Committed: true,
 		Partitions: []*commonv1.TopicPartition{{Topic: "t", Partition: 0}, {Topic: OffsetsTopic, Partition: 5}},
 	}}})
 	require.NoError(t, err)
 	require.Equal(t, errs.InvalidRequest, codeOf(mresp.GetResults()[0].GetError()))
 	require.Equal(t, errs.UnknownTopicOrPartition, codeOf(mresp.GetResults()[1].GetError()))
-	_, err = h.c.WriteTxnMarkers(h.ctx, &groupv1.WriteTxnMarkersRequest{Markers: []*storagev1.TxnMarker{{ProducerId: 1, ProducerEpoch: 3}}})
+	_, err = h.c.WriteTxnOffsetMarkers(h.ctx, &groupv1.WriteTxnOffsetMarkersRequest{Markers: []*storagev1.TxnMarker{{ProducerId: 1, ProducerEpoch: 3}}})
 	require.Equal(t, errs.InvalidRequest, errs.CodeOf(err), "a marker without partitions")
 }
 

@@ -29,7 +29,7 @@ const markerTimeout = 30 * time.Second
 //
 // Markers for partitions of __consumer_offsets (offsets committed in a
 // transaction) are forwarded to the partition's group coordinator
-// (GroupCoordinatorService.WriteTxnMarkers), which writes them through its
+// (GroupCoordinatorService.WriteTxnOffsetMarkers), which writes them through its
 // own fenced writer and commits or drops the producer's pending offsets
 // once they are acknowledged; its answer is the partition's.
 func (r *StorageNode) WriteTxnMarkers(ctx context.Context, req *storagev1.WriteTxnMarkersRequest) (*storagev1.WriteTxnMarkersResponse, error) {
@@ -122,7 +122,7 @@ func (r *StorageNode) appendMarker(part *replica.Partition, topic string, batch 
 // the results to fill in request order.
 type markerForward struct {
 	addr    string
-	req     *groupv1.WriteTxnMarkersRequest
+	req     *groupv1.WriteTxnOffsetMarkersRequest
 	results []*storagev1.TxnMarkerResult
 	// last is the index of the request marker req's last marker copies.
 	last int
@@ -138,7 +138,7 @@ func (r *StorageNode) forwardMarker(forwards map[int32]*markerForward, i int, m 
 	}
 	f := forwards[c.GetId()]
 	if f == nil {
-		f = &markerForward{addr: img.Address(c.GetId()), req: &groupv1.WriteTxnMarkersRequest{}, last: -1}
+		f = &markerForward{addr: img.Address(c.GetId()), req: &groupv1.WriteTxnOffsetMarkersRequest{}, last: -1}
 		forwards[c.GetId()] = f
 	}
 	if f.last != i {
@@ -165,7 +165,7 @@ func (f *markerForward) send(ctx context.Context, r *StorageNode) {
 		fail(err)
 		return
 	}
-	resp, err := groupv1.NewGroupCoordinatorServiceClient(conn).WriteTxnMarkers(ctx, f.req)
+	resp, err := groupv1.NewGroupCoordinatorServiceClient(conn).WriteTxnOffsetMarkers(ctx, f.req)
 	if err != nil {
 		fail(err)
 		return

@@ -1935,11 +1935,11 @@ func (x *TxnOffsetCommitResponse) GetResults() []*OffsetCommitResult {
 	return nil
 }
 
-// WriteTxnMarkersRequest is the request of
-// GroupCoordinatorService.WriteTxnMarkers: the markers a storage node was
+// WriteTxnOffsetMarkersRequest is the request of
+// GroupCoordinatorService.WriteTxnOffsetMarkers: the markers a storage node was
 // asked to write to partitions of __consumer_offsets, forwarded to the
 // group coordinator that owns them.
-type WriteTxnMarkersRequest struct {
+type WriteTxnOffsetMarkersRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Markers to write. Every partition must be a partition of
 	// __consumer_offsets that the called node coordinates; any other gets
@@ -1949,20 +1949,20 @@ type WriteTxnMarkersRequest struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *WriteTxnMarkersRequest) Reset() {
-	*x = WriteTxnMarkersRequest{}
+func (x *WriteTxnOffsetMarkersRequest) Reset() {
+	*x = WriteTxnOffsetMarkersRequest{}
 	mi := &file_sluice_group_v1_messages_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *WriteTxnMarkersRequest) String() string {
+func (x *WriteTxnOffsetMarkersRequest) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*WriteTxnMarkersRequest) ProtoMessage() {}
+func (*WriteTxnOffsetMarkersRequest) ProtoMessage() {}
 
-func (x *WriteTxnMarkersRequest) ProtoReflect() protoreflect.Message {
+func (x *WriteTxnOffsetMarkersRequest) ProtoReflect() protoreflect.Message {
 	mi := &file_sluice_group_v1_messages_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -1974,21 +1974,21 @@ func (x *WriteTxnMarkersRequest) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use WriteTxnMarkersRequest.ProtoReflect.Descriptor instead.
-func (*WriteTxnMarkersRequest) Descriptor() ([]byte, []int) {
+// Deprecated: Use WriteTxnOffsetMarkersRequest.ProtoReflect.Descriptor instead.
+func (*WriteTxnOffsetMarkersRequest) Descriptor() ([]byte, []int) {
 	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{26}
 }
 
-func (x *WriteTxnMarkersRequest) GetMarkers() []*v11.TxnMarker {
+func (x *WriteTxnOffsetMarkersRequest) GetMarkers() []*v11.TxnMarker {
 	if x != nil {
 		return x.Markers
 	}
 	return nil
 }
 
-// WriteTxnMarkersResponse is the response of
-// GroupCoordinatorService.WriteTxnMarkers.
-type WriteTxnMarkersResponse struct {
+// WriteTxnOffsetMarkersResponse is the response of
+// GroupCoordinatorService.WriteTxnOffsetMarkers.
+type WriteTxnOffsetMarkersResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One result per partition per marker, in request order.
 	Results       []*v11.TxnMarkerResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
@@ -1996,20 +1996,20 @@ type WriteTxnMarkersResponse struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *WriteTxnMarkersResponse) Reset() {
-	*x = WriteTxnMarkersResponse{}
+func (x *WriteTxnOffsetMarkersResponse) Reset() {
+	*x = WriteTxnOffsetMarkersResponse{}
 	mi := &file_sluice_group_v1_messages_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *WriteTxnMarkersResponse) String() string {
+func (x *WriteTxnOffsetMarkersResponse) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*WriteTxnMarkersResponse) ProtoMessage() {}
+func (*WriteTxnOffsetMarkersResponse) ProtoMessage() {}
 
-func (x *WriteTxnMarkersResponse) ProtoReflect() protoreflect.Message {
+func (x *WriteTxnOffsetMarkersResponse) ProtoReflect() protoreflect.Message {
 	mi := &file_sluice_group_v1_messages_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -2021,12 +2021,12 @@ func (x *WriteTxnMarkersResponse) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use WriteTxnMarkersResponse.ProtoReflect.Descriptor instead.
-func (*WriteTxnMarkersResponse) Descriptor() ([]byte, []int) {
+// Deprecated: Use WriteTxnOffsetMarkersResponse.ProtoReflect.Descriptor instead.
+func (*WriteTxnOffsetMarkersResponse) Descriptor() ([]byte, []int) {
 	return file_sluice_group_v1_messages_proto_rawDescGZIP(), []int{27}
 }
 
-func (x *WriteTxnMarkersResponse) GetResults() []*v11.TxnMarkerResult {
+func (x *WriteTxnOffsetMarkersResponse) GetResults() []*v11.TxnMarkerResult {
 	if x != nil {
 		return x.Results
 	}
@@ -3147,10 +3147,10 @@ const file_sluice_group_v1_messages_proto_rawDesc = "" +
 	"partitions\x18\b \x03(\v2&.sluice.group.v1.OffsetCommitPartitionR\n" +
 	"partitions\"X\n" +
 	"\x17TxnOffsetCommitResponse\x12=\n" +
-	"\aresults\x18\x01 \x03(\v2#.sluice.group.v1.OffsetCommitResultR\aresults\"P\n" +
-	"\x16WriteTxnMarkersRequest\x126\n" +
-	"\amarkers\x18\x01 \x03(\v2\x1c.sluice.storage.v1.TxnMarkerR\amarkers\"W\n" +
-	"\x17WriteTxnMarkersResponse\x12<\n" +
+	"\aresults\x18\x01 \x03(\v2#.sluice.group.v1.OffsetCommitResultR\aresults\"V\n" +
+	"\x1cWriteTxnOffsetMarkersRequest\x126\n" +
+	"\amarkers\x18\x01 \x03(\v2\x1c.sluice.storage.v1.TxnMarkerR\amarkers\"]\n" +
+	"\x1dWriteTxnOffsetMarkersResponse\x12<\n" +
 	"\aresults\x18\x01 \x03(\v2\".sluice.storage.v1.TxnMarkerResultR\aresults\"\xd8\x01\n" +
 	"\x12OffsetFetchRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12@\n" +
@@ -3269,8 +3269,8 @@ var file_sluice_group_v1_messages_proto_goTypes = []any{
 	(*OffsetCommitResponse)(nil),           // 24: sluice.group.v1.OffsetCommitResponse
 	(*TxnOffsetCommitRequest)(nil),         // 25: sluice.group.v1.TxnOffsetCommitRequest
 	(*TxnOffsetCommitResponse)(nil),        // 26: sluice.group.v1.TxnOffsetCommitResponse
-	(*WriteTxnMarkersRequest)(nil),         // 27: sluice.group.v1.WriteTxnMarkersRequest
-	(*WriteTxnMarkersResponse)(nil),        // 28: sluice.group.v1.WriteTxnMarkersResponse
+	(*WriteTxnOffsetMarkersRequest)(nil),   // 27: sluice.group.v1.WriteTxnOffsetMarkersRequest
+	(*WriteTxnOffsetMarkersResponse)(nil),  // 28: sluice.group.v1.WriteTxnOffsetMarkersResponse
 	(*OffsetFetchRequest)(nil),             // 29: sluice.group.v1.OffsetFetchRequest
 	(*OffsetFetchPartition)(nil),           // 30: sluice.group.v1.OffsetFetchPartition
 	(*OffsetFetchResponse)(nil),            // 31: sluice.group.v1.OffsetFetchResponse
@@ -3314,8 +3314,8 @@ var file_sluice_group_v1_messages_proto_depIdxs = []int32{
 	23, // 19: sluice.group.v1.OffsetCommitResponse.results:type_name -> sluice.group.v1.OffsetCommitResult
 	21, // 20: sluice.group.v1.TxnOffsetCommitRequest.partitions:type_name -> sluice.group.v1.OffsetCommitPartition
 	23, // 21: sluice.group.v1.TxnOffsetCommitResponse.results:type_name -> sluice.group.v1.OffsetCommitResult
-	45, // 22: sluice.group.v1.WriteTxnMarkersRequest.markers:type_name -> sluice.storage.v1.TxnMarker
-	46, // 23: sluice.group.v1.WriteTxnMarkersResponse.results:type_name -> sluice.storage.v1.TxnMarkerResult
+	45, // 22: sluice.group.v1.WriteTxnOffsetMarkersRequest.markers:type_name -> sluice.storage.v1.TxnMarker
+	46, // 23: sluice.group.v1.WriteTxnOffsetMarkersResponse.results:type_name -> sluice.storage.v1.TxnMarkerResult
 	47, // 24: sluice.group.v1.OffsetFetchRequest.partitions:type_name -> sluice.common.v1.TopicPartition
 	44, // 25: sluice.group.v1.OffsetFetchPartition.error:type_name -> sluice.errordetails.v1.Error
 	44, // 26: sluice.group.v1.OffsetFetchResponse.error:type_name -> sluice.errordetails.v1.Error

@@ -27,7 +27,7 @@ var File_sluice_group_v1_service_proto protoreflect.FileDescriptor
 
 const file_sluice_group_v1_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1dsluice/group/v1/service.proto\x12\x0fsluice.group.v1\x1a\x1esluice/group/v1/messages.proto2\xc4\n" +
+	"\x1dsluice/group/v1/service.proto\x12\x0fsluice.group.v1\x1a\x1esluice/group/v1/messages.proto2\xd6\n" +
 	"\n" +
 	"\x17GroupCoordinatorService\x12d\n" +
 	"\x0fFindCoordinator\x12'.sluice.group.v1.FindCoordinatorRequest\x1a(.sluice.group.v1.FindCoordinatorResponse\x12R\n" +
@@ -38,8 +38,8 @@ const file_sluice_group_v1_service_proto_rawDesc = "" +
 	"LeaveGroup\x12\".sluice.group.v1.LeaveGroupRequest\x1a#.sluice.group.v1.LeaveGroupResponse\x12y\n" +
 	"\x16ConsumerGroupHeartbeat\x12..sluice.group.v1.ConsumerGroupHeartbeatRequest\x1a/.sluice.group.v1.ConsumerGroupHeartbeatResponse\x12[\n" +
 	"\fOffsetCommit\x12$.sluice.group.v1.OffsetCommitRequest\x1a%.sluice.group.v1.OffsetCommitResponse\x12d\n" +
-	"\x0fTxnOffsetCommit\x12'.sluice.group.v1.TxnOffsetCommitRequest\x1a(.sluice.group.v1.TxnOffsetCommitResponse\x12d\n" +
-	"\x0fWriteTxnMarkers\x12'.sluice.group.v1.WriteTxnMarkersRequest\x1a(.sluice.group.v1.WriteTxnMarkersResponse\x12X\n" +
+	"\x0fTxnOffsetCommit\x12'.sluice.group.v1.TxnOffsetCommitRequest\x1a(.sluice.group.v1.TxnOffsetCommitResponse\x12v\n" +
+	"\x15WriteTxnOffsetMarkers\x12-.sluice.group.v1.WriteTxnOffsetMarkersRequest\x1a..sluice.group.v1.WriteTxnOffsetMarkersResponse\x12X\n" +
 	"\vOffsetFetch\x12#.sluice.group.v1.OffsetFetchRequest\x1a$.sluice.group.v1.OffsetFetchResponse\x12[\n" +
 	"\fOffsetDelete\x12$.sluice.group.v1.OffsetDeleteRequest\x1a%.sluice.group.v1.OffsetDeleteResponse\x12U\n" +
 	"\n" +
@@ -57,7 +57,7 @@ var file_sluice_group_v1_service_proto_goTypes = []any{
 	(*ConsumerGroupHeartbeatRequest)(nil),  // 5: sluice.group.v1.ConsumerGroupHeartbeatRequest
 	(*OffsetCommitRequest)(nil),            // 6: sluice.group.v1.OffsetCommitRequest
 	(*TxnOffsetCommitRequest)(nil),         // 7: sluice.group.v1.TxnOffsetCommitRequest
-	(*WriteTxnMarkersRequest)(nil),         // 8: sluice.group.v1.WriteTxnMarkersRequest
+	(*WriteTxnOffsetMarkersRequest)(nil),   // 8: sluice.group.v1.WriteTxnOffsetMarkersRequest
 	(*OffsetFetchRequest)(nil),             // 9: sluice.group.v1.OffsetFetchRequest
 	(*OffsetDeleteRequest)(nil),            // 10: sluice.group.v1.OffsetDeleteRequest
 	(*ListGroupsRequest)(nil),              // 11: sluice.group.v1.ListGroupsRequest
@@ -71,7 +71,7 @@ var file_sluice_group_v1_service_proto_goTypes = []any{
 	(*ConsumerGroupHeartbeatResponse)(nil), // 19: sluice.group.v1.ConsumerGroupHeartbeatResponse
 	(*OffsetCommitResponse)(nil),           // 20: sluice.group.v1.OffsetCommitResponse
 	(*TxnOffsetCommitResponse)(nil),        // 21: sluice.group.v1.TxnOffsetCommitResponse
-	(*WriteTxnMarkersResponse)(nil),        // 22: sluice.group.v1.WriteTxnMarkersResponse
+	(*WriteTxnOffsetMarkersResponse)(nil),  // 22: sluice.group.v1.WriteTxnOffsetMarkersResponse
 	(*OffsetFetchResponse)(nil),            // 23: sluice.group.v1.OffsetFetchResponse
 	(*OffsetDeleteResponse)(nil),           // 24: sluice.group.v1.OffsetDeleteResponse
 	(*ListGroupsResponse)(nil),             // 25: sluice.group.v1.ListGroupsResponse
@@ -87,7 +87,7 @@ var file_sluice_group_v1_service_proto_depIdxs = []int32{
 	5,  // 5: sluice.group.v1.GroupCoordinatorService.ConsumerGroupHeartbeat:input_type -> sluice.group.v1.ConsumerGroupHeartbeatRequest
 	6,  // 6: sluice.group.v1.GroupCoordinatorService.OffsetCommit:input_type -> sluice.group.v1.OffsetCommitRequest
 	7,  // 7: sluice.group.v1.GroupCoordinatorService.TxnOffsetCommit:input_type -> sluice.group.v1.TxnOffsetCommitRequest
-	8,  // 8: sluice.group.v1.GroupCoordinatorService.WriteTxnMarkers:input_type -> sluice.group.v1.WriteTxnMarkersRequest
+	8,  // 8: sluice.group.v1.GroupCoordinatorService.WriteTxnOffsetMarkers:input_type -> sluice.group.v1.WriteTxnOffsetMarkersRequest
 	9,  // 9: sluice.group.v1.GroupCoordinatorService.OffsetFetch:input_type -> sluice.group.v1.OffsetFetchRequest
 	10, // 10: sluice.group.v1.GroupCoordinatorService.OffsetDelete:input_type -> sluice.group.v1.OffsetDeleteRequest
 	11, // 11: sluice.group.v1.GroupCoordinatorService.ListGroups:input_type -> sluice.group.v1.ListGroupsRequest
@@ -101,7 +101,7 @@ var file_sluice_group_v1_service_proto_depIdxs = []int32{
 	19, // 19: sluice.group.v1.GroupCoordinatorService.ConsumerGroupHeartbeat:output_type -> sluice.group.v1.ConsumerGroupHeartbeatResponse
 	20, // 20: sluice.group.v1.GroupCoordinatorService.OffsetCommit:output_type -> sluice.group.v1.OffsetCommitResponse
 	21, // 21: sluice.group.v1.GroupCoordinatorService.TxnOffsetCommit:output_type -> sluice.group.v1.TxnOffsetCommitResponse
-	22, // 22: sluice.group.v1.GroupCoordinatorService.WriteTxnMarkers:output_type -> sluice.group.v1.WriteTxnMarkersResponse
+	22, // 22: sluice.group.v1.GroupCoordinatorService.WriteTxnOffsetMarkers:output_type -> sluice.group.v1.WriteTxnOffsetMarkersResponse
 	23, // 23: sluice.group.v1.GroupCoordinatorService.OffsetFetch:output_type -> sluice.group.v1.OffsetFetchResponse
 	24, // 24: sluice.group.v1.GroupCoordinatorService.OffsetDelete:output_type -> sluice.group.v1.OffsetDeleteResponse
 	25, // 25: sluice.group.v1.GroupCoordinatorService.ListGroups:output_type -> sluice.group.v1.ListGroupsResponse

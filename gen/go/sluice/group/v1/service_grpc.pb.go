@@ -30,7 +30,7 @@ const (
 	GroupCoordinatorService_ConsumerGroupHeartbeat_FullMethodName = "/sluice.group.v1.GroupCoordinatorService/ConsumerGroupHeartbeat"
 	GroupCoordinatorService_OffsetCommit_FullMethodName           = "/sluice.group.v1.GroupCoordinatorService/OffsetCommit"
 	GroupCoordinatorService_TxnOffsetCommit_FullMethodName        = "/sluice.group.v1.GroupCoordinatorService/TxnOffsetCommit"
-	GroupCoordinatorService_WriteTxnMarkers_FullMethodName        = "/sluice.group.v1.GroupCoordinatorService/WriteTxnMarkers"
+	GroupCoordinatorService_WriteTxnOffsetMarkers_FullMethodName  = "/sluice.group.v1.GroupCoordinatorService/WriteTxnOffsetMarkers"
 	GroupCoordinatorService_OffsetFetch_FullMethodName            = "/sluice.group.v1.GroupCoordinatorService/OffsetFetch"
 	GroupCoordinatorService_OffsetDelete_FullMethodName           = "/sluice.group.v1.GroupCoordinatorService/OffsetDelete"
 	GroupCoordinatorService_ListGroups_FullMethodName             = "/sluice.group.v1.GroupCoordinatorService/ListGroups"
@@ -87,13 +87,13 @@ type GroupCoordinatorServiceClient interface {
 	// generation is given (KIP-447); generation -1 with no member id commits
 	// without a member check.
 	TxnOffsetCommit(ctx context.Context, in *TxnOffsetCommitRequest, opts ...grpc.CallOption) (*TxnOffsetCommitResponse, error)
-	// WriteTxnMarkers ends transactions on partitions of __consumer_offsets
+	// WriteTxnOffsetMarkers ends transactions on partitions of __consumer_offsets
 	// that this node coordinates: storage nodes forward to it the markers
 	// the transaction coordinator asks them to write there. The coordinator
 	// appends each COMMIT or ABORT control batch through its own fenced
 	// writer and, once it is acknowledged by every in-sync replica, makes the
 	// producer's pending offsets committed or drops them, then answers.
-	WriteTxnMarkers(ctx context.Context, in *WriteTxnMarkersRequest, opts ...grpc.CallOption) (*WriteTxnMarkersResponse, error)
+	WriteTxnOffsetMarkers(ctx context.Context, in *WriteTxnOffsetMarkersRequest, opts ...grpc.CallOption) (*WriteTxnOffsetMarkersResponse, error)
 	// OffsetFetch returns a group's committed offsets.
 	OffsetFetch(ctx context.Context, in *OffsetFetchRequest, opts ...grpc.CallOption) (*OffsetFetchResponse, error)
 	// OffsetDelete removes committed offsets of partitions the group no longer
@@ -195,10 +195,10 @@ func (c *groupCoordinatorServiceClient) TxnOffsetCommit(ctx context.Context, in 
 	return out, nil
 }
 
-func (c *groupCoordinatorServiceClient) WriteTxnMarkers(ctx context.Context, in *WriteTxnMarkersRequest, opts ...grpc.CallOption) (*WriteTxnMarkersResponse, error) {
+func (c *groupCoordinatorServiceClient) WriteTxnOffsetMarkers(ctx context.Context, in *WriteTxnOffsetMarkersRequest, opts ...grpc.CallOption) (*WriteTxnOffsetMarkersResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(WriteTxnMarkersResponse)
-	err := c.cc.Invoke(ctx, GroupCoordinatorService_WriteTxnMarkers_FullMethodName, in, out, cOpts...)
+	out := new(WriteTxnOffsetMarkersResponse)
+	err := c.cc.Invoke(ctx, GroupCoordinatorService_WriteTxnOffsetMarkers_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -304,13 +304,13 @@ type GroupCoordinatorServiceServer interface {
 	// generation is given (KIP-447); generation -1 with no member id commits
 	// without a member check.
 	TxnOffsetCommit(context.Context, *TxnOffsetCommitRequest) (*TxnOffsetCommitResponse, error)
-	// WriteTxnMarkers ends transactions on partitions of __consumer_offsets
+	// WriteTxnOffsetMarkers ends transactions on partitions of __consumer_offsets
 	// that this node coordinates: storage nodes forward to it the markers
 	// the transaction coordinator asks them to write there. The coordinator
 	// appends each COMMIT or ABORT control batch through its own fenced
 	// writer and, once it is acknowledged by every in-sync replica, makes the
 	// producer's pending offsets committed or drops them, then answers.
-	WriteTxnMarkers(context.Context, *WriteTxnMarkersRequest) (*WriteTxnMarkersResponse, error)
+	WriteTxnOffsetMarkers(context.Context, *WriteTxnOffsetMarkersRequest) (*WriteTxnOffsetMarkersResponse, error)
 	// OffsetFetch returns a group's committed offsets.
 	OffsetFetch(context.Context, *OffsetFetchRequest) (*OffsetFetchResponse, error)
 	// OffsetDelete removes committed offsets of partitions the group no longer
@@ -356,8 +356,8 @@ func (UnimplementedGroupCoordinatorServiceServer) OffsetCommit(context.Context, 
 func (UnimplementedGroupCoordinatorServiceServer) TxnOffsetCommit(context.Context, *TxnOffsetCommitRequest) (*TxnOffsetCommitResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TxnOffsetCommit not implemented")
 }
-func (UnimplementedGroupCoordinatorServiceServer) WriteTxnMarkers(context.Context, *WriteTxnMarkersRequest) (*WriteTxnMarkersResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method WriteTxnMarkers not implemented")
+func (UnimplementedGroupCoordinatorServiceServer) WriteTxnOffsetMarkers(context.Context, *WriteTxnOffsetMarkersRequest) (*WriteTxnOffsetMarkersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WriteTxnOffsetMarkers not implemented")
 }
 func (UnimplementedGroupCoordinatorServiceServer) OffsetFetch(context.Context, *OffsetFetchRequest) (*OffsetFetchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method OffsetFetch not implemented")
@@ -540,20 +540,20 @@ func _GroupCoordinatorService_TxnOffsetCommit_Handler(srv interface{}, ctx conte
 	return interceptor(ctx, in, info, handler)
 }
 
-func _GroupCoordinatorService_WriteTxnMarkers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(WriteTxnMarkersRequest)
+func _GroupCoordinatorService_WriteTxnOffsetMarkers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WriteTxnOffsetMarkersRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
 	if interceptor == nil {
-		return srv.(GroupCoordinatorServiceServer).WriteTxnMarkers(ctx, in)
+		return srv.(GroupCoordinatorServiceServer).WriteTxnOffsetMarkers(ctx, in)
 	}
 	info := &grpc.UnaryServerInfo{
 		Server:     srv,
-		FullMethod: GroupCoordinatorService_WriteTxnMarkers_FullMethodName,
+		FullMethod: GroupCoordinatorService_WriteTxnOffsetMarkers_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(GroupCoordinatorServiceServer).WriteTxnMarkers(ctx, req.(*WriteTxnMarkersRequest))
+		return srv.(GroupCoordinatorServiceServer).WriteTxnOffsetMarkers(ctx, req.(*WriteTxnOffsetMarkersRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -688,8 +688,8 @@ var GroupCoordinatorService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _GroupCoordinatorService_TxnOffsetCommit_Handler,
 		},
 		{
-			MethodName: "WriteTxnMarkers",
-			Handler:    _GroupCoordinatorService_WriteTxnMarkers_Handler,
+			MethodName: "WriteTxnOffsetMarkers",
+			Handler:    _GroupCoordinatorService_WriteTxnOffsetMarkers_Handler,
 		},
 		{
 			MethodName: "OffsetFetch",
