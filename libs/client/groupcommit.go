@@ -273,7 +273,12 @@ func coordinatorMoved(c errs.Code) bool {
 // nothing committed). Partitions with a pending transactional commit are
 // retried until it settles.
 func (g *GroupConsumer) fetchCommitted(ctx context.Context, tps []TopicPartition) (map[TopicPartition]committedOffset, error) {
-	req := &groupv1.OffsetFetchRequest{GroupId: g.cfg.GroupID, MemberEpoch: -1}
+	// A read_committed consumer asks for stable offsets (require_stable,
+	// as Kafka's consumer does): a partition whose offset a transaction
+	// is about to commit answers UNSTABLE_OFFSET_COMMIT until it ended, so
+	// a new owner does not start before that offset and read again what
+	// the transaction consumed.
+	req := &groupv1.OffsetFetchRequest{GroupId: g.cfg.GroupID, MemberEpoch: -1, RequireStable: g.cfg.Consumer.ReadCommitted}
 	for _, tp := range tps {
 		req.Partitions = append(req.Partitions, &commonv1.TopicPartition{Topic: tp.Topic, Partition: tp.Partition})
 	}
