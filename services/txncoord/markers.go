@@ -30,6 +30,7 @@ type markerSender func(ctx context.Context, m *storagev1.TxnMarker) map[topicPar
 type markerWriter struct {
 	send   markerSender
 	logger *slog.Logger
+	m      *metrics
 }
 
 // writeAll writes m's markers to every partition of its transaction,
@@ -65,6 +66,7 @@ func (w *markerWriter) writeAll(ctx context.Context, s *shard, m *txnMeta) bool 
 		if len(left) == 0 {
 			break
 		}
+		w.m.markerRetry()
 		if attempt%20 == 5 {
 			w.logger.Warn("transaction markers not written yet; retrying", slog.String("transactional_id", m.tid),
 				slog.Int("partitions_left", len(left)), log.Err(last))

@@ -122,6 +122,7 @@ func (s *shard) load() {
 	for _, m := range resume {
 		go s.completeTxn(m)
 	}
+	s.r.m.loaded(s.r.now().Sub(start).Seconds())
 	s.r.logger.Info("transaction coordinator shard loaded", log.TopicPartition(stateTopic, s.id), log.Epoch(s.epoch),
 		slog.Int("transactional_ids", n), slog.Int("resumed", len(resume)), slog.Duration("duration", s.r.now().Sub(start)), log.Offset(to))
 }
@@ -172,7 +173,10 @@ func (s *shard) expireLocked(tid string) {
 // prepareLocked persists the end of m's open transaction and, once it is
 // persisted, starts writing its markers. Called with s.mu held.
 func (s *shard) prepareLocked(next *txnMeta) <-chan *errs.Error {
-	return s.writeLocked(next, func(m *txnMeta) { go s.completeTxn(m) })
+	return s.writeLocked(next, func(m *txnMeta) {
+		s.r.m.decided(m)
+		go s.completeTxn(m)
+	})
 }
 
 // completeTxn writes the markers of a Prepare* state to every partition of

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
@@ -59,7 +60,8 @@ func newHarness(t *testing.T) *harness {
 		deps: service.Deps{Metadata: cache, Node: config.Node{ID: 1}},
 		now:  func() time.Time { return time.UnixMilli(h.clock.Load()) }}
 	r.pids = newPIDManager(fc.fetch, r.logger)
-	r.markers = &markerWriter{send: h.send, logger: r.logger}
+	r.m = newMetrics(metricnoop.NewMeterProvider().Meter("test"), r)
+	r.markers = &markerWriter{send: h.send, logger: r.logger, m: r.m}
 	t.Cleanup(r.pids.close)
 	h.r = r
 	h.s = h.load()
@@ -427,6 +429,10 @@ func TestListDescribeAbort(t *testing.T) {
 	h.mustInit("b")
 	h.add("a", pid, epoch, tp("t", 2), tp("t", 0))
 	h.clock.Add(5000)
+
+	n, age := h.r.ongoing()
+	require.Equal(t, 1, n)
+	require.InDelta(t, 5.0, age, 0.001, "the hanging-transaction gauge")
 
 	list, err := h.r.ListTransactions(ctx(t), &txnv1.ListTransactionsRequest{})
 	require.NoError(t, err)

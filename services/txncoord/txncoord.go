@@ -78,6 +78,7 @@ type TransactionCoordinator struct {
 	now     func() time.Time
 	pids    *pidManager
 	markers *markerWriter
+	m       *metrics // nil in tests that build the role by hand
 
 	mu     sync.Mutex
 	shards map[int32]*shard
@@ -93,6 +94,10 @@ func New(cfg Config, deps service.Deps) *TransactionCoordinator {
 		now: time.Now, shards: map[int32]*shard{}}
 	r.pids = newPIDManager(r.allocateProducerIDs, r.logger)
 	r.markers = &markerWriter{send: r.sendMarkers, logger: r.logger}
+	if deps.Telemetry != nil {
+		r.m = newMetrics(deps.Telemetry.Meter.Meter("github.com/sluice-io/sluice/services/txncoord"), r)
+	}
+	r.markers.m = r.m
 	txnv1.RegisterTransactionCoordinatorServiceServer(deps.Server.GRPC, r)
 	return r
 }
