@@ -81,6 +81,16 @@ func (m *pidManager) next(ctx context.Context) (int64, error) {
 	}
 }
 
+// warmUp fetches a first block in the background, so the first
+// InitProducerId does not wait on the controller.
+func (m *pidManager) warmUp() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cur.left() == 0 {
+		m.startFetchLocked()
+	}
+}
+
 // startFetchLocked starts a background fetch unless one is running or a
 // block is already waiting.
 func (m *pidManager) startFetchLocked() {

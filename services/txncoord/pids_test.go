@@ -96,3 +96,16 @@ func TestPIDManagerReportsTheControllerError(t *testing.T) {
 	require.Equal(t, errs.NodeNotReady, errs.CodeOf(err))
 	require.False(t, errors.Is(err, context.DeadlineExceeded))
 }
+
+// A prefetched block is ready before the first call.
+func TestPIDManagerPrefetches(t *testing.T) {
+	fc := &fakeController{}
+	m := newPIDManager(fc.fetch, log.Discard())
+	defer m.close()
+	m.warmUp()
+	require.Eventually(t, func() bool { return fc.calls.Load() == 1 }, 5*time.Second, time.Millisecond)
+	id, err := m.next(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, int64(0), id)
+	require.Equal(t, int32(1), fc.calls.Load())
+}

@@ -114,6 +114,7 @@ func (r *TransactionCoordinator) HealthServices() []string {
 // shard for each partition metadata says it coordinates and drops the
 // others, and aborts transactions that time out.
 func (r *TransactionCoordinator) Start(context.Context) error {
+	r.pids.warmUp()
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	r.done = make(chan struct{})
