@@ -280,6 +280,8 @@ type prodBatch struct {
 	// belongs to.
 	seq   int32
 	idGen uint64
+	// seqIdx is the batch's place among those its identity sequenced.
+	seqIdx uint64
 }
 
 type prodPartition struct {

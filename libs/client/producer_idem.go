@@ -67,6 +67,9 @@ type partIdem struct {
 	pid     int64
 	epoch   int16
 	nextSeq int32
+	// sequenced counts the batches given a sequence under this identity:
+	// the next one's index.
+	sequenced uint64
 	// reset: a batch of this identity failed after it was sent, so the
 	// partition must move to a newer identity before sending new batches.
 	reset bool
@@ -125,6 +128,13 @@ func (p *Producer) idemNextLocked(pp *prodPartition) int {
 		if !st.acked && pp.inflight > 0 {
 			return -1
 		}
+		if len(st.outstanding) > 0 && st.sequenced-st.outstanding[0].seqIdx >= maxIdempotentInFlight {
+			// The leader remembers a producer's last five batches: more
+			// after the oldest one without an answer, and a resend of it
+			// would no longer be recognised, even with fewer than five in
+			// flight (the ones after it answered, it is being retried).
+			return -1
+		}
 		return 0
 	}
 	// A new identity: only once the old one's batches are all settled,
@@ -151,8 +161,9 @@ func (p *Producer) idemSequenceLocked(pp *prodPartition, b *prodBatch) {
 	if b.seq >= 0 {
 		return // a resend keeps its sequence
 	}
-	b.idGen, b.seq = st.gen, st.nextSeq
+	b.idGen, b.seq, b.seqIdx = st.gen, st.nextSeq, st.sequenced
 	st.nextSeq = addSeq(st.nextSeq, len(b.recs))
+	st.sequenced++
 	stampProducer(b.data, st.pid, st.epoch, b.seq)
 	st.outstanding = insertByOrder(st.outstanding, b)
 }

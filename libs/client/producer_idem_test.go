@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"sync"
@@ -245,6 +246,21 @@ func (f *seqNode) appendLocked(part int32, data []byte, h record.BatchHeader) (i
 		}
 	}
 	return base, nil
+}
+
+// appendedLocked reports whether the log holds the batch already (a retry
+// the leader would answer with its offsets).
+func (f *seqNode) appendedLocked(part int32, h record.BatchHeader) bool {
+	st := f.producers[part][h.ProducerID]
+	if st == nil || st.epoch != h.ProducerEpoch {
+		return false
+	}
+	for _, e := range st.last {
+		if e.first == h.BaseSequence && e.last == h.LastSequence() {
+			return true
+		}
+	}
+	return false
 }
 
 func (f *seqNode) log(part int32) []string {
@@ -628,4 +644,77 @@ func TestAddSeqWraps(t *testing.T) {
 	require.EqualValues(t, 0, addSeq(1<<31-1, 1))
 	require.EqualValues(t, 4, addSeq(1<<31-3, 7))
 	require.EqualValues(t, 12, addSeq(2, 10))
+}
+
+// Random faults on every batch (refusals, lost answers, cut streams before
+// and after the append, fatal refusals) never make the producer write a
+// record twice or out of order: each partition's log holds exactly the
+// acknowledged records, in produce order, at the offsets reported, and a
+// record that failed is not in it.
+func TestIdempotentProducerRandomFaults(t *testing.T) {
+	for seed := range uint64(4) {
+		t.Run(strconv.Itoa(int(seed)), func(t *testing.T) {
+			f := newSeqNode()
+			rng := rand.New(rand.NewPCG(seed, 42))
+			faults := map[string]int{}
+			f.fault = func(n int, part int32, h record.BatchHeader) (*errs.Error, bool) {
+				// Called with f.mu held: rng and faults need no lock. A
+				// leader refuses for good only what it has not appended:
+				// the retry of an appended batch is found in its window.
+				x := rng.IntN(100)
+				if x >= 19 && x < 21 && f.appendedLocked(part, h) {
+					x = 100
+				}
+				switch {
+				case x < 8:
+					faults["refused"]++
+					return errs.New(errs.NotLeaderOrFollower, "not the leader"), false
+				case x < 13:
+					faults["answer lost"]++
+					return errs.New(errs.RequestTimedOut, "replication timed out"), true
+				case x < 16:
+					faults["cut before append"]++
+					return errCut, false
+				case x < 19:
+					faults["cut after append"]++
+					return errCut, true
+				case x < 20:
+					faults["fatal"]++
+					return errs.New(errs.InvalidRecord, "refused by the test"), false
+				case x < 21:
+					faults["out of order"]++
+					return errs.New(errs.OutOfOrderSequenceNumber, "refused by the test"), false
+				}
+				return nil, false
+			}
+			p, ids := startSeqNode(t, f, ProducerConfig{BatchBytes: 300, Linger: time.Millisecond, RetryBackoff: time.Millisecond,
+				RetryBackoffMax: 5 * time.Millisecond})
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			const n = 3000
+			recs := make([]*Record, n)
+			for i := range recs {
+				recs[i] = &Record{Topic: "t", Partition: int32(i % seqParts), Value: []byte(strconv.Itoa(i))}
+			}
+			res, _ := p.ProduceSync(ctx, recs...)
+			acked := map[int32][]string{}
+			failed := 0
+			for i, r := range res {
+				if r.Err != nil {
+					require.NotEqual(t, errs.RequestTimedOut, errs.CodeOf(r.Err), "record %d: %v", i, r.Err)
+					failed++
+					continue
+				}
+				require.EqualValues(t, len(acked[r.Partition]), r.Offset, "record %d: offsets follow the acknowledged records", i)
+				acked[r.Partition] = append(acked[r.Partition], strconv.Itoa(i))
+			}
+			for part := range int32(seqParts) {
+				require.Equal(t, acked[part], f.log(part), "partition %d: the log is the acknowledged records, in order", part)
+			}
+			requireSettled(t, p)
+			f.mu.Lock()
+			t.Logf("faults %v; %d records failed; %d producer ids", faults, failed, ids.Load())
+			f.mu.Unlock()
+		})
+	}
 }
