@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,8 +30,11 @@ import (
 // id on the request (the leader verifies the partition with the
 // coordinator, KIP-890).
 type txnProducer struct {
-	t     *testing.T
-	sc    storagev1.StorageServiceClient
+	t  *testing.T
+	sc storagev1.StorageServiceClient
+	// leader, if set, returns the partition's leader for each attempt
+	// (instead of sc).
+	leader func(ctx context.Context, topic string, partition int32) (storagev1.StorageServiceClient, error)
 	tid   string
 	pid   int64
 	epoch int16
@@ -49,7 +53,15 @@ func (p *txnProducer) produce(ctx context.Context, topic string, partition int32
 	require.NoError(p.t, err)
 	var last error
 	require.Eventually(p.t, func() bool {
-		resp, err := p.sc.Produce(ctx, &storagev1.ProduceRequest{Acks: storagev1.Acks_ACKS_ALL, TimeoutMs: 10000, TransactionalId: p.tid,
+		sc := p.sc
+		if p.leader != nil {
+			var err error
+			if sc, err = p.leader(ctx, topic, partition); err != nil {
+				last = err
+				return false
+			}
+		}
+		resp, err := sc.Produce(ctx, &storagev1.ProduceRequest{Acks: storagev1.Acks_ACKS_ALL, TimeoutMs: 10000, TransactionalId: p.tid,
 			Partitions: []*storagev1.ProducePartition{{Topic: topic, Partition: partition, Data: &storagev1.ProducePartition_Batches{Batches: append([]byte(nil), batch...)}}}})
 		if err == nil {
 			err = errs.FromProto(resp.GetResults()[0].GetError())
@@ -59,7 +71,7 @@ func (p *txnProducer) produce(ctx context.Context, topic string, partition int32
 		}
 		last = err
 		return err == nil || !errs.IsRetriable(err)
-	}, 30*time.Second, 50*time.Millisecond)
+	}, 60*time.Second, 50*time.Millisecond)
 	require.NoError(p.t, last)
 	p.seq[partition] += int32(len(values))
 }
@@ -402,4 +414,118 @@ func TestLateWritesOfAnEndedTransactionAreRefused(t *testing.T) {
 	want := append(txnValues("t1", 3), txnValues("t2", 3)...)
 	require.Equal(t, want, txnReadAll(t, cl, topic, true, 6, 30*time.Second))
 	require.Equal(t, want, txnReadAll(t, cl, topic, false, 7, 3*time.Second), "nothing late was appended")
+}
+
+// leaderOf returns a client of the partition's leader as metadata names
+// it now.
+func leaderOf(cl *client.Client, conns *connCache) func(ctx context.Context, topic string, partition int32) (storagev1.StorageServiceClient, error) {
+	return func(ctx context.Context, topic string, partition int32) (storagev1.StorageServiceClient, error) {
+		md, err := cl.Metadata(ctx, topic)
+		if err != nil {
+			return nil, err
+		}
+		ps := md.GetTopics()[0].GetPartitions()
+		if int(partition) >= len(ps) || ps[partition].GetLeaderId() < 0 {
+			return nil, errs.New(errs.LeaderNotAvailable, "%s-%d has no leader", topic, partition)
+		}
+		for _, b := range md.GetBrokers() {
+			if b.GetId() == ps[partition].GetLeaderId() && len(b.GetEndpoints()) > 0 {
+				e := b.GetEndpoints()[0]
+				return storagev1.NewStorageServiceClient(conns.get(fmt.Sprintf("%s:%d", e.GetHost(), e.GetPort()))), nil
+			}
+		}
+		return nil, errs.New(errs.LeaderNotAvailable, "%s-%d: leader %d has no address", topic, partition, ps[partition].GetLeaderId())
+	}
+}
+
+// connCache keeps one connection per address for a test.
+type connCache struct {
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+func (c *connCache) get(addr string) *grpc.ClientConn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conns == nil {
+		c.conns = map[string]*grpc.ClientConn{}
+	}
+	if conn, ok := c.conns[addr]; ok {
+		return conn
+	}
+	conn, _ := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials())) // fails only on a malformed target
+	c.conns[addr] = conn
+	return conn
+}
+
+func (c *connCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, conn := range c.conns {
+		_ = conn.Close()
+	}
+}
+
+// Transactions go on while storage nodes that lead the transactional id's
+// partition of __transaction_state (where the coordinator runs, at the
+// leader, writing in-process) are SIGKILLed one after the other: the
+// partition's new leader takes the coordinator over, replays it and serves
+// the id; every transaction the producer saw committed is read exactly
+// once by read_committed readers, and nothing of an aborted one is.
+func TestTransactionsAcrossStateLeaderKills(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{StorageNodes: 3})
+	cl := cluster.Client(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	const topic = "txn-failover"
+	_, err := cl.CreateTopic(ctx, topic, 2, 3, map[string]string{"min.insync.replicas": "2"})
+	require.NoError(t, err)
+	conns := &connCache{}
+	defer conns.close()
+
+	const tid = "failover"
+	pid, epoch, err := cl.InitProducerID(ctx, tid, time.Minute, -1, -1)
+	require.NoError(t, err)
+	p := &txnProducer{t: t, tid: tid, pid: pid, epoch: epoch, seq: map[int32]int32{}, leader: leaderOf(cl, conns)}
+	tps := []client.TopicPartition{{Topic: topic, Partition: 0}, {Topic: topic, Partition: 1}}
+	stateLeader := func() *devcluster.Process {
+		md, err := cl.Metadata(ctx, "__transaction_state")
+		require.NoError(t, err)
+		ps := md.GetTopics()[0].GetPartitions()
+		id := ps[coordinator.PartitionFor(tid, int32(len(ps)))].GetLeaderId()
+		for _, sn := range c.StorageNodes() {
+			if sn.NodeID == id {
+				return sn
+			}
+		}
+		t.Fatalf("no storage node %d", id)
+		return nil
+	}
+
+	var want []string
+	var killed *devcluster.Process
+	for i := range 12 {
+		if i == 3 || i == 7 {
+			if killed != nil {
+				require.NoError(t, killed.Start())
+				require.NoError(t, killed.WaitHealthy(ctx, 90*time.Second))
+			}
+			killed = stateLeader()
+			t.Logf("transaction %d: killing %s, the leader of the id's __transaction_state partition", i, killed.Name)
+			require.NoError(t, killed.Kill())
+		}
+		commit := i%4 != 2
+		require.NoError(t, cl.AddPartitionsToTxn(ctx, tid, p.pid, p.epoch, tps))
+		vals := txnValues(fmt.Sprintf("t%02d", i), 4)
+		p.produce(ctx, topic, int32(i%2), vals...)
+		npid, nepoch, err := cl.EndTxn(ctx, tid, p.pid, p.epoch, commit)
+		require.NoError(t, err, "transaction %d", i)
+		p.pid, p.epoch, p.seq = npid, nepoch, map[int32]int32{}
+		if commit {
+			want = append(want, vals...)
+		}
+	}
+	require.NoError(t, killed.Start())
+	sort.Strings(want)
+	require.Equal(t, want, txnReadAll(t, cl, topic, true, len(want), 60*time.Second))
 }
