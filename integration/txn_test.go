@@ -35,10 +35,10 @@ type txnProducer struct {
 	// leader, if set, returns the partition's leader for each attempt
 	// (instead of sc).
 	leader func(ctx context.Context, topic string, partition int32) (storagev1.StorageServiceClient, error)
-	tid   string
-	pid   int64
-	epoch int16
-	seq   map[int32]int32
+	tid    string
+	pid    int64
+	epoch  int16
+	seq    map[int32]int32
 }
 
 func (p *txnProducer) produce(ctx context.Context, topic string, partition int32, values ...string) {
