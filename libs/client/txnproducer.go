@@ -6,11 +6,6 @@ import (
 	"log/slog"
 	"time"
 
-	"google.golang.org/grpc"
-
-	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
-	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
-	txnv1 "github.com/sluice-io/sluice/gen/go/sluice/txn/v1"
 	"github.com/sluice-io/sluice/libs/client/errs"
 )
 
@@ -136,33 +131,17 @@ func (p *Producer) addPartitions() {
 			}
 			continue
 		}
-		var tps []*commonv1.TopicPartition
+		var tps []TopicPartition
 		var keys []tpKey
 		for tp := range t.adding {
-			tps = append(tps, &commonv1.TopicPartition{Topic: tp.topic, Partition: tp.partition})
+			tps = append(tps, TopicPartition{Topic: tp.topic, Partition: tp.partition})
 			keys = append(keys, tp)
 		}
 		id := p.id
 		p.mu.Unlock()
 
 		ctx, cancel := context.WithTimeout(p.ctx, p.cfg.RequestTimeout)
-		err := p.c.onCoordinator(ctx, txnKind, t.id, func(ctx context.Context, conn grpc.ClientConnInterface) (*edpb.Error, error) {
-			r, err := txnv1.NewTransactionCoordinatorServiceClient(conn).AddPartitionsToTxn(ctx, &txnv1.AddPartitionsToTxnRequest{
-				TransactionalId: t.id, ProducerId: id.pid, ProducerEpoch: int32(id.epoch), Partitions: tps,
-			})
-			if err != nil {
-				return nil, err
-			}
-			if e := r.GetError(); e != nil {
-				return e, nil
-			}
-			for _, res := range r.GetResults() {
-				if e := res.GetError(); e != nil {
-					return e, nil
-				}
-			}
-			return nil, nil
-		})
+		err := p.c.AddPartitionsToTxn(ctx, t.id, id.pid, id.epoch, tps)
 		cancel()
 
 		p.mu.Lock()
@@ -383,17 +362,7 @@ func (p *Producer) endTransaction(ctx context.Context, commit bool) error {
 		return nil
 	}
 
-	var resp *txnv1.EndTxnResponse
-	err := p.c.onCoordinator(ctx, txnKind, t.id, func(ctx context.Context, conn grpc.ClientConnInterface) (*edpb.Error, error) {
-		r, err := txnv1.NewTransactionCoordinatorServiceClient(conn).EndTxn(ctx, &txnv1.EndTxnRequest{
-			TransactionalId: t.id, ProducerId: id.pid, ProducerEpoch: int32(id.epoch), Commit: commit,
-		})
-		if err != nil {
-			return nil, err
-		}
-		resp = r
-		return r.GetError(), nil
-	})
+	newPID, newEpoch, err := p.c.EndTxn(ctx, t.id, id.pid, id.epoch, commit)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err != nil {
@@ -405,7 +374,7 @@ func (p *Producer) endTransaction(ctx context.Context, commit bool) error {
 		// again, and nothing new is sent meanwhile.
 		return err
 	}
-	p.newIdentityLocked(resp.GetProducerId(), int16(resp.GetProducerEpoch()))
+	p.newIdentityLocked(newPID, newEpoch)
 	t.phase, t.abortable, t.aborting, t.started = txnReady, nil, false, false
 	clear(t.added)
 	return nil
@@ -419,4 +388,56 @@ type ConsumerGroupMetadata struct {
 	GenerationID    int32 // generation (classic) or member epoch (consumer protocol); -1 unknown
 	MemberID        string
 	GroupInstanceID string
+}
+
+// GroupMetadata returns what a transaction needs to commit the member's
+// positions (KIP-447): the group, the member, and its generation (classic)
+// or member epoch (consumer protocol) now.
+func (g *GroupConsumer) GroupMetadata() ConsumerGroupMetadata {
+	memberID, instanceID, _ := g.member.fence()
+	return ConsumerGroupMetadata{GroupID: g.cfg.GroupID, GenerationID: g.Generation(), MemberID: memberID, GroupInstanceID: instanceID}
+}
+
+// SendOffsetsToTransaction commits a consumer group's positions as part of
+// the open transaction (read-process-write): they become the group's
+// committed offsets when the transaction commits, and are dropped if it
+// aborts. meta comes from the group consumer that read the records
+// (GroupConsumer.GroupMetadata); the group coordinator refuses the commit
+// if that member is no longer current (KIP-447), and the transaction must
+// then abort.
+func (p *Producer) SendOffsetsToTransaction(ctx context.Context, offsets map[TopicPartition]int64, meta ConsumerGroupMetadata) error {
+	if p.txn == nil {
+		return errNotTransactional
+	}
+	if meta.GroupID == "" {
+		return errs.Invalid(errs.InvalidRequest, "GroupID", "is required")
+	}
+	p.mu.Lock()
+	t := p.txn
+	if err := p.txnUsableLocked(); err != nil {
+		p.mu.Unlock()
+		return err
+	}
+	id := p.id
+	p.mu.Unlock()
+	if len(offsets) == 0 {
+		return nil
+	}
+	if err := p.c.AddOffsetsToTxn(ctx, t.id, id.pid, id.epoch, meta.GroupID); err != nil {
+		p.mu.Lock()
+		p.txnFailedLocked(err)
+		p.mu.Unlock()
+		return err
+	}
+	p.mu.Lock()
+	t.started = true
+	p.mu.Unlock()
+	err := p.c.TxnOffsetCommit(ctx, TxnOffsetCommitRequest{TransactionalID: t.id, ProducerID: id.pid, ProducerEpoch: id.epoch,
+		GroupID: meta.GroupID, GenerationID: meta.GenerationID, MemberID: meta.MemberID, GroupInstanceID: meta.GroupInstanceID, Offsets: offsets})
+	if err != nil {
+		p.mu.Lock()
+		p.txnFailedLocked(err)
+		p.mu.Unlock()
+	}
+	return err
 }
