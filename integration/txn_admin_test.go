@@ -119,10 +119,21 @@ func TestTxnAdminCLI(t *testing.T) {
 		}
 		batch, err := b.Build()
 		require.NoError(t, err)
-		resp, err := sc.Produce(ctx, &storagev1.ProduceRequest{Acks: storagev1.Acks_ACKS_ALL, TimeoutMs: 10000,
-			Partitions: []*storagev1.ProducePartition{{Topic: topic, Partition: 0, Data: &storagev1.ProducePartition_Batches{Batches: batch}}}})
-		require.NoError(t, err)
-		require.Nil(t, resp.GetResults()[0].GetError())
+		// The new topic's leader may not serve yet: retriable answers are
+		// retried.
+		var last error
+		require.Eventually(t, func() bool {
+			resp, err := sc.Produce(ctx, &storagev1.ProduceRequest{Acks: storagev1.Acks_ACKS_ALL, TimeoutMs: 10000,
+				Partitions: []*storagev1.ProducePartition{{Topic: topic, Partition: 0, Data: &storagev1.ProducePartition_Batches{Batches: batch}}}})
+			if err == nil {
+				if e := errs.FromProto(resp.GetResults()[0].GetError()); e != nil {
+					err = e
+				}
+			}
+			last = err
+			return err == nil || !errs.IsRetriable(err)
+		}, 30*time.Second, 50*time.Millisecond)
+		require.NoError(t, last)
 	}
 	res := cliProducers(t, c, topic, 0)
 	p := producerIn(res, idem)

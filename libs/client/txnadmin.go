@@ -14,6 +14,7 @@ import (
 
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
+	metadatav1 "github.com/sluice-io/sluice/gen/go/sluice/metadata/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
 	txnv1 "github.com/sluice-io/sluice/gen/go/sluice/txn/v1"
 	"github.com/sluice-io/sluice/libs/client/errs"
@@ -191,6 +192,106 @@ func (c *Client) describeProducers(ctx context.Context, topic string, partition 
 	}
 }
 
+// DescribeProducersOf describes the producer state of many partitions
+// from their leaders, with one request per leader (as DescribeProducers
+// does for one). Leadership changes and unreachable leaders are retried
+// until ctx's deadline or Config.RequestTimeout. The map holds every
+// partition described; the error, if any, names each partition that was
+// not.
+func (c *Client) DescribeProducersOf(ctx context.Context, tps ...TopicPartition) (map[TopicPartition]*storagev1.DescribeProducersResult, error) {
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	out := make(map[TopicPartition]*storagev1.DescribeProducersResult, len(tps))
+	failed := map[TopicPartition]error{}
+	pending := map[TopicPartition]error{}
+	for _, tp := range tps {
+		pending[tp] = nil
+	}
+	var b backoff
+	for len(pending) > 0 {
+		c.describeProducersPass(ctx, pending, out, failed)
+		if len(pending) == 0 || !b.wait(ctx) {
+			break
+		}
+	}
+	for tp, err := range pending {
+		if err == nil {
+			err = ctx.Err()
+		}
+		failed[tp] = timedOut(fmt.Sprintf("producer state of %s-%d not available", tp.Topic, tp.Partition), err)
+	}
+	return out, partitionErrors(failed)
+}
+
+// describeProducersPass makes one attempt at every pending partition: a
+// success moves it to out, a final error to failed; a retriable one leaves
+// it pending with its error.
+func (c *Client) describeProducersPass(ctx context.Context, pending map[TopicPartition]error, out map[TopicPartition]*storagev1.DescribeProducersResult, failed map[TopicPartition]error) {
+	// final: metadata's word that a topic or partition does not exist,
+	// or a non-retriable answer.
+	settle := func(tp TopicPartition, err error, final bool) {
+		if final || !errs.IsRetriable(err) {
+			failed[tp] = err
+			delete(pending, tp)
+			return
+		}
+		// An error caused by the end of ctx says less than the one it
+		// replaces.
+		if ctx.Err() == nil || pending[tp] == nil {
+			pending[tp] = err
+		}
+	}
+	topics := map[string]bool{}
+	for tp := range pending {
+		topics[tp.Topic] = true
+	}
+	names := make([]string, 0, len(topics))
+	for t := range topics {
+		names = append(names, t)
+	}
+	md, err := c.Metadata(ctx, names...)
+	if err != nil {
+		for tp := range pending {
+			settle(tp, err, false)
+		}
+		return
+	}
+	byLeader := map[string][]*commonv1.TopicPartition{}
+	for tp := range pending {
+		addrs, err := replicasFrom(md, tp.Topic, tp.Partition, false)
+		if err != nil {
+			settle(tp, err, !retryMetadata(err))
+			continue
+		}
+		byLeader[addrs[0]] = append(byLeader[addrs[0]], &commonv1.TopicPartition{Topic: tp.Topic, Partition: tp.Partition})
+	}
+	for addr, parts := range byLeader {
+		conn, err := c.readyConn(ctx, addr)
+		var resp *storagev1.DescribeProducersResponse
+		if err == nil {
+			resp, err = storagev1.NewStorageServiceClient(conn).DescribeProducers(ctx, &storagev1.DescribeProducersRequest{Partitions: parts})
+		}
+		if err != nil {
+			for _, p := range parts {
+				settle(TopicPartition{p.GetTopic(), p.GetPartition()}, errs.From(err), false)
+			}
+			continue
+		}
+		for _, r := range resp.GetResults() {
+			tp := TopicPartition{r.GetPartition().GetTopic(), r.GetPartition().GetPartition()}
+			if _, ok := pending[tp]; !ok {
+				continue
+			}
+			if e := errs.FromProto(r.GetError()); e != nil {
+				settle(tp, e, false)
+				continue
+			}
+			out[tp] = r
+			delete(pending, tp)
+		}
+	}
+}
+
 // replicaAddrs returns the address of a partition's leader and, with
 // followers, of its other live replicas after it, from metadata.
 func (c *Client) replicaAddrs(ctx context.Context, topic string, partition int32, followers bool) ([]string, error) {
@@ -198,10 +299,20 @@ func (c *Client) replicaAddrs(ctx context.Context, topic string, partition int32
 	if err != nil {
 		return nil, err
 	}
-	if len(md.GetTopics()) == 0 {
+	return replicasFrom(md, topic, partition, followers)
+}
+
+// replicasFrom is replicaAddrs on metadata already fetched.
+func replicasFrom(md *metadatav1.GetMetadataResponse, topic string, partition int32, followers bool) ([]string, error) {
+	var ti *metadatav1.TopicInfo
+	for _, t := range md.GetTopics() {
+		if t.GetName() == topic {
+			ti = t
+		}
+	}
+	if ti == nil {
 		return nil, errs.New(errs.UnknownServerError, "metadata for topic %q came back without the topic", topic)
 	}
-	ti := md.GetTopics()[0]
 	if e := errs.FromProto(ti.GetError()); e != nil {
 		return nil, e
 	}

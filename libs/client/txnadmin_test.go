@@ -46,9 +46,15 @@ func (m *txnAdminMeta) GetMetadata(_ context.Context, req *metadatav1.GetMetadat
 	}
 	for _, name := range req.GetTopics() {
 		ti := &metadatav1.TopicInfo{Name: name}
-		if name == "t" {
+		switch name {
+		case "t":
 			ti.Partitions = []*commonv1.PartitionState{{Topic: name, Partition: 0, LeaderId: 1, Replicas: []int32{1}, Isr: []int32{1}}}
-		} else {
+		case "u":
+			// Partition i is led by node i+1.
+			for i, n := range m.n.cluster.nodes {
+				ti.Partitions = append(ti.Partitions, &commonv1.PartitionState{Topic: name, Partition: int32(i), LeaderId: n.id, Replicas: []int32{n.id}, Isr: []int32{n.id}})
+			}
+		default:
 			ti.Error = errs.New(errs.UnknownTopicOrPartition, "topic %q does not exist", name).Proto()
 		}
 		resp.Topics = append(resp.Topics, ti)
@@ -65,6 +71,7 @@ type txnAdminStorage struct {
 	mu        sync.Mutex
 	states    [][]*storagev1.ProducerState
 	lso       int64
+	describes []*storagev1.DescribeProducersRequest
 	markers   []*storagev1.TxnMarker
 	markerErr []error
 }
@@ -72,6 +79,7 @@ type txnAdminStorage struct {
 func (s *txnAdminStorage) DescribeProducers(_ context.Context, req *storagev1.DescribeProducersRequest) (*storagev1.DescribeProducersResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.describes = append(s.describes, req)
 	var producers []*storagev1.ProducerState
 	if len(s.states) > 0 {
 		producers = s.states[0]
@@ -79,9 +87,11 @@ func (s *txnAdminStorage) DescribeProducers(_ context.Context, req *storagev1.De
 			s.states = s.states[1:]
 		}
 	}
-	return &storagev1.DescribeProducersResponse{Results: []*storagev1.DescribeProducersResult{{
-		Partition: req.GetPartitions()[0], NodeId: 1, Producers: producers, LastStableOffset: s.lso,
-	}}}, nil
+	out := &storagev1.DescribeProducersResponse{}
+	for _, tp := range req.GetPartitions() {
+		out.Results = append(out.Results, &storagev1.DescribeProducersResult{Partition: tp, NodeId: 1, Producers: producers, LastStableOffset: s.lso})
+	}
+	return out, nil
 }
 
 func (s *txnAdminStorage) WriteTxnMarkers(_ context.Context, req *storagev1.WriteTxnMarkersRequest) (*storagev1.WriteTxnMarkersResponse, error) {
@@ -275,6 +285,26 @@ func TestListTransactionsAsksEveryCoordinator(t *testing.T) {
 
 	_, err = c.ListTransactions(context.Background(), TxnFilters{MinDuration: -time.Second})
 	require.True(t, errs.Is(err, errs.InvalidRequest), "%v", err)
+}
+
+// Many partitions are described with one request per leader; a partition
+// or topic metadata says does not exist fails at once, named.
+func TestDescribeProducersOf(t *testing.T) {
+	fc, c := startTxnAdminCluster(t, 2)
+	fc.nodes[0].storage.states = [][]*storagev1.ProducerState{{{ProducerId: 1, LastSequence: 4, CurrentTxnStartOffset: -1}}}
+	fc.nodes[1].storage.states = [][]*storagev1.ProducerState{{{ProducerId: 2, LastSequence: 9, CurrentTxnStartOffset: 3}}}
+	t0, u0, u1 := TopicPartition{"t", 0}, TopicPartition{"u", 0}, TopicPartition{"u", 1}
+	got, err := c.DescribeProducersOf(context.Background(), t0, u0, u1, TopicPartition{"u", 5}, TopicPartition{"nope", 0})
+	require.Len(t, got, 3)
+	require.Equal(t, int32(4), got[t0].GetProducers()[0].GetLastSequence())
+	require.Equal(t, int32(4), got[u0].GetProducers()[0].GetLastSequence())
+	require.Equal(t, int64(3), got[u1].GetProducers()[0].GetCurrentTxnStartOffset())
+	require.Len(t, fc.nodes[0].storage.describes, 1, "t-0 and u-0 in one request to their leader")
+	require.Len(t, fc.nodes[0].storage.describes[0].GetPartitions(), 2)
+	require.Len(t, fc.nodes[1].storage.describes, 1)
+	require.True(t, errs.Is(err, errs.UnknownTopicOrPartition), "%v", err)
+	require.ErrorContains(t, err, "nope-0: UNKNOWN_TOPIC_OR_PARTITION")
+	require.ErrorContains(t, err, "u-5: UNKNOWN_TOPIC_OR_PARTITION: topic \"u\" has 2 partitions; partition 5 does not exist")
 }
 
 func TestMergeTxnListings(t *testing.T) {

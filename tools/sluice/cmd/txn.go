@@ -7,7 +7,6 @@ import (
 	"io"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -615,10 +614,6 @@ long-running one with "sluice txn abort TRANSACTIONAL-ID".
 	return cmd
 }
 
-// describeCallsInFlight bounds the partitions find-hanging describes at
-// once.
-const describeCallsInFlight = 8
-
 // findHanging reads the producer state of the partitions and classifies
 // their open transactions. It returns the rows to report, how many
 // partitions were read and how many open transactions they showed; the
@@ -642,8 +637,14 @@ func findHanging(ctx context.Context, c *client.Client, specs []topicSpec, thres
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	results, failed := describeAll(ctx, c, tps)
-	open := openTransactions(results)
+	results, derr := c.DescribeProducersOf(ctx, tps...)
+	var ordered []*storagev1.DescribeProducersResult
+	for _, tp := range tps {
+		if r, ok := results[tp]; ok {
+			ordered = append(ordered, r)
+		}
+	}
+	open := openTransactions(ordered)
 	var rows []hangingRow
 	var cerr error
 	if len(open) > 0 {
@@ -661,46 +662,13 @@ func findHanging(ctx context.Context, c *client.Client, specs []topicSpec, thres
 		rows = recheckHanging(ctx, c, rows)
 	}
 	var errList []error
-	for i, e := range failed {
-		if e != nil {
-			errList = append(errList, fmt.Errorf("%s-%d: %w", tps[i].Topic, tps[i].Partition, e))
-		}
-	}
-	if len(errList) > 0 {
-		errList = []error{fmt.Errorf("the producer state of some partitions could not be read: %s", errText(errors.Join(errList...)))}
+	if derr != nil {
+		errList = append(errList, fmt.Errorf("the producer state of some partitions could not be read: %s", errText(derr)))
 	}
 	if cerr != nil {
 		errList = append(errList, fmt.Errorf("not every transaction coordinator answered, so a transaction shown hanging may be run by one that did not: %s", errText(cerr)))
 	}
-	return rows, len(tps) - countErrs(failed), len(open), errors.Join(errList...)
-}
-
-func countErrs(list []error) int {
-	n := 0
-	for _, e := range list {
-		if e != nil {
-			n++
-		}
-	}
-	return n
-}
-
-// describeAll reads the producer state of every partition from its leader,
-// a few at a time.
-func describeAll(ctx context.Context, c *client.Client, tps []client.TopicPartition) ([]*storagev1.DescribeProducersResult, []error) {
-	results := make([]*storagev1.DescribeProducersResult, len(tps))
-	failed := make([]error, len(tps))
-	sem := make(chan struct{}, describeCallsInFlight)
-	var wg sync.WaitGroup
-	for i, tp := range tps {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			results[i], failed[i] = c.DescribeProducers(ctx, tp.Topic, tp.Partition, false)
-		})
-	}
-	wg.Wait()
-	return results, failed
+	return rows, len(results), len(open), errors.Join(errList...)
 }
 
 // openTransactions lists the open transactions the partitions show.
@@ -719,16 +687,25 @@ func openTransactions(results []*storagev1.DescribeProducersResult) []openTxn {
 // recheckHanging reads the partitions of hanging rows again and keeps a
 // row only if the same transaction is still open: one that ended between
 // the partition's answer and the coordinators' (its coordinator then ran a
-// newer transaction, or none) is not hanging.
+// newer transaction, or none) is not hanging. A partition that cannot be
+// read again keeps its row.
 func recheckHanging(ctx context.Context, c *client.Client, rows []hangingRow) []hangingRow {
-	out := rows[:0]
+	var tps []client.TopicPartition
 	for _, r := range rows {
 		if r.Reason == "hanging" {
-			res, err := c.DescribeProducers(ctx, r.Topic, r.Partition, false)
-			if err == nil && !stillOpen(res, r.ProducerID, r.StartOffset) {
-				continue
-			}
-			// On an error the first answer stands.
+			tps = append(tps, client.TopicPartition{Topic: r.Topic, Partition: r.Partition})
+		}
+	}
+	if len(tps) == 0 {
+		return rows
+	}
+	// Partitions not read again keep their rows; their error does not
+	// change what the first read found.
+	again, _ := c.DescribeProducersOf(ctx, tps...)
+	out := rows[:0]
+	for _, r := range rows {
+		if res, ok := again[client.TopicPartition{Topic: r.Topic, Partition: r.Partition}]; ok && r.Reason == "hanging" && !stillOpen(res, r.ProducerID, r.StartOffset) {
+			continue
 		}
 		out = append(out, r)
 	}
