@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/client/record"
 	"github.com/sluice-io/sluice/libs/devcluster"
+	"github.com/sluice-io/sluice/libs/role"
 )
 
 // txnCLI runs the sluice CLI and fails the test if it fails.
@@ -253,4 +254,77 @@ func TestTxnAdminCLI(t *testing.T) {
 	require.Equal(t, errs.ProducerFenced, errs.CodeOf(err), "got %v", err)
 	require.Contains(t, txnCLI(t, c, "txn", "find-hanging", "--threshold", "0s"), "No hanging transaction")
 	require.Len(t, txnReadAll(t, cl, topic, true, 9, 5*time.Second), 8, "nothing of the aborted transaction is visible")
+}
+
+// The case `txn abort --topic --partition --producer-id` exists for: a
+// transaction open on a partition whose coordinator cannot end it (here
+// the only transaction coordinator process is gone). find-hanging reports
+// it, saying the coordinators could not be asked; the abort by partition
+// refuses without --force for the same reason, and with --force ends it:
+// the last stable offset moves past it and read_committed readers get the
+// records written after it.
+func TestTxnAbortWithoutCoordinator(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{StorageNodes: 1, TransactionCoordinators: 1})
+	cl := cluster.Client(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const topic = "tb"
+	_, err := cl.CreateTopic(ctx, topic, 1, 1, nil)
+	require.NoError(t, err)
+	storage := c.StorageNodes()[0]
+	conn, err := grpc.NewClient(storage.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	sc := storagev1.NewStorageServiceClient(conn)
+
+	const tid = "orphan-tx"
+	pid, epoch, err := cl.InitProducerID(ctx, tid, 15*time.Minute, -1, -1)
+	require.NoError(t, err)
+	require.NoError(t, cl.AddPartitionsToTxn(ctx, tid, pid, epoch, []client.TopicPartition{{Topic: topic, Partition: 0}}))
+	tx := &txnProducer{t: t, sc: sc, tid: tid, pid: pid, epoch: epoch, seq: map[int32]int32{}}
+	tx.produce(ctx, topic, 0, txnValues("orphan", 4)...)
+	b := record.NewBuilder(record.CodecNone)
+	require.NoError(t, b.AppendKV(time.Now().UnixMilli(), nil, []byte("after")))
+	batch, err := b.Build()
+	require.NoError(t, err)
+	resp, err := sc.Produce(ctx, &storagev1.ProduceRequest{Acks: storagev1.Acks_ACKS_ALL, TimeoutMs: 10000,
+		Partitions: []*storagev1.ProducePartition{{Topic: topic, Partition: 0, Data: &storagev1.ProducePartition_Batches{Batches: batch}}}})
+	require.NoError(t, err)
+	require.Nil(t, resp.GetResults()[0].GetError())
+	require.Equal(t, int64(0), cliProducers(t, c, topic, 0).GetLastStableOffset(), "held back by the open transaction")
+
+	var coord *devcluster.Process
+	for _, p := range c.Processes() {
+		if p.Roles.Has(role.TransactionCoordinator) && !p.Roles.Has(role.StorageNode) {
+			coord = p
+		}
+	}
+	require.NotNil(t, coord)
+	require.NoError(t, coord.Kill())
+
+	out, stderr, err := groupCLI(t, c, "--request-timeout", "3s", "txn", "find-hanging", "--topic", topic)
+	require.Error(t, err)
+	require.Contains(t, stderr, "not every transaction coordinator answered")
+	require.Regexp(t, fmt.Sprintf(`\ntb\s+0\s+%d\s+%d\s+0\s+0\s+\S+Z\s+\S+\s+-\s+hanging\n`, pid, epoch), out)
+
+	abortArgs := []string{"--request-timeout", "3s", "txn", "abort", "--topic", topic, "--partition", "0", "--producer-id", fmt.Sprint(pid)}
+	require.Contains(t, txnCLIFails(t, c, abortArgs...), "could not ask every transaction coordinator")
+	require.Contains(t, txnCLI(t, c, append(abortArgs, "--force")...),
+		fmt.Sprintf("Aborted the transaction of producer %d (epoch %d, coordinator epoch 0) open on tb-0 since offset 0.", pid, epoch))
+	res := cliProducers(t, c, topic, 0)
+	require.Equal(t, int64(-1), producerIn(res, pid).GetCurrentTxnStartOffset())
+	require.Equal(t, int64(6), res.GetLastStableOffset(), "past the 4 aborted records, the plain one and the marker")
+	k := cl.NewConsumer(client.ConsumerConfig{Reset: client.ResetEarliest, ReadCommitted: true})
+	defer k.Close()
+	k.Assign(client.TopicPartition{Topic: topic, Partition: 0})
+	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer rcancel()
+	var got []string
+	for len(got) < 1 && rctx.Err() == nil {
+		recs, _ := k.Poll(rctx) // an error here is the deadline; the assertion below says what was read
+		for _, r := range recs {
+			got = append(got, string(r.Value))
+		}
+	}
+	require.Equal(t, []string{"after"}, got, "read_committed: the record after the aborted transaction, none of it")
 }
