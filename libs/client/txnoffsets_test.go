@@ -28,6 +28,26 @@ type txnOffsetsNode struct {
 	reqs []*groupv1.TxnOffsetCommitRequest
 	// answer gives each partition's error code on attempt n (from 0).
 	answer func(n int, p int32) errs.Code
+	// fetches are the OffsetFetch requests; a require_stable one is
+	// answered UNSTABLE_OFFSET_COMMIT for partition 0 unstable times.
+	fetches  []*groupv1.OffsetFetchRequest
+	unstable int
+}
+
+func (f *txnOffsetsNode) OffsetFetch(_ context.Context, req *groupv1.OffsetFetchRequest) (*groupv1.OffsetFetchResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fetches = append(f.fetches, req)
+	resp := &groupv1.OffsetFetchResponse{}
+	for _, p := range req.GetPartitions() {
+		part := &groupv1.OffsetFetchPartition{Topic: p.GetTopic(), Partition: p.GetPartition(), Offset: 40 + int64(p.GetPartition()), LeaderEpoch: -1}
+		if req.GetRequireStable() && p.GetPartition() == 0 && f.unstable > 0 {
+			f.unstable--
+			part.Offset, part.Error = -1, errs.New(errs.UnstableOffsetCommit, "pending").Proto()
+		}
+		resp.Partitions = append(resp.Partitions, part)
+	}
+	return resp, nil
 }
 
 func (f *txnOffsetsNode) GetMetadata(context.Context, *metadatav1.GetMetadataRequest) (*metadatav1.GetMetadataResponse, error) {
@@ -121,4 +141,30 @@ func TestTxnOffsetCommitSucceeds(t *testing.T) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	require.Len(t, f.reqs, 1)
+}
+
+// A read_committed group consumer fetches its committed offsets with
+// require_stable and waits while a transaction holds one (Kafka's
+// consumer does the same); a read_uncommitted one does not ask.
+func TestGroupConsumerFetchesStableOffsetsWhenReadCommitted(t *testing.T) {
+	f := &txnOffsetsNode{unstable: 2}
+	c := startTxnOffsetsNode(t, f)
+	tps := []TopicPartition{{"t", 0}, {"t", 1}}
+	for _, readCommitted := range []bool{true, false} {
+		g := &GroupConsumer{c: c, cfg: GroupConsumerConfig{GroupID: "g", Consumer: ConsumerConfig{ReadCommitted: readCommitted}}}
+		g.member = &classicMember{g: g}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		got, err := g.fetchCommitted(ctx, tps)
+		cancel()
+		require.NoError(t, err)
+		require.Equal(t, int64(40), got[tps[0]].offset)
+		require.Equal(t, int64(41), got[tps[1]].offset)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.Len(t, f.fetches, 4, "two unstable answers, then one stable, then one read_uncommitted fetch")
+	for _, r := range f.fetches[:3] {
+		require.True(t, r.GetRequireStable())
+	}
+	require.False(t, f.fetches[3].GetRequireStable())
 }
