@@ -67,7 +67,12 @@ type copier struct {
 }
 
 func startCopier(t *testing.T, c *devcluster.Cluster, dir, tid string, extra ...string) *copier {
-	w := &copier{t: t, journal: filepath.Join(dir, tid+".jsonl")}
+	return startCopierAs(t, c, dir, tid, tid, extra...)
+}
+
+// startCopierAs starts a copier whose journal is named name.
+func startCopierAs(t *testing.T, c *devcluster.Cluster, dir, name, tid string, extra ...string) *copier {
+	w := &copier{t: t, journal: filepath.Join(dir, name+".jsonl")}
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return

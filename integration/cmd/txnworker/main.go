@@ -158,6 +158,11 @@ func copyOnce(ctx context.Context, p *client.Producer, g *client.GroupConsumer, 
 		return abort(ctx, p, err)
 	}
 	if pause > 0 {
+		// Sent first, so the open transaction is on the output partitions
+		// while the worker waits.
+		if err := p.Flush(ctx); err != nil {
+			return abort(ctx, p, err)
+		}
 		journalOf(ctx).write(line{Kind: "prepared", Records: len(recs)})
 		select {
 		case <-time.After(pause):
