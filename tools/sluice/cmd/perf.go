@@ -200,6 +200,9 @@ func runPerfProduce(ctx context.Context, g *globals, o *perfProduceOptions, prog
 	if err != nil {
 		return nil, err
 	}
+	if !disable && o.maxInFlight > 5 {
+		return nil, fmt.Errorf("--max-in-flight %d: the idempotent producer allows at most 5; pass --idempotence=false for more", o.maxInFlight)
+	}
 	cfg := client.ProducerConfig{
 		Acks: acks, Linger: o.linger, BatchBytes: o.batchSize, MaxRequestBytes: o.maxRequestBytes,
 		Compression: codec, MaxInFlight: o.maxInFlight, BufferBytes: o.bufferBytes, DisableIdempotence: disable,
