@@ -17,7 +17,7 @@ BUILDTOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/g
 # default (CI runs on main, where comparing with main itself proves nothing).
 BUF_BREAKING_AGAINST ?= .git\#ref=HEAD~1
 
-.PHONY: all build run dev test unit integration gen check-gen lint bench bench-groups clean tools image
+.PHONY: all build run dev test unit integration gen check-gen lint bench bench-txn bench-groups clean tools image
 
 all: build
 
@@ -77,11 +77,21 @@ lint: tools
 	else echo "buf breaking: no previous commit with buf.yaml to compare with (shallow clone?); skipped"; fi
 
 ## bench: build everything, then measure Sluice side by side with NATS JetStream and the
-## machine's limits, 3 interleaved rounds (bench/results/<date>.md and .json; see docs/performance.md).
-## Extra flags: make bench BENCH_ARGS='--rounds 5'
+## machine's limits, 3 interleaved rounds (bench/results/<date>.md and .json; see docs/performance.md),
+## then the transactions benchmark (bench-txn).
+## Extra flags: make bench BENCH_ARGS='--rounds 5' TXN_BENCH_ARGS='--rounds 7'
 bench: build tools
 	$(GO) build -o $(BIN)/sluice-bench $(MOD)/tools/bench
 	$(BIN)/sluice-bench run --bin $(BIN) --out $(ROOT)/bench/results $(BENCH_ARGS)
+	$(BIN)/sluice-bench txn --bin $(BIN) --out $(ROOT)/bench/results $(TXN_BENCH_ARGS)
+
+## bench-txn: what idempotence and transactions (commits every 1000, 100 and 10 ms) cost a producer of
+## 1 KiB records with acks=all, against idempotence off, on one sluiced; 5 interleaved rounds of about
+## 12 s each (bench/results/<date>-txn.md and .json; see docs/performance.md, "Transactions and idempotence").
+## Extra flags: make bench-txn TXN_BENCH_ARGS='--rounds 7 --round-seconds 15'
+bench-txn: build
+	$(GO) build -o $(BIN)/sluice-bench $(MOD)/tools/bench
+	$(BIN)/sluice-bench txn --bin $(BIN) --out $(ROOT)/bench/results $(TXN_BENCH_ARGS)
 
 ## bench-groups: consumer-group benchmarks on real processes: an 11th member joining 10 on 900 partitions
 ## (classic eager, classic cooperative-sticky, consumer protocol) and catch-up reading by a group consumer

@@ -151,6 +151,15 @@ type perfOutput struct {
 		P50, P99 float64
 		P999     float64 `json:"p99_9"`
 	} `json:"ack_latency_ms"`
+	Transactions *struct {
+		CommitsPerSec float64 `json:"commits_per_s"`
+		Commit        struct {
+			P50, P99 float64
+		} `json:"commit_latency_ms"`
+		EndTxn struct {
+			P50, P99 float64
+		} `json:"end_txn_latency_ms"`
+	} `json:"transactions"`
 }
 
 func parseFigures(out []byte, sluicePerf bool) (figures, error) {
@@ -171,6 +180,10 @@ func parseFigures(out []byte, sluicePerf bool) (figures, error) {
 	}
 	if a := p.AckLatency; a != nil {
 		f["ack_p50_ms"], f["ack_p99_ms"], f["ack_p999_ms"] = a.P50, a.P99, a.P999
+	}
+	if t := p.Transactions; t != nil {
+		f["commits_per_s"], f["commit_p50_ms"], f["commit_p99_ms"] = t.CommitsPerSec, t.Commit.P50, t.Commit.P99
+		f["end_txn_p50_ms"], f["end_txn_p99_ms"] = t.EndTxn.P50, t.EndTxn.P99
 	}
 	return f, nil
 }

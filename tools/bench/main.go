@@ -32,6 +32,8 @@ func main() {
 	switch os.Args[1] {
 	case "run":
 		err = runMain(args)
+	case "txn":
+		err = txnMain(args)
 	case "limit-grpc":
 		err = limitGRPC(args)
 	case "limit-fsync":
@@ -55,6 +57,7 @@ func main() {
 
 func usage() {
 	fmt.Fprintln(os.Stderr, `usage: sluice-bench run [flags]        the whole comparison; writes the report
+       sluice-bench txn [flags]        idempotence and transactions against a plain producer
        sluice-bench limit-grpc|limit-fsync|limit-read [flags]
        sluice-bench nats-pub|nats-consume|nats-e2e [flags]`)
 	os.Exit(2)

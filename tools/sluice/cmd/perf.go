@@ -148,6 +148,8 @@ type perfProduceOptions struct {
 	maxInFlight     int
 	maxRequestBytes int
 	bufferBytes     int
+	transactionalID string
+	txnInterval     time.Duration
 }
 
 func newPerfProduceCmd(g *globals) *cobra.Command {
@@ -162,7 +164,14 @@ records/s, MB/s and the latency from Produce to acknowledgement
 (p50/p95/p99/p99.9/max). Like kafka-producer-perf-test, the latency includes
 the time a record waits in the producer's buffer. The producers are
 idempotent by default (acks all), as Kafka's; --idempotence=false, or
---acks 1 or 0, measures without.`,
+--acks 1 or 0, measures without.
+
+With --transactional-id each producer runs in transactions, as
+kafka-producer-perf-test's --transaction-duration-ms does: begin, produce for
+--txn-interval, commit, and again. The summary adds the commits per second
+and the commit latency (from CommitTransaction's call, which first waits for
+every record of the transaction, to its return) and the EndTxn part of it
+(after the records are acknowledged).`,
 		Args: cobra.NoArgs,
 		RunE: perfRunE(g, func(ctx context.Context, progress io.Writer) (*perfSummary, error) {
 			return runPerfProduce(ctx, g, o, progress, cmd)
@@ -184,6 +193,8 @@ idempotent by default (acks all), as Kafka's; --idempotence=false, or
 	f.IntVar(&o.maxInFlight, "max-in-flight", 5, "Batches per partition sent and not yet answered (Kafka's default is 5, the most idempotence allows).")
 	f.IntVar(&o.maxRequestBytes, "max-request-bytes", 1<<20, "Largest produce request (max.request.size).")
 	f.IntVar(&o.bufferBytes, "buffer-bytes", 64<<20, "Producer buffer (buffer.memory).")
+	f.StringVar(&o.transactionalID, "transactional-id", "", "Produce in transactions with this transactional id (with --producers N: ID-0 to ID-<N-1>); off when empty.")
+	f.DurationVar(&o.txnInterval, "txn-interval", 100*time.Millisecond, "With --transactional-id: how long each transaction produces before it commits.")
 	return cmd
 }
 
@@ -207,6 +218,13 @@ func runPerfProduce(ctx context.Context, g *globals, o *perfProduceOptions, prog
 		Acks: acks, Linger: o.linger, BatchBytes: o.batchSize, MaxRequestBytes: o.maxRequestBytes,
 		Compression: codec, MaxInFlight: o.maxInFlight, BufferBytes: o.bufferBytes, DisableIdempotence: disable,
 	}
+	txn := o.transactionalID != ""
+	if txn {
+		cfg.TransactionalID = o.transactionalID
+		if o.txnInterval <= 0 {
+			return nil, errors.New("--txn-interval must be positive")
+		}
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -222,6 +240,8 @@ func runPerfProduce(ctx context.Context, g *globals, o *perfProduceOptions, prog
 		return nil, err
 	}
 	lat := newLatencyRecorder()
+	commitLat, endLat := newLatencyRecorder(), newLatencyRecorder()
+	var commits atomic.Int64
 	var failures errorCounter
 	var acked, ackedBytes atomic.Int64
 	var outstanding sync.WaitGroup
@@ -238,7 +258,18 @@ func runPerfProduce(ctx context.Context, g *globals, o *perfProduceOptions, prog
 			return nil, err
 		}
 		defer c.Close()
-		p := c.NewProducer(cfg)
+		pcfg := cfg
+		if txn && o.producers > 1 {
+			pcfg.TransactionalID = fmt.Sprintf("%s-%d", o.transactionalID, i)
+		}
+		p := c.NewProducer(pcfg)
+		if txn {
+			// Before the clock starts: the first InitProducerId may wait for
+			// the coordinator to load its partition.
+			if err := p.InitTransactions(ctx); err != nil {
+				return nil, fmt.Errorf("initializing transactions of %s: %w", pcfg.TransactionalID, err)
+			}
+		}
 		workers[i] = worker{c: c, p: p, n: o.numRecords / int64(o.producers)}
 		if int64(i) < o.numRecords%int64(o.producers) {
 			workers[i].n++
@@ -274,21 +305,43 @@ func runPerfProduce(ctx context.Context, g *globals, o *perfProduceOptions, prog
 				outstanding.Done()
 			}
 			for sent := int64(0); sent < w.n; {
-				due := pace.due(time.Now(), w.n)
-				if due <= sent {
-					time.Sleep(100 * time.Microsecond)
-					continue
-				}
-				for ; sent < due; sent++ {
-					rec := &client.Record{Topic: o.topic, Partition: -1, Value: payload, Timestamp: time.Now()}
-					outstanding.Add(1)
-					if err := w.p.Produce(ctx, rec, cb); err != nil {
-						outstanding.Done()
+				// Without transactions, one pass sends everything; with them,
+				// one pass is one transaction of --txn-interval.
+				var deadline time.Time
+				if txn {
+					if err := w.p.BeginTransaction(); err != nil {
 						failures.add(err)
-						if ctx.Err() != nil {
-							return
+						return
+					}
+					deadline = time.Now().Add(o.txnInterval)
+				}
+				for sent < w.n {
+					if txn && !time.Now().Before(deadline) {
+						break
+					}
+					due := pace.due(time.Now(), w.n)
+					if due <= sent {
+						time.Sleep(100 * time.Microsecond)
+						continue
+					}
+					for ; sent < due; sent++ {
+						now := time.Now()
+						if txn && !now.Before(deadline) {
+							break
+						}
+						rec := &client.Record{Topic: o.topic, Partition: -1, Value: payload, Timestamp: now}
+						outstanding.Add(1)
+						if err := w.p.Produce(ctx, rec, cb); err != nil {
+							outstanding.Done()
+							failures.add(err)
+							if ctx.Err() != nil {
+								return
+							}
 						}
 					}
+				}
+				if txn && !commitTxn(ctx, w.p, commitLat, endLat, &commits, &failures) {
+					return
 				}
 			}
 			if err := w.p.Flush(ctx); err != nil {
@@ -316,7 +369,41 @@ func runPerfProduce(ctx context.Context, g *globals, o *perfProduceOptions, prog
 		"batch_size": o.batchSize, "linger": o.linger.String(), "compression": o.compression, "producers": o.producers,
 		"max_in_flight": o.maxInFlight, "max_request_bytes": o.maxRequestBytes, "partitions": o.partitions,
 	}
+	if txn {
+		s.Config["transactional_id"], s.Config["txn_interval"] = o.transactionalID, o.txnInterval.String()
+		cl, el := commitLat.summary(), endLat.summary()
+		s.Transactions = &txnPerfSummary{Commits: commits.Load(), CommitsPerSec: roundTo(float64(commits.Load())/elapsed.Seconds(), 1),
+			CommitLatency: &cl, EndTxnLatency: &el}
+	}
 	return s, nil
+}
+
+// commitTxn commits the open transaction and times it: the whole call, and
+// its EndTxn part after the transaction's records are acknowledged. A
+// failed commit counts as an error and its transaction is aborted; false
+// means the producer cannot go on.
+func commitTxn(ctx context.Context, p *client.Producer, commitLat, endLat *latencyRecorder, commits *atomic.Int64, failures *errorCounter) bool {
+	start := time.Now()
+	// CommitTransaction waits for the records itself; flushing first only
+	// splits its time into the wait and the EndTxn round trip.
+	err := p.Flush(ctx)
+	end := time.Now()
+	if err == nil {
+		err = p.CommitTransaction(ctx)
+	}
+	if err == nil {
+		now := time.Now()
+		commitLat.record(now.Sub(start))
+		endLat.record(now.Sub(end))
+		commits.Add(1)
+		return true
+	}
+	failures.add(fmt.Errorf("committing a transaction: %w", err))
+	if aerr := p.AbortTransaction(ctx); aerr != nil {
+		failures.add(fmt.Errorf("aborting a transaction: %w", aerr))
+		return false
+	}
+	return ctx.Err() == nil
 }
 
 // randomPayload returns size random capital letters, as Kafka's perf tool

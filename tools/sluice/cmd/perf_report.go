@@ -134,8 +134,21 @@ type perfSummary struct {
 	// AckLatency is e2e's produce acknowledgement latency.
 	AckLatency *latencySummary `json:"ack_latency_ms,omitempty"`
 	// FirstRecordSec is, for consume, how long the first record took.
-	FirstRecordSec *float64       `json:"first_record_s,omitempty"`
-	Config         map[string]any `json:"config"`
+	FirstRecordSec *float64 `json:"first_record_s,omitempty"`
+	// Transactions are produce's commit figures with --transactional-id.
+	Transactions *txnPerfSummary `json:"transactions,omitempty"`
+	Config       map[string]any  `json:"config"`
+}
+
+// txnPerfSummary is what committing every --txn-interval cost.
+type txnPerfSummary struct {
+	Commits       int64   `json:"commits"`
+	CommitsPerSec float64 `json:"commits_per_s"`
+	// CommitLatency runs from the commit's start (the wait for the
+	// transaction's records) to its end; EndTxnLatency is the part after
+	// the records were acknowledged.
+	CommitLatency *latencySummary `json:"commit_latency_ms"`
+	EndTxnLatency *latencySummary `json:"end_txn_latency_ms"`
 }
 
 func newPerfSummary(mode, topic string, records, bytes, errors int64, elapsed time.Duration) *perfSummary {
@@ -176,6 +189,10 @@ func (s *perfSummary) text() string {
 	}
 	if s.AckLatency != nil {
 		fmt.Fprintf(&b, "produce ack latency: %s\n", s.AckLatency.text())
+	}
+	if t := s.Transactions; t != nil {
+		fmt.Fprintf(&b, "%d transactions committed, %.1f/s; commit latency: %s; EndTxn part: %s\n",
+			t.Commits, t.CommitsPerSec, t.CommitLatency.text(), t.EndTxnLatency.text())
 	}
 	if s.FirstRecordSec != nil {
 		fmt.Fprintf(&b, "first record after %.3f s\n", *s.FirstRecordSec)
