@@ -24,10 +24,25 @@ import (
 // them to the coordinator that took the offsets partition over (after
 // replaying it, the pending offsets included). A commit becomes the
 // group's offsets; an abort, in the next transaction across another kill,
-// leaves them as they were. Group coordinators run as processes of their
-// own, so a kill leaves the log where it is.
+// leaves them as they were. Two placements: group coordinators as
+// processes of their own (the kill leaves the log where it is; the new
+// coordinator replays it remotely), and coordinators at the partition
+// leaders of three storage nodes (the kill takes the leader too; the new
+// leader's coordinator replays its local replica).
 func TestTxnOffsetsAcrossGroupCoordinatorKill(t *testing.T) {
-	c := cluster.Start(t, cluster.Options{StorageNodes: 1, GroupCoordinators: 2, ExtraArgs: gfoArgs})
+	for _, v := range []struct {
+		name string
+		opts cluster.Options
+	}{
+		{"separate-coordinators", cluster.Options{StorageNodes: 1, GroupCoordinators: 2, ExtraArgs: gfoArgs}},
+		{"at-leader", cluster.Options{StorageNodes: 3, ExtraArgs: gfoArgs}},
+	} {
+		t.Run(v.name, func(t *testing.T) { txnOffsetsAcrossKill(t, v.opts) })
+	}
+}
+
+func txnOffsetsAcrossKill(t *testing.T, opts cluster.Options) {
+	c := cluster.Start(t, opts)
 	cl := cluster.Client(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -36,7 +51,7 @@ func TestTxnOffsetsAcrossGroupCoordinatorKill(t *testing.T) {
 		group = "txo-group"
 		tid   = "txo-worker"
 	)
-	_, err := cl.CreateTopic(ctx, topic, 2, 1, nil)
+	_, err := cl.CreateTopic(ctx, topic, 2, int32(opts.StorageNodes), nil)
 	require.NoError(t, err)
 	tps := []client.TopicPartition{{Topic: topic, Partition: 0}, {Topic: topic, Partition: 1}}
 	fctx, fcancel := context.WithTimeout(ctx, 60*time.Second)
@@ -90,9 +105,9 @@ func TestTxnOffsetsAcrossGroupCoordinatorKill(t *testing.T) {
 		}
 		return out, 0, nil
 	}
-	awaitOffsets := func(what string, want map[int32]int64) {
+	awaitOffsets := func(what string, want map[int32]int64, killed time.Time) {
 		t.Helper()
-		took := gfoAwait(t, 90*time.Second, what, func() (bool, string) {
+		gfoAwait(t, 90*time.Second, what, func() (bool, string) {
 			got, unstable, err := committed()
 			if err != nil {
 				return false, err.Error()
@@ -102,7 +117,7 @@ func TestTxnOffsetsAcrossGroupCoordinatorKill(t *testing.T) {
 			}
 			return fmt.Sprint(got) == fmt.Sprint(want), fmt.Sprintf("offsets %v", got)
 		})
-		t.Logf("%s after %v", what, took.Round(time.Millisecond))
+		t.Logf("%s %v after the kill", what, time.Since(killed).Round(time.Millisecond))
 	}
 	killCoordinator := func() int32 {
 		t.Helper()
@@ -128,10 +143,14 @@ func TestTxnOffsetsAcrossGroupCoordinatorKill(t *testing.T) {
 	require.Equal(t, errs.UnstableOffsetCommit, unstable)
 
 	first := killCoordinator()
+	killed := time.Now()
 	_, epoch, err = cl.EndTxn(ctx, tid, pid, epoch, true)
 	require.NoError(t, err)
-	awaitOffsets("the committed transaction's offsets on the new coordinator", map[int32]int64{0: 5, 1: 7})
+	awaitOffsets("the committed transaction's offsets on the new coordinator", map[int32]int64{0: 5, 1: 7}, killed)
 	gfoRestart(t, ctx, nodeByID(c, first))
+	gfoAwait(t, 90*time.Second, "every replica of the offsets topic back in sync", func() (bool, string) {
+		return gfoFullyReplicated(ctx, cl, gfoOffsetsTopic)
+	})
 
 	// Transaction 2: pending offsets across another kill, then an abort.
 	require.NoError(t, cl.AddOffsetsToTxn(ctx, tid, pid, epoch, group))
@@ -141,7 +160,8 @@ func TestTxnOffsetsAcrossGroupCoordinatorKill(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, errs.UnstableOffsetCommit, unstable)
 	killCoordinator()
+	killed = time.Now()
 	_, _, err = cl.EndTxn(ctx, tid, pid, epoch, false)
 	require.NoError(t, err)
-	awaitOffsets("the offsets unchanged after the aborted transaction", map[int32]int64{0: 5, 1: 7})
+	awaitOffsets("the offsets unchanged after the aborted transaction", map[int32]int64{0: 5, 1: 7}, killed)
 }
