@@ -287,9 +287,21 @@ func TestHangingTransactionIsAbortedAfterItsTimeout(t *testing.T) {
 	t.Logf("visible to read_committed %v after the hang began (timeout 3s, scan every 1s)", time.Since(hungAt).Round(100*time.Millisecond))
 	require.Len(t, txnReadAll(t, cl, topic, false, 6, 30*time.Second), 6)
 
-	// The producer that hung is fenced.
+	// The producer that hung is fenced: when it wakes up, its writes are
+	// refused and so is its EndTxn.
+	b = record.NewBuilder(record.CodecNone)
+	b.SetProducer(pid, epoch, p.seq[0])
+	b.SetTransactional(true)
+	require.NoError(t, b.AppendKV(time.Now().UnixMilli(), nil, []byte("zombie")))
+	batch, err = b.Build()
+	require.NoError(t, err)
+	resp, err = sc.Produce(ctx, &storagev1.ProduceRequest{Acks: storagev1.Acks_ACKS_ALL, TimeoutMs: 10000, TransactionalId: tid,
+		Partitions: []*storagev1.ProducePartition{{Topic: topic, Partition: 0, Data: &storagev1.ProducePartition_Batches{Batches: batch}}}})
+	require.NoError(t, err)
+	require.NotNil(t, resp.GetResults()[0].GetError(), "the zombie's batch was appended")
 	_, _, err = cl.EndTxn(ctx, tid, pid, epoch, true)
 	require.Equal(t, errs.ProducerFenced, errs.CodeOf(err), "got %v", err)
+	require.Len(t, txnReadAll(t, cl, topic, false, 7, 3*time.Second), 6, "nothing of the zombie was appended")
 }
 
 // A coordinator that dies after a commit is decided but before its markers

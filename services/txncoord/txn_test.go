@@ -499,3 +499,20 @@ func TestTransactionalIDExpires(t *testing.T) {
 	again, _ := h.mustInit("idle")
 	require.NotEqual(t, pid, again)
 }
+
+// InitProducerId at an exhausted epoch moves the id to a new producer id
+// with epoch 0.
+func TestInitProducerIDAtExhaustedEpoch(t *testing.T) {
+	h := newHarness(t)
+	pid, _ := h.mustInit("tx")
+	h.s.mu.Lock()
+	h.s.txns["tx"].epoch = maxEpoch
+	h.s.mu.Unlock()
+	npid, nepoch := h.mustInit("tx")
+	require.NotEqual(t, pid, npid)
+	require.Zero(t, nepoch)
+	h.load()
+	m := h.state("tx")
+	require.Equal(t, npid, m.producerID)
+	require.Equal(t, int16(0), m.epoch)
+}
