@@ -460,3 +460,20 @@ func TestMarkerWaitsForTxnOffsetsInFlight(t *testing.T) {
 	}
 	require.Len(t, h.log.Records(), 1)
 }
+
+// Acknowledgements can be applied out of log order: a marker ends only the
+// offsets written before it, and those of the producer's next transaction,
+// applied first, stay pending.
+func TestMarkerEndsOnlyOffsetsBeforeIt(t *testing.T) {
+	h := newTxnHarness(t)
+	s := h.shard()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	require.NoError(t, s.applyTxnRecordLocked(7, 0, offsetKey("g", "t", 0), offsetValue(committedOffset{offset: 1, leaderEpoch: -1}), 10))
+	require.NoError(t, s.applyTxnRecordLocked(7, 1, offsetKey("g", "t", 1), offsetValue(committedOffset{offset: 2, leaderEpoch: -1}), 12))
+	s.endTxnLocked(7, 0, true, 11)
+	require.Equal(t, int64(1), s.groups["g"].offsets[topicPartition{"t", 0}].offset)
+	require.NotContains(t, s.groups["g"].offsets, topicPartition{"t", 1})
+	require.True(t, s.pendingLocked("g", topicPartition{"t", 1}), "the next transaction's offset is still pending")
+	require.False(t, s.pendingLocked("g", topicPartition{"t", 0}))
+}
