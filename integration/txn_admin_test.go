@@ -147,6 +147,9 @@ func TestTxnAdminCLI(t *testing.T) {
 	text := txnCLI(t, c, "producers", "describe", topic, "0", "--any-replica")
 	require.Contains(t, text, fmt.Sprintf("Partition: %s-0  Answered by: node %d  Last stable offset: 8  Producers: 1", topic, storage.NodeID))
 	require.Regexp(t, fmt.Sprintf(`\n%d\s+0\s+7\s+\S+Z\s+0\s+-\n`, idem), text)
+	onNode := cliProducers(t, c, topic, 0, "--node", fmt.Sprint(storage.NodeID))
+	require.Equal(t, int32(7), producerIn(onNode, idem).GetLastSequence())
+	require.Contains(t, txnCLIFails(t, c, "producers", "describe", topic, "0", "--node", "999"), "node 999 holds no replica of ta-0")
 
 	// Transactional ids on both coordinators, with nothing open yet.
 	var idle []string

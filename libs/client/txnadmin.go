@@ -192,6 +192,64 @@ func (c *Client) describeProducers(ctx context.Context, topic string, partition 
 	}
 }
 
+// DescribeProducersOn describes a partition's producer state as the replica
+// on node nodeID holds it, leader or follower, so replicas can be compared
+// (a follower answers without the last stable offset, -1). A node metadata
+// does not list among the partition's replicas is refused with
+// INVALID_REQUEST; an unreachable node is retried until ctx's deadline or
+// Config.RequestTimeout.
+func (c *Client) DescribeProducersOn(ctx context.Context, topic string, partition int32, nodeID int32) (*storagev1.DescribeProducersResult, error) {
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	md, err := c.Metadata(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	var ti *metadatav1.TopicInfo
+	for _, t := range md.GetTopics() {
+		if t.GetName() == topic {
+			ti = t
+		}
+	}
+	if e := errs.FromProto(ti.GetError()); e != nil {
+		return nil, e
+	}
+	if ti == nil || partition < 0 || int(partition) >= len(ti.GetPartitions()) {
+		return nil, errs.New(errs.UnknownTopicOrPartition, "topic %q has %d partitions; partition %d does not exist", topic, len(ti.GetPartitions()), partition)
+	}
+	replicas := ti.GetPartitions()[partition].GetReplicas()
+	if !slices.Contains(replicas, nodeID) {
+		return nil, errs.Invalid(errs.InvalidRequest, "node", "node %d holds no replica of %s-%d (its replicas are on nodes %v)", nodeID, topic, partition, replicas)
+	}
+	addr := ""
+	for _, b := range md.GetBrokers() {
+		if b.GetId() == nodeID && len(b.GetEndpoints()) > 0 {
+			addr = joinHostPort(b.GetEndpoints()[0].GetHost(), b.GetEndpoints()[0].GetPort())
+		}
+	}
+	if addr == "" {
+		return nil, errs.New(errs.BrokerNotAvailable, "node %d, a replica of %s-%d, is not registered", nodeID, topic, partition)
+	}
+	res, err := askNode(ctx, c, addr, "describing producers", func(ctx context.Context, conn grpc.ClientConnInterface) (*storagev1.DescribeProducersResult, error) {
+		resp, err := storagev1.NewStorageServiceClient(conn).DescribeProducers(ctx, &storagev1.DescribeProducersRequest{
+			Partitions: []*commonv1.TopicPartition{{Topic: topic, Partition: partition}}, AnyReplica: true,
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range resp.GetResults() {
+			if r.GetPartition().GetTopic() == topic && r.GetPartition().GetPartition() == partition {
+				if e := errs.FromProto(r.GetError()); e != nil {
+					return nil, e
+				}
+				return r, nil
+			}
+		}
+		return nil, errs.New(errs.UnknownServerError, "DescribeProducers at %s answered without %s-%d", addr, topic, partition)
+	})
+	return res, err
+}
+
 // DescribeProducersOf describes the producer state of many partitions
 // from their leaders, with one request per leader (as DescribeProducers
 // does for one). Leadership changes and unreachable leaders are retried

@@ -68,6 +68,7 @@ func (m *txnAdminMeta) GetMetadata(_ context.Context, req *metadatav1.GetMetadat
 type txnAdminStorage struct {
 	storagev1.UnimplementedStorageServiceServer
 
+	id        int32
 	mu        sync.Mutex
 	states    [][]*storagev1.ProducerState
 	lso       int64
@@ -89,7 +90,7 @@ func (s *txnAdminStorage) DescribeProducers(_ context.Context, req *storagev1.De
 	}
 	out := &storagev1.DescribeProducersResponse{}
 	for _, tp := range req.GetPartitions() {
-		out.Results = append(out.Results, &storagev1.DescribeProducersResult{Partition: tp, NodeId: 1, Producers: producers, LastStableOffset: s.lso})
+		out.Results = append(out.Results, &storagev1.DescribeProducersResult{Partition: tp, NodeId: s.id, Producers: producers, LastStableOffset: s.lso})
 	}
 	return out, nil
 }
@@ -141,6 +142,7 @@ func startTxnAdminCluster(t *testing.T, n int) (*txnAdminCluster, *Client) {
 	for i := 1; i <= n; i++ {
 		node := &txnAdminNode{id: int32(i), cluster: fc}
 		node.meta.n = node
+		node.storage.id = node.id
 		fc.nodes = append(fc.nodes, node)
 		l := bufconn.Listen(1 << 20)
 		lis[fakeAddr(node.id)] = l
@@ -305,6 +307,24 @@ func TestDescribeProducersOf(t *testing.T) {
 	require.True(t, errs.Is(err, errs.UnknownTopicOrPartition), "%v", err)
 	require.ErrorContains(t, err, "nope-0: UNKNOWN_TOPIC_OR_PARTITION")
 	require.ErrorContains(t, err, "u-5: UNKNOWN_TOPIC_OR_PARTITION: topic \"u\" has 2 partitions; partition 5 does not exist")
+}
+
+// A chosen replica answers from its own copy; a node without a replica of
+// the partition is refused before any call.
+func TestDescribeProducersOn(t *testing.T) {
+	fc, c := startTxnAdminCluster(t, 2)
+	fc.nodes[1].storage.states = [][]*storagev1.ProducerState{{{ProducerId: 2, LastSequence: 9, CurrentTxnStartOffset: -1}}}
+	res, err := c.DescribeProducersOn(context.Background(), "u", 1, 2)
+	require.NoError(t, err)
+	require.Equal(t, int32(2), res.GetNodeId())
+	require.Equal(t, int64(2), res.GetProducers()[0].GetProducerId())
+	require.True(t, fc.nodes[1].storage.describes[0].GetAnyReplica())
+	_, err = c.DescribeProducersOn(context.Background(), "u", 1, 1)
+	require.True(t, errs.Is(err, errs.InvalidRequest), "%v", err)
+	require.ErrorContains(t, err, "node 1 holds no replica of u-1 (its replicas are on nodes [2])")
+	require.Empty(t, fc.nodes[0].storage.describes)
+	_, err = c.DescribeProducersOn(context.Background(), "u", 7, 1)
+	require.True(t, errs.Is(err, errs.UnknownTopicOrPartition), "%v", err)
 }
 
 func TestMergeTxnListings(t *testing.T) {

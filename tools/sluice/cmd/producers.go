@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -23,6 +24,7 @@ func newProducersCmd(g *globals) *cobra.Command {
 
 func newProducersDescribeCmd(g *globals) *cobra.Command {
 	var anyReplica bool
+	var node int32
 	cmd := &cobra.Command{
 		Use:   "describe TOPIC PARTITION",
 		Short: "List a partition's active producer ids: epoch, last sequence, last timestamp, open transaction, and the last stable offset",
@@ -36,21 +38,32 @@ transaction, or the high watermark if none is open: read_committed consumers
 read up to it.
 
 With --any-replica a follower may answer (when the leader is not available),
-from its own copy of the log; followers do not know the LSO.
+from its own copy of the log; with --node the replica on that node answers,
+so replicas can be compared. Followers do not know the LSO.
 
-  sluice producers describe orders 3`,
+  sluice producers describe orders 3
+  sluice producers describe orders 3 --node 2`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			part, err := parsePartitionArg(args[1])
 			if err != nil {
 				return err
 			}
+			onNode := cmd.Flags().Changed("node")
+			if onNode && anyReplica {
+				return errors.New("--node names the replica to ask; --any-replica lets any answer: give one of them")
+			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			res, err := c.DescribeProducers(cmd.Context(), args[0], part, anyReplica)
+			var res *storagev1.DescribeProducersResult
+			if onNode {
+				res, err = c.DescribeProducersOn(cmd.Context(), args[0], part, node)
+			} else {
+				res, err = c.DescribeProducers(cmd.Context(), args[0], part, anyReplica)
+			}
 			if err != nil {
 				return err
 			}
@@ -61,6 +74,7 @@ from its own copy of the log; followers do not know the LSO.
 		},
 	}
 	cmd.Flags().BoolVar(&anyReplica, "any-replica", false, "Let a follower answer from its own replica if the leader does not (followers do not know the LSO).")
+	cmd.Flags().Int32Var(&node, "node", -1, "Ask the replica on this node id, leader or follower, to compare replicas.")
 	return cmd
 }
 

@@ -101,6 +101,7 @@ func TestTxnCommandFlagValidation(t *testing.T) {
 		{[]string{"txn", "find-hanging", "--threshold", "-5m"}, "must not be negative"},
 		{[]string{"producers", "describe", "t"}, "accepts 2 arg"},
 		{[]string{"producers", "describe", "t", "x"}, `partition "x": want a partition number`},
+		{[]string{"producers", "describe", "t", "0", "--node", "2", "--any-replica"}, "give one of them"},
 	} {
 		root, _ := newRoot()
 		var out bytes.Buffer
