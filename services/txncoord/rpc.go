@@ -167,6 +167,7 @@ func (r *TransactionCoordinator) AddPartitionsToTxn(ctx context.Context, req *tx
 // addToTxn adds partitions to the id's transaction (opening one if none is
 // open) and persists it before returning.
 func (r *TransactionCoordinator) addToTxn(ctx context.Context, s *shard, tid string, pid int64, epoch int32, add []topicPartition) *errs.Error {
+	s.settle(ctx, tid)
 	s.mu.Lock()
 	m, ok := s.txns[tid]
 	var e *errs.Error

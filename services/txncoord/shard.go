@@ -50,11 +50,15 @@ type shard struct {
 	loaded  bool
 	txns    map[string]*txnMeta
 	pending map[string]bool
+	// changed is closed (and replaced) whenever a write is applied or
+	// fails, for calls waiting for an id to settle.
+	changed chan struct{}
 }
 
 func newShard(r *TransactionCoordinator, id int32, l coordinator.Log) *shard {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &shard{r: r, id: id, log: l, ctx: ctx, cancel: cancel, txns: map[string]*txnMeta{}, pending: map[string]bool{}}
+	s := &shard{r: r, id: id, log: l, ctx: ctx, cancel: cancel, txns: map[string]*txnMeta{}, pending: map[string]bool{},
+		changed: make(chan struct{})}
 	s.writer = &coordinator.Writer{Topic: stateTopic, Partition: id, Log: l, Mu: &s.mu, Ctx: ctx, Now: r.now,
 		Fenced: func(e *errs.Error) {
 			if s.local == nil {
@@ -154,10 +158,53 @@ func (s *shard) writeLocked(next *txnMeta, after func(m *txnMeta)) <-chan *errs.
 	return s.writer.WriteLocked([]coordinator.KV{{Key: txnKey(tid), Value: encodeTxn(next)}}, func(int64) {
 		delete(s.pending, tid)
 		s.txns[tid] = next
+		s.notifyLocked()
 		if after != nil {
 			after(next)
 		}
-	}, func(*errs.Error) { delete(s.pending, tid) })
+	}, func(*errs.Error) {
+		delete(s.pending, tid)
+		s.notifyLocked()
+	})
+}
+
+// notifyLocked wakes the calls waiting in settle. Called with s.mu held.
+func (s *shard) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// settleWait bounds how long a call waits for a transactional id to
+// settle before it answers CONCURRENT_TRANSACTIONS.
+const settleWait = 2 * time.Second
+
+// settle waits (up to settleWait or ctx) until tid has no write in flight
+// and no transaction ending: the next transaction's first
+// AddPartitionsToTxn usually arrives while the previous one's markers are
+// being written, and holding it for the few milliseconds that takes spares
+// the client a CONCURRENT_TRANSACTIONS and a retry after its backoff.
+func (s *shard) settle(ctx context.Context, tid string) {
+	timer := time.NewTimer(settleWait)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		m := s.txns[tid]
+		busy := s.pending[tid] || (m != nil && m.preparing())
+		ch := s.changed
+		s.mu.Unlock()
+		if !busy {
+			return
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			return
+		case <-ctx.Done():
+			return
+		case <-s.ctx.Done():
+			return
+		}
+	}
 }
 
 // expireLocked removes tid: a tombstone is written, and the id is
@@ -167,7 +214,11 @@ func (s *shard) expireLocked(tid string) {
 	s.writer.WriteLocked([]coordinator.KV{{Key: txnKey(tid)}}, func(int64) {
 		delete(s.pending, tid)
 		delete(s.txns, tid)
-	}, func(*errs.Error) { delete(s.pending, tid) })
+		s.notifyLocked()
+	}, func(*errs.Error) {
+		delete(s.pending, tid)
+		s.notifyLocked()
+	})
 }
 
 // prepareLocked persists the end of m's open transaction and, once it is

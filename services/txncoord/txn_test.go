@@ -516,3 +516,35 @@ func TestInitProducerIDAtExhaustedEpoch(t *testing.T) {
 	require.Equal(t, npid, m.producerID)
 	require.Equal(t, int16(0), m.epoch)
 }
+
+// The next transaction's first AddPartitionsToTxn, arriving while the
+// previous transaction's markers are still being written, is held until
+// they are (instead of answering CONCURRENT_TRANSACTIONS at once); after
+// settleWait it is answered CONCURRENT_TRANSACTIONS.
+func TestAddPartitionsWaitsForTheMarkers(t *testing.T) {
+	h := newHarness(t)
+	pid, epoch := h.mustInit("tx")
+	h.add("tx", pid, epoch, tp("t", 0))
+	h.refuse.Store(true)
+	end := h.end("tx", pid, epoch, true)
+	require.Nil(t, end.GetError())
+	h.awaitState("tx", kmsg.TransactionStatePrepareCommit)
+
+	start := time.Now()
+	require.Equal(t, errs.ConcurrentTransactions, code(h.add("tx", pid, end.GetProducerEpoch(), tp("t", 1)).GetError()))
+	require.GreaterOrEqual(t, time.Since(start), settleWait)
+
+	done := make(chan *txnv1.AddPartitionsToTxnResponse, 1)
+	go func() { done <- h.add("tx", pid, end.GetProducerEpoch(), tp("t", 1)) }()
+	select {
+	case <-done:
+		t.Fatal("answered while the markers were still being written")
+	case <-time.After(100 * time.Millisecond):
+	}
+	h.refuse.Store(false)
+	resp := <-done
+	require.Nil(t, resp.GetError())
+	m := h.state("tx")
+	require.Equal(t, kmsg.TransactionStateOngoing, m.state)
+	require.Equal(t, map[topicPartition]bool{{"t", 1}: true}, m.partitions)
+}
