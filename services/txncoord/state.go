@@ -86,9 +86,6 @@ func (m *txnMeta) end(commit bool, now time.Time, newPID func() int64) *txnMeta 
 	n.fenced = false
 	n.lastProducerID, n.lastEpoch = m.producerID, m.epoch
 	n.producerID, n.epoch = bump(m.producerID, m.epoch, newPID)
-	if plantedNoEpochBump {
-		n.producerID, n.epoch, n.lastProducerID = m.producerID, m.epoch, -1
-	}
 	n.state = kmsg.TransactionStatePrepareAbort
 	if commit {
 		n.state = kmsg.TransactionStatePrepareCommit
