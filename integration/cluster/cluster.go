@@ -45,6 +45,9 @@ type Options struct {
 	GroupCoordinators int
 	// TransactionCoordinators: see devcluster.Spec.
 	TransactionCoordinators int
+	// Sluiced is the server binary to run instead of the workspace's (a
+	// build with a planted bug, for a negative control).
+	Sluiced string
 }
 
 // DefaultArgs make processes start fast on a busy test machine without
@@ -102,8 +105,12 @@ func Start(t testing.TB, o Options) *devcluster.Cluster {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	bin := o.Sluiced
+	if bin == "" {
+		bin = Sluiced(t)
+	}
 	c, err := devcluster.Start(ctx, devcluster.Spec{
-		Sluiced:                 Sluiced(t),
+		Sluiced:                 bin,
 		Dir:                     dir,
 		Controllers:             o.Controllers,
 		StorageNodes:            o.StorageNodes,

@@ -118,6 +118,10 @@ func (p *Producer) addPartitions() {
 	for {
 		p.mu.Lock()
 		t := p.txn
+		if t.aborting || t.fatal != nil {
+			// Nothing more goes into this transaction.
+			clear(t.adding)
+		}
 		if len(t.adding) == 0 || p.closed {
 			p.mu.Unlock()
 			return
@@ -247,6 +251,11 @@ func (p *Producer) InitTransactions(ctx context.Context) error {
 // newIdentityLocked moves every partition to a new producer id and epoch,
 // from sequence 0. Every batch of the old identity is settled.
 func (p *Producer) newIdentityLocked(pid int64, epoch int16) {
+	if p.id.gen > 0 && pid == p.id.pid && epoch == p.id.epoch {
+		// A coordinator that does not bump the epoch per transaction
+		// (before KIP-890): sequences go on.
+		return
+	}
 	p.id = prodID{pid: pid, epoch: epoch, gen: p.id.gen + 1}
 	for _, pp := range p.parts {
 		pp.idem.reset = true
@@ -330,7 +339,7 @@ func (p *Producer) endTransaction(ctx context.Context, commit bool) error {
 			}
 		}
 		p.kick()
-		if !p.pendingLocked() && len(t.adding) == 0 || commit && t.abortable != nil {
+		if !p.pendingLocked() && (len(t.adding) == 0 || !commit) || commit && t.abortable != nil {
 			break
 		}
 		if ctx.Err() != nil {

@@ -292,7 +292,7 @@ func (r *TransactionCoordinator) EndTxn(ctx context.Context, req *txnv1.EndTxnRe
 		case s.pending[tid]:
 			out, _ = fail(concurrent(tid))
 			return false
-		case m.lastProducerID >= 0 && req.GetProducerId() == m.lastProducerID && req.GetProducerEpoch() == int32(m.lastEpoch):
+		case !plantedNoEpochBump && m.lastProducerID >= 0 && req.GetProducerId() == m.lastProducerID && req.GetProducerEpoch() == int32(m.lastEpoch):
 			out = r.retriedEnd(m, req.GetCommit())
 			return false
 		}

@@ -86,6 +86,9 @@ func (m *txnMeta) end(commit bool, now time.Time, newPID func() int64) *txnMeta 
 	n.fenced = false
 	n.lastProducerID, n.lastEpoch = m.producerID, m.epoch
 	n.producerID, n.epoch = bump(m.producerID, m.epoch, newPID)
+	if plantedNoEpochBump {
+		n.producerID, n.epoch = m.producerID, m.epoch
+	}
 	n.state = kmsg.TransactionStatePrepareAbort
 	if commit {
 		n.state = kmsg.TransactionStatePrepareCommit
