@@ -23,6 +23,7 @@ func newConsumeCmd(g *globals) *cobra.Command {
 	var timeout time.Duration
 	var format string
 	var group, groupProtocol, assignor string
+	var isolation string
 	cmd := &cobra.Command{
 		Use:   "consume TOPIC",
 		Short: "Print records of a topic, one per line",
@@ -42,6 +43,14 @@ commits the offsets of what it printed as it goes and before it exits, on
 Ctrl-C, --max-messages or --timeout.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			var readCommitted bool
+			switch isolation {
+			case "read_committed":
+				readCommitted = true
+			case "read_uncommitted":
+			default:
+				return fmt.Errorf("--isolation-level %q: want read_committed or read_uncommitted", isolation)
+			}
 			c, err := g.client()
 			if err != nil {
 				return err
@@ -52,7 +61,7 @@ Ctrl-C, --max-messages or --timeout.`,
 					return errors.New("--group reads the partitions the group assigns; it cannot be combined with --partition or --offset")
 				}
 				return consumeGroup(cmd, g, c, args[0], groupOptions{
-					group: group, protocol: groupProtocol, assignor: assignor, fromBeginning: fromBeginning,
+					group: group, protocol: groupProtocol, assignor: assignor, fromBeginning: fromBeginning, readCommitted: readCommitted,
 					maxMessages: maxMessages, timeout: timeout, format: format,
 				})
 			}
@@ -69,7 +78,7 @@ Ctrl-C, --max-messages or --timeout.`,
 			case fromBeginning:
 				reset = client.ResetEarliest
 			}
-			k := c.NewConsumer(client.ConsumerConfig{Reset: reset})
+			k := c.NewConsumer(client.ConsumerConfig{Reset: reset, ReadCommitted: readCommitted})
 			defer k.Close()
 			ctx := cmd.Context()
 			if partition >= 0 {
@@ -129,6 +138,7 @@ Ctrl-C, --max-messages or --timeout.`,
 		},
 	}
 	cmd.Flags().BoolVar(&fromBeginning, "from-beginning", false, "Start at the earliest offset instead of the end.")
+	cmd.Flags().StringVar(&isolation, "isolation-level", "read_uncommitted", "read_committed: only records of committed transactions, up to the last stable offset; read_uncommitted: every record.")
 	cmd.Flags().Int32Var(&partition, "partition", -1, "Read only this partition.")
 	cmd.Flags().Int64Var(&offset, "offset", -1, "Start at this offset (needs --partition).")
 	cmd.Flags().IntVar(&maxMessages, "max-messages", 0, "Stop after this many records (0: run until Ctrl-C or --timeout).")

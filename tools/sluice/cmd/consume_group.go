@@ -19,6 +19,7 @@ import (
 type groupOptions struct {
 	group, protocol, assignor string
 	fromBeginning             bool
+	readCommitted             bool
 	maxMessages               int
 	timeout                   time.Duration
 	format                    string
@@ -34,7 +35,8 @@ func (o groupOptions) config(topic string) (client.GroupConsumerConfig, error) {
 	if err != nil {
 		return client.GroupConsumerConfig{}, fmt.Errorf("--group-protocol: %w", err)
 	}
-	cfg := client.GroupConsumerConfig{GroupID: o.group, Topics: []string{topic}, Protocol: proto, Reset: client.ResetLatest}
+	cfg := client.GroupConsumerConfig{GroupID: o.group, Topics: []string{topic}, Protocol: proto, Reset: client.ResetLatest,
+		Consumer: client.ConsumerConfig{ReadCommitted: o.readCommitted}}
 	if o.fromBeginning {
 		// Kafka's console consumer: --from-beginning applies only where
 		// the group has no committed offset.
