@@ -13,11 +13,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
+	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
 	txnv1 "github.com/sluice-io/sluice/gen/go/sluice/txn/v1"
 	"github.com/sluice-io/sluice/integration/cluster"
 	"github.com/sluice-io/sluice/integration/txncheck"
 	"github.com/sluice-io/sluice/libs/client"
+	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/client/record"
 )
 
 // plantedSluiced builds sluiced with the planted pre-KIP-890 bug (no epoch
@@ -84,6 +88,10 @@ func delayedWorkload(t *testing.T, c *cluster.Options, seed uint64, txns int, pc
 	_, err := admin.CreateTopic(ctx, topic, partitions, 1, nil)
 	require.NoError(t, err)
 
+	conn, err := grpc.NewClient(cl0.StorageNodes()[0].Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	storage := storagev1.NewStorageServiceClient(conn)
 	var rec txncheck.Recorder
 	var wg sync.WaitGroup
 	var lateMu sync.Mutex
@@ -127,11 +135,22 @@ func delayedWorkload(t *testing.T, c *cluster.Options, seed uint64, txns int, pc
 				}
 				_ = p.Flush(ctx) // failures show in the callbacks
 				if late != nil {
-					// The EndTxn of the previous transaction arrives again,
-					// now, in the middle of this one.
+					// A produce of the previous transaction arrives now, in
+					// the middle of this one, on a partition this one
+					// wrote: it must never become visible.
+					mu.Lock()
+					part := sends[0].Partition
+					mu.Unlock()
+					v := fmt.Sprintf("w%d-t%d-late", w, j-1)
+					perr := lateProduce(ctx, storage, admin, topic, part, tid, late.GetProducerId(), int16(late.GetProducerEpoch()), v)
+					rec.Txn(txncheck.Txn{Process: w, Sends: []txncheck.Send{{Topic: topic, Partition: part, Key: v, Value: v, Offset: txncheck.NoOffset}},
+						Commit: false, Outcome: txncheck.OK})
+					// And the EndTxn of the previous transaction arrives
+					// again.
 					_, _, lerr := admin.EndTxn(ctx, late.GetTransactionalId(), late.GetProducerId(), int16(late.GetProducerEpoch()), late.GetCommit())
 					lateMu.Lock()
-					lateAnswers[fmt.Sprint(lerr)]++
+					lateAnswers["produce: "+errs.CodeOf(perr).String()]++
+					lateAnswers["end: "+errs.CodeOf(lerr).String()]++
 					lateMu.Unlock()
 					late = nil
 				}
@@ -174,7 +193,7 @@ func delayedWorkload(t *testing.T, c *cluster.Options, seed uint64, txns int, pc
 		})
 	}
 	wg.Wait()
-	t.Logf("answers to late EndTxn requests: %v", lateAnswers)
+	t.Logf("answers to late requests: %v", lateAnswers)
 
 	// Final reads of every partition from the start, at both isolation
 	// levels.
@@ -214,9 +233,9 @@ func delayedWorkload(t *testing.T, c *cluster.Options, seed uint64, txns int, pc
 	return res
 }
 
-// Delayed messages (Jepsen's finding in Bufstream and Kafka): an EndTxn
-// that a network held is delivered again after the producer's next
-// transaction began and wrote. With KIP-890's epoch bump the late request
+// Delayed messages (Jepsen's finding in Bufstream and Kafka): a produce
+// request and the EndTxn of a transaction that a network held are
+// delivered after the producer's next transaction began and wrote. With KIP-890's epoch bump the late request
 // is refused and the history checker finds no aborted read, lost write or
 // torn transaction. The negative control runs the same workload against a
 // build with the bug planted (no epoch bump): the late commit lands in the
@@ -244,4 +263,40 @@ func TestDelayedEndTxnCannotTouchTheNextTransaction(t *testing.T) {
 		require.Positive(t, counts[txncheck.AbortedRead]+counts[txncheck.TornTxn]+counts[txncheck.LostWrite],
 			"the planted bug shows as aborted reads, torn transactions or lost writes: %v", counts)
 	})
+}
+
+// lateProduce sends, straight to the partition's leader, a transactional
+// batch of producer pid at an ended transaction's epoch with the next
+// sequence the partition expects of it: a produce request of that
+// transaction that a network held until now.
+func lateProduce(ctx context.Context, sc storagev1.StorageServiceClient, cl *client.Client, topic string, part int32, tid string, pid int64, epoch int16, value string) error {
+	res, err := cl.DescribeProducers(ctx, topic, part, false)
+	if err != nil {
+		return err
+	}
+	seq := int32(0)
+	for _, ps := range res.GetProducers() {
+		if ps.GetProducerId() == pid {
+			seq = ps.GetLastSequence() + 1
+		}
+	}
+	b := record.NewBuilder(record.CodecNone)
+	b.SetProducer(pid, epoch, seq)
+	b.SetTransactional(true)
+	if err := b.AppendKV(time.Now().UnixMilli(), []byte(value), []byte(value)); err != nil {
+		return err
+	}
+	batch, err := b.Build()
+	if err != nil {
+		return err
+	}
+	resp, err := sc.Produce(ctx, &storagev1.ProduceRequest{Acks: storagev1.Acks_ACKS_ALL, TimeoutMs: 5000, TransactionalId: tid,
+		Partitions: []*storagev1.ProducePartition{{Topic: topic, Partition: part, Data: &storagev1.ProducePartition_Batches{Batches: append([]byte(nil), batch...)}}}})
+	if err != nil {
+		return err
+	}
+	if e := errs.FromProto(resp.GetResults()[0].GetError()); e != nil {
+		return e
+	}
+	return nil
 }
