@@ -122,13 +122,16 @@ func txnMain(args []string) error {
 	// Warm-up: creates the transaction state topic (50 partitions) and
 	// loads its coordinators, so no round pays for that; the plain run
 	// gives the rate that sizes the rounds.
-	calib := int64(200_000)
+	// The calibration run is long enough (about 3 s) for the first
+	// second's ramp-up not to halve its rate.
 	var rate float64
 	for _, w := range []struct {
 		name string
+		n    int64
 		args []string
-	}{{"warmup-txn", []string{"--transactional-id", "bench-txn-warmup", "--txn-interval", "100ms"}}, {"calibrate", []string{"--idempotence=false"}}} {
-		res, err := runCommand(ctx, filepath.Join(tmp, w.name+".log"), 5*time.Minute, produce(w.name, calib, w.args...))
+	}{{"warmup-txn", 200_000, []string{"--transactional-id", "bench-txn-warmup", "--txn-interval", "100ms"}},
+		{"calibrate", 1_000_000, []string{"--idempotence=false"}}} {
+		res, err := runCommand(ctx, filepath.Join(tmp, w.name+".log"), 5*time.Minute, produce(w.name, w.n, w.args...))
 		if err != nil {
 			return fmt.Errorf("%s: %w", w.name, err)
 		}
