@@ -59,8 +59,13 @@ type Controller struct {
 // term is one period of this controller being active.
 type term struct {
 	election *concurrency.Election
-	epoch    int64
-	ctx      context.Context
+	// electionKey and electionRev are the election's key and revision, read
+	// once when the term starts: Resign rewrites the election's fields
+	// while the term's loops may still run.
+	electionKey string
+	electionRev int64
+	epoch       int64
+	ctx         context.Context
 	// lastHeartbeat is when each node last heartbeated this controller.
 	// On activation every registered node gets a full session from now.
 	lastHeartbeat map[int32]time.Time
@@ -277,7 +282,7 @@ func (c *Controller) serveTerm(ctx, leaseCtx context.Context, lose context.Cance
 		return false
 	}
 	termCtx, endTerm := context.WithCancel(leaseCtx)
-	t := &term{election: election, epoch: epoch, ctx: termCtx, lastHeartbeat: map[int32]time.Time{}}
+	t := &term{election: election, electionKey: election.Key(), electionRev: election.Rev(), epoch: epoch, ctx: termCtx, lastHeartbeat: map[int32]time.Time{}}
 	c.mu.Lock()
 	now := time.Now()
 	for id := range c.st.brokers {
@@ -310,7 +315,7 @@ func (c *Controller) serveTerm(ctx, leaseCtx context.Context, lose context.Cance
 // term's election key deleted (its lease was revoked), instead of at the
 // next lease renewal, so this controller campaigns again at once.
 func (c *Controller) watchElectionKey(t *term, lose context.CancelCauseFunc) {
-	key := strings.TrimPrefix(t.election.Key(), c.store.Prefix())
+	key := strings.TrimPrefix(t.electionKey, c.store.Prefix())
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -321,7 +326,7 @@ func (c *Controller) watchElectionKey(t *term, lose context.CancelCauseFunc) {
 		}
 		c.mu.RLock()
 		_, ok := c.st.election[key]
-		seen := c.st.rev >= t.election.Rev()
+		seen := c.st.rev >= t.electionRev
 		c.mu.RUnlock()
 		if seen && !ok {
 			lose(fmt.Errorf("%w: election key %s deleted", metastore.ErrLeaseLost, key))
@@ -394,6 +399,12 @@ func (c *Controller) bumpEpoch(ctx context.Context, e *concurrency.Election) (in
 // controller created still exists with the same creation revision.
 func leaderCmp(e *concurrency.Election) clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(e.Key()), "=", e.Rev())
+}
+
+// leaderCmp is the guard of the term's writes: its election key still
+// exists with the revision it was created at.
+func (t *term) leaderCmp() clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(t.electionKey), "=", t.electionRev)
 }
 
 func (c *Controller) stillLeader(ctx context.Context, e *concurrency.Election) error {

@@ -63,7 +63,7 @@ func (c *Controller) del(x *txn, key string, modRev int64) {
 // after a newer controller took over).
 func (c *Controller) commit(ctx context.Context, t *term, x *txn) (int64, error) {
 	resp, err := c.store.Client.Txn(ctx).
-		If(leaderCmp(t.election)).
+		If(t.leaderCmp()).
 		Then(clientv3.OpTxn(x.cmps, x.ops, nil)).
 		Commit()
 	if err != nil {
