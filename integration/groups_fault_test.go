@@ -207,34 +207,6 @@ func runGroupUnderFaults(t *testing.T, variant, protocol, assignor string, coord
 		faults[3].recovered.Seconds(), faults[4].recovered.Seconds())
 }
 
-// groupWorkerBin builds cmd/groupworker once per test binary, like the
-// cluster harness builds sluiced; GROUPWORKER names a prebuilt one.
-var groupWorkerBin struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-func groupWorker(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("GROUPWORKER"); p != "" {
-		return p
-	}
-	groupWorkerBin.once.Do(func() {
-		dir := filepath.Join(os.TempDir(), "sluice-it-build")
-		if groupWorkerBin.err = os.MkdirAll(dir, 0o755); groupWorkerBin.err != nil {
-			return
-		}
-		groupWorkerBin.path = filepath.Join(dir, "groupworker")
-		out, err := exec.Command("go", "build", "-o", groupWorkerBin.path, "github.com/sluice-io/sluice/integration/cmd/groupworker").CombinedOutput()
-		if err != nil {
-			groupWorkerBin.err = fmt.Errorf("building groupworker: %v\n%s", err, out)
-		}
-	})
-	require.NoError(t, groupWorkerBin.err)
-	return groupWorkerBin.path
-}
-
 // keyedProduction produces keyed records at a steady pace with acks=all and
 // records every acknowledgement.
 type keyedProduction struct {

@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -23,32 +20,6 @@ import (
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/client/record"
 )
-
-// plantedSluiced builds sluiced with the planted pre-KIP-890 bug (no epoch
-// bump at the end of a transaction).
-var plantedSluiced struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-func plantedNoEpochBumpBinary(t *testing.T) string {
-	t.Helper()
-	plantedSluiced.once.Do(func() {
-		dir := filepath.Join(os.TempDir(), "sluice-it-build")
-		if plantedSluiced.err = os.MkdirAll(dir, 0o755); plantedSluiced.err != nil {
-			return
-		}
-		plantedSluiced.path = filepath.Join(dir, "sluiced-planted-no-epoch-bump")
-		out, err := exec.Command("go", "build", "-tags", "sluice_planted_no_epoch_bump", "-o", plantedSluiced.path,
-			"github.com/sluice-io/sluice/services/sluiced").CombinedOutput()
-		if err != nil {
-			plantedSluiced.err = fmt.Errorf("building the planted sluiced: %v\n%s", err, out)
-		}
-	})
-	require.NoError(t, plantedSluiced.err)
-	return plantedSluiced.path
-}
 
 // endTxnTap remembers the EndTxn requests a producer's client sends, so the
 // test can deliver a copy late, as a network that held it would.
@@ -255,7 +226,7 @@ func TestDelayedEndTxnCannotTouchTheNextTransaction(t *testing.T) {
 		// Fewer transactions, and a short delivery timeout: with the bug,
 		// batches after a late commit wait for a transaction the
 		// coordinator already ended until they time out.
-		res := delayedWorkload(t, &cluster.Options{StorageNodes: 1, Sluiced: plantedNoEpochBumpBinary(t)}, seed, 8,
+		res := delayedWorkload(t, &cluster.Options{StorageNodes: 1, Sluiced: plantedSluiced.get(t)}, seed, 8,
 			client.ProducerConfig{DeliveryTimeout: 5 * time.Second, RequestTimeout: 2 * time.Second})
 		t.Logf("DELAYED planted: %s", res)
 		require.False(t, res.Valid(), "the checker missed the planted bug: %s", res)

@@ -23,34 +23,6 @@ import (
 	"github.com/sluice-io/sluice/libs/devcluster"
 )
 
-// txnWorkerBin builds cmd/txnworker once per test binary; TXNWORKER names a
-// prebuilt one.
-var txnWorkerBin struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-func txnWorker(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("TXNWORKER"); p != "" {
-		return p
-	}
-	txnWorkerBin.once.Do(func() {
-		dir := filepath.Join(os.TempDir(), "sluice-it-build")
-		if txnWorkerBin.err = os.MkdirAll(dir, 0o755); txnWorkerBin.err != nil {
-			return
-		}
-		txnWorkerBin.path = filepath.Join(dir, "txnworker")
-		out, err := exec.Command("go", "build", "-o", txnWorkerBin.path, "github.com/sluice-io/sluice/integration/cmd/txnworker").CombinedOutput()
-		if err != nil {
-			txnWorkerBin.err = fmt.Errorf("building txnworker: %v\n%s", err, out)
-		}
-	})
-	require.NoError(t, txnWorkerBin.err)
-	return txnWorkerBin.path
-}
-
 // copier runs one txnworker process, restarting it when it exits on its
 // own (an aborted transaction) until stopped.
 type copier struct {
