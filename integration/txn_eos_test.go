@@ -213,8 +213,10 @@ func countCopies(t *testing.T, cl *client.Client, topic string, readCommitted bo
 // Exactly-once read-process-write on real processes: 3 transactional
 // copiers in one group copy 100,000 numbered records from a 6-partition
 // input topic to an output topic, committing their input positions in the
-// same transactions, while copiers and storage nodes (which also run the
-// transaction and group coordinators) are SIGKILLed over and over. A
+// same transactions, while copiers, storage nodes (leaders of the topics'
+// partitions) and the processes coordinating the copiers' transactional ids
+// (storage nodes too: coordinators run at the leaders of their internal
+// topics' partitions) are SIGKILLed over and over. A
 // read_committed reader of the output sees every input exactly once; a
 // read_uncommitted one sees the records of aborted transactions too, and
 // there must be some, or the faults proved nothing.
@@ -267,12 +269,21 @@ func TestExactlyOnceCopyUnderFaults(t *testing.T) {
 			w.kill(time.Duration(rng.IntN(1000)) * time.Millisecond)
 			kills["worker"]++
 		case 2:
+			// Alternately a random storage node, and the one whose
+			// process coordinates a copier's transactional id.
 			nodes := c.StorageNodes()
-			p := nodes[rng.IntN(len(nodes))]
+			p, kind := nodes[rng.IntN(len(nodes))], "storage"
+			if round%2 == 1 {
+				live := nodes[rng.IntN(len(nodes))]
+				for !live.Running() {
+					live = nodes[rng.IntN(len(nodes))]
+				}
+				p, kind = coordinatorProcess(t, c, live.Addr, fmt.Sprintf("copier-%d", rng.IntN(len(workers)))), "txn-coordinator"
+			}
 			require.NoError(t, p.Kill())
 			time.Sleep(time.Second)
 			require.NoError(t, p.Restart())
-			kills["storage"]++
+			kills[kind]++
 		}
 	}
 	t.Logf("faults done after %v: %v", time.Since(start).Round(time.Second), kills)

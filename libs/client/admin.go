@@ -341,42 +341,13 @@ const (
 )
 
 // ListOffset returns a partition's earliest or latest (high watermark)
-// offset from its leader.
+// offset from its leader, retrying retriable failures (a leader moving or
+// restarting) as ListOffsets does.
 func (c *Client) ListOffset(ctx context.Context, topic string, partition int32, spec OffsetSpec) (int64, error) {
-	md, err := c.Metadata(ctx, topic)
+	tp := TopicPartition{Topic: topic, Partition: partition}
+	m, err := c.ListOffsets(ctx, spec, 0, tp)
 	if err != nil {
 		return -1, err
 	}
-	ti := md.GetTopics()[0]
-	if e := errs.FromProto(ti.GetError()); e != nil {
-		return -1, e
-	}
-	if int(partition) >= len(ti.GetPartitions()) {
-		return -1, errs.New(errs.UnknownTopicOrPartition, "topic %q has no partition %d", topic, partition)
-	}
-	leader := ti.GetPartitions()[partition].GetLeaderId()
-	addr := ""
-	for _, b := range md.GetBrokers() {
-		if b.GetId() == leader && len(b.GetEndpoints()) > 0 {
-			addr = joinHostPort(b.GetEndpoints()[0].GetHost(), b.GetEndpoints()[0].GetPort())
-		}
-	}
-	if addr == "" {
-		return -1, errs.New(errs.LeaderNotAvailable, "%s-%d has no leader at the moment", topic, partition)
-	}
-	conn, err := c.Conn(addr)
-	if err != nil {
-		return -1, err
-	}
-	resp, err := storagev1.NewStorageServiceClient(conn).ListOffsets(ctx, &storagev1.ListOffsetsRequest{
-		Partitions: []*storagev1.ListOffsetsPartition{{Topic: topic, Partition: partition, Spec: spec}},
-	})
-	if err != nil {
-		return -1, err
-	}
-	res := resp.GetResults()[0]
-	if e := errs.FromProto(res.GetError()); e != nil {
-		return -1, e
-	}
-	return res.GetOffset(), nil
+	return m[tp], nil
 }
