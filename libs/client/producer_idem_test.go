@@ -529,23 +529,34 @@ func TestIdempotentProducerNewIDAfterDeliveryTimeout(t *testing.T) {
 		return nil, false
 	}
 	p, ids := startSeqNode(t, f, ProducerConfig{BatchBytes: 200, Linger: 5 * time.Millisecond, RetryBackoff: 20 * time.Millisecond,
-		RetryBackoffMax: 50 * time.Millisecond, DeliveryTimeout: 700 * time.Millisecond})
+		RetryBackoffMax: 50 * time.Millisecond, DeliveryTimeout: 2 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const n = 100
 	results := make([]Result, n)
 	var wg sync.WaitGroup
+	firstTen := make(chan struct{})
+	var firstTenLeft atomic.Int32
+	firstTenLeft.Store(10)
 	for i := range n {
 		if i == 10 {
 			// The first two batches (records 0-5 and 6-9) are sent; the
-			// rest come later, so their delivery timeout is later.
-			time.Sleep(300 * time.Millisecond)
+			// rest come once both have their outcome (the second fails
+			// at its delivery timeout), so their own timeout is a whole
+			// one later whatever the machine's load.
+			<-firstTen
 		}
 		wg.Add(1)
 		require.NoError(t, p.Produce(ctx, &Record{Topic: "t", Partition: 0, Value: []byte(strconv.Itoa(i))}, func(r Result) {
 			results[i] = r
+			if i < 10 && firstTenLeft.Add(-1) == 0 {
+				close(firstTen)
+			}
 			wg.Done()
 		}))
+		if i == 9 {
+			require.NoError(t, p.Flush(ctx))
+		}
 	}
 	wg.Wait()
 	first := int(stuck.Load())
