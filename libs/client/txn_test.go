@@ -61,15 +61,26 @@ func (f *fakeTxnNode) InitProducerId(_ context.Context, req *txnv1.InitProducerI
 	return f.init(f.initCalls.Add(1), req)
 }
 
+func (f *fakeTxnNode) nodeID() int32 { return f.id }
+
+// txnNodeServer is a fake node: fakeTxnNode, or a type that embeds it and
+// answers some calls its own way.
+type txnNodeServer interface {
+	metadatav1.MetadataServiceServer
+	groupv1.GroupCoordinatorServiceServer
+	txnv1.TransactionCoordinatorServiceServer
+	nodeID() int32
+}
+
 // startTxnNodes serves n fake nodes (node1:1, node2:1, ...) in process.
-func startTxnNodes(t *testing.T, nodes ...*fakeTxnNode) *Client {
+func startTxnNodes(t *testing.T, nodes ...txnNodeServer) *Client {
 	t.Helper()
 	lis := map[string]*bufconn.Listener{}
 	var wg sync.WaitGroup
 	var servers []*grpc.Server
 	for _, n := range nodes {
 		l := bufconn.Listen(1 << 20)
-		lis[fakeAddr(n.id)] = l
+		lis[fakeAddr(n.nodeID())] = l
 		srv := grpc.NewServer()
 		metadatav1.RegisterMetadataServiceServer(srv, n)
 		groupv1.RegisterGroupCoordinatorServiceServer(srv, n)

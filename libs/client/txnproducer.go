@@ -156,8 +156,22 @@ func (p *Producer) addPartitions() {
 			}
 			t.addBackoff, t.started = 0, true
 		} else if txnRetriable(err) && p.ctx.Err() == nil {
+			if t.addBackoff == 0 {
+				if l := p.c.cfg.Logger; l != nil {
+					l.Warn("transactional producer: adding partitions to the transaction failed; retrying",
+						slog.String("transactional_id", t.id), slog.String("error", err.Error()))
+				}
+			}
 			t.addBackoff = min(max(2*t.addBackoff, p.cfg.RetryBackoff), p.cfg.RetryBackoffMax)
 			t.addRetryAt = time.Now().Add(t.addBackoff)
+			// Batches that time out waiting name the cause.
+			for _, k := range keys {
+				if pp := p.parts[k]; pp != nil {
+					for _, b := range pp.ready {
+						b.lastErr = err
+					}
+				}
+			}
 		} else {
 			// The batches of these partitions cannot go in this
 			// transaction; they fail, and the transaction must abort.
