@@ -6,6 +6,7 @@ import (
 	"github.com/sluice-io/sluice/libs/client/wire"
 	"github.com/sluice-io/sluice/libs/config"
 	"github.com/sluice-io/sluice/libs/grpcx"
+	"github.com/sluice-io/sluice/libs/kafka"
 	"github.com/sluice-io/sluice/libs/membership"
 	"github.com/sluice-io/sluice/libs/metadata"
 	"github.com/sluice-io/sluice/libs/replica"
@@ -21,6 +22,10 @@ type Deps struct {
 	Telemetry *telemetry.Providers
 	// Server is the process's one gRPC server; roles register on it.
 	Server *grpcx.Server
+	// Kafka is the process's Kafka-protocol mux; roles register the API
+	// keys they serve on it. Never nil (a process without a Kafka listener
+	// registers anyway and nothing is served).
+	Kafka *kafka.Mux
 	Node   config.Node
 	// Metadata is the process's view of cluster metadata.
 	Metadata *metadata.Cache
