@@ -209,6 +209,17 @@ func BrokerAddress(b *commonv1.Broker) string {
 	return ""
 }
 
+// KafkaEndpoint returns a node's Kafka-protocol listener (the endpoint named
+// "kafka"), or nil when the node serves none.
+func KafkaEndpoint(b *commonv1.Broker) *commonv1.Endpoint {
+	for _, e := range b.GetEndpoints() {
+		if e.GetName() == "kafka" {
+			return e
+		}
+	}
+	return nil
+}
+
 func hostPort(e *commonv1.Endpoint) string {
 	return joinHostPort(e.GetHost(), e.GetPort())
 }
