@@ -454,7 +454,11 @@ func (p *Producer) sealLocked(pp *prodPartition) {
 	if p.txn != nil {
 		pp.builder.SetTransactional(true)
 	}
-	data, err := pp.builder.Build()
+	build := pp.builder.Build
+	if p.idem {
+		build = pp.builder.BuildUnsealed // idemSequenceLocked stamps the producer fields and the CRC
+	}
+	data, err := build()
 	recs := pp.open
 	b := &prodBatch{tp: pp.tp, data: data, recs: recs, traced: pp.openTrace, bytes: pp.openBytes, created: pp.openSince, builder: pp.builder,
 		order: pp.sealed, seq: -1}

@@ -434,3 +434,25 @@ func TestSteadyStateAllocations(t *testing.T) {
 		require.Zero(t, allocs, "codec %s", c)
 	}
 }
+
+// BuildUnsealed leaves the CRC to the caller: the same batch as Build once
+// UpdateCRC has run, and rejected before.
+func TestBuildUnsealedLeavesCRC(t *testing.T) {
+	for _, codec := range allCodecs {
+		sealed, unsealed := NewBuilder(codec), NewBuilder(codec)
+		recs := testRecords(20, 7)
+		for _, b := range []*Builder{sealed, unsealed} {
+			for i := range recs {
+				require.NoError(t, b.Append(&recs[i]))
+			}
+		}
+		want, err := sealed.Build()
+		require.NoError(t, err)
+		got, err := unsealed.BuildUnsealed()
+		require.NoError(t, err)
+		_, err = CheckBatch(got, ValidateOptions{})
+		require.True(t, errs.Is(err, errs.CorruptMessage), "%v: unsealed batch accepted: %v", codec, err)
+		UpdateCRC(got)
+		require.Equal(t, want, got, "%v", codec)
+	}
+}
