@@ -91,7 +91,8 @@ type StorageNode struct {
 	duplicateBatches                             metric.Int64Counter
 }
 
-// New builds the role and registers its gRPC services on deps.Server.
+// New builds the role and registers its gRPC services on deps.Server and
+// its Kafka APIs on deps.Kafka.
 func New(cfg Config, deps service.Deps) *StorageNode {
 	r := &StorageNode{cfg: cfg, deps: deps, logger: deps.Logger.With(log.Role("storage-node")), replicas: deps.Replicas,
 		tracer: noop.NewTracerProvider().Tracer("")}
@@ -118,6 +119,9 @@ func New(cfg Config, deps service.Deps) *StorageNode {
 	rs.Send = sendFollowerChunk
 	replicationv1.RegisterReplicationServiceServer(deps.Server.GRPC, rs)
 	registerValidators(deps.Server.Validators)
+	if deps.Kafka != nil {
+		r.registerKafka(deps.Kafka)
+	}
 	return r
 }
 
