@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	txnv1 "github.com/sluice-io/sluice/gen/go/sluice/txn/v1"
 	"github.com/sluice-io/sluice/integration/cluster"
 	"github.com/sluice-io/sluice/libs/client"
 )
@@ -66,9 +67,23 @@ func TestZombieCopierIsFenced(t *testing.T) {
 	t.Log("zombie stopped with a transaction open")
 
 	// Past the transaction timeout the coordinator aborts the transaction
-	// and bumps the epoch; past the session timeout the group drops the
-	// member. The replacement fences whatever is left by InitTransactions.
-	time.Sleep(5 * time.Second)
+	// and bumps the epoch (waited for below); the group drops the member
+	// past its session timeout while the replacement joins. The replacement
+	// fences whatever is left by InitTransactions.
+	descs, err := cl.DescribeTransactions(ctx, "zombie")
+	require.NoError(t, err)
+	if st := descs[0].GetState(); st == txnv1.TransactionState_TRANSACTION_STATE_ONGOING {
+		zombieEpoch := descs[0].GetProducerEpoch()
+		require.Eventually(t, func() bool {
+			descs, err := cl.DescribeTransactions(ctx, "zombie")
+			return err == nil && descs[0].GetState() == txnv1.TransactionState_TRANSACTION_STATE_COMPLETE_ABORT &&
+				descs[0].GetProducerEpoch() > zombieEpoch
+		}, 30*time.Second, 100*time.Millisecond, "the coordinator did not abort the timed-out transaction")
+	} else {
+		// A slow machine: the timeout passed before the first look.
+		require.Contains(t, []txnv1.TransactionState{txnv1.TransactionState_TRANSACTION_STATE_PREPARE_ABORT,
+			txnv1.TransactionState_TRANSACTION_STATE_COMPLETE_ABORT}, st, "the zombie's transaction is neither open nor aborted")
+	}
 	fresh := startCopierAs(t, c, dir, "replacement", "zombie")
 	defer fresh.stop()
 	require.Eventually(t, func() bool {
