@@ -51,6 +51,12 @@ type Node struct {
 	// Controllers lists the gRPC addresses of the controller processes, for
 	// nodes that do not run the controller role (or to find the others).
 	Controllers string
+	// KafkaListen is host:port of the Kafka-protocol listener; empty
+	// disables it.
+	KafkaListen string
+	// KafkaAdvertise is host:port Kafka clients dial (the address metadata
+	// hands them); empty uses KafkaListen.
+	KafkaAdvertise string
 }
 
 // RegisterFlags registers the node flags.
@@ -63,6 +69,9 @@ func (n *Node) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&n.HTTPListen, "http-listen", "127.0.0.1:9091", "host:port serving /metrics and /debug/pprof; empty disables it.")
 	fs.StringVar(&n.Controllers, "controllers", "",
 		"Comma-separated gRPC addresses of the controllers; empty means this process runs the controller role.")
+	fs.StringVar(&n.KafkaListen, "kafka-listen", "", "host:port of the Kafka-protocol listener; empty disables it.")
+	fs.StringVar(&n.KafkaAdvertise, "kafka-advertise", "",
+		"host:port that Kafka clients dial (the address metadata gives them); empty uses --kafka-listen.")
 }
 
 // Validate checks the node configuration.
@@ -84,6 +93,18 @@ func (n *Node) Validate() error {
 	}
 	if n.HTTPListen != "" {
 		if err := CheckHostPort("http-listen", n.HTTPListen); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if n.KafkaListen != "" {
+		if err := CheckHostPort("kafka-listen", n.KafkaListen); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if n.KafkaAdvertise != "" {
+		if n.KafkaListen == "" {
+			errs = append(errs, errors.New("kafka-advertise: set without --kafka-listen"))
+		} else if err := CheckHostPort("kafka-advertise", n.KafkaAdvertise); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -26,3 +26,14 @@ func TestNodeValidationNamesTheFlag(t *testing.T) {
 	require.ErrorContains(t, err, `listen: "9090" is not host:port`)
 	require.ErrorContains(t, err, `controllers: "b" is not host:port`)
 }
+
+func TestNodeKafkaListener(t *testing.T) {
+	n := config.Node{DataDir: "d", Listen: "127.0.0.1:9090", KafkaListen: "127.0.0.1:9092", KafkaAdvertise: "kafka.example:19092"}
+	require.NoError(t, n.Validate())
+	n.KafkaListen, n.KafkaAdvertise = "9092", "x"
+	err := n.Validate()
+	require.ErrorContains(t, err, `kafka-listen: "9092" is not host:port`)
+	require.ErrorContains(t, err, `kafka-advertise: "x" is not host:port`)
+	n.KafkaListen = ""
+	require.ErrorContains(t, n.Validate(), "kafka-advertise: set without --kafka-listen")
+}

@@ -36,6 +36,9 @@ type Config struct {
 	NodeID    int32
 	Rack      string
 	Advertise string // host:port of the node's gRPC listener
+	// KafkaAdvertise is host:port of the node's Kafka-protocol listener,
+	// registered as the endpoint named "kafka"; empty when it has none.
+	KafkaAdvertise string
 	Roles     []string
 	// Controllers lists controller addresses to try when the active one is
 	// not known from metadata.
@@ -203,6 +206,15 @@ func (m *Member) register(ctx context.Context) error {
 		return fmt.Errorf("advertise address %q: %w", m.cfg.Advertise, err)
 	}
 	port, _ := strconv.Atoi(portStr)
+	endpoints := []*commonv1.Endpoint{{Name: "grpc", Host: host, Port: int32(port)}}
+	if m.cfg.KafkaAdvertise != "" {
+		khost, kport, err := net.SplitHostPort(m.cfg.KafkaAdvertise)
+		if err != nil {
+			return fmt.Errorf("Kafka advertise address %q: %w", m.cfg.KafkaAdvertise, err)
+		}
+		p, _ := strconv.Atoi(kport)
+		endpoints = append(endpoints, &commonv1.Endpoint{Name: "kafka", Host: khost, Port: int32(p)})
+	}
 	m.mu.Lock()
 	clusterID := m.clusterID
 	m.mu.Unlock()
@@ -211,7 +223,7 @@ func (m *Member) register(ctx context.Context) error {
 		var err error
 		resp, err = c.RegisterBroker(ctx, &controllerv1.RegisterBrokerRequest{
 			BrokerId: m.cfg.NodeID, IncarnationId: m.incarnation, ClusterId: clusterID, Rack: m.cfg.Rack,
-			Endpoints: []*commonv1.Endpoint{{Name: "grpc", Host: host, Port: int32(port)}},
+			Endpoints: endpoints,
 			Roles:     m.cfg.Roles,
 		})
 		return err

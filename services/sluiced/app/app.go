@@ -19,7 +19,9 @@ import (
 
 	metadatav1 "github.com/sluice-io/sluice/gen/go/sluice/metadata/v1"
 	"github.com/sluice-io/sluice/libs/client/wire"
+	"github.com/sluice-io/sluice/libs/config"
 	"github.com/sluice-io/sluice/libs/grpcx"
+	"github.com/sluice-io/sluice/libs/kafka"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/membership"
 	"github.com/sluice-io/sluice/libs/metadata"
@@ -67,9 +69,20 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 			return fmt.Errorf("http-listen %s: %w", cfg.Node.HTTPListen, err)
 		}
 	}
+	var kafkaLis net.Listener
+	if cfg.Node.KafkaListen != "" {
+		if kafkaLis, err = net.Listen("tcp", cfg.Node.KafkaListen); err != nil {
+			_ = lis.Close() // reporting the Kafka listen error
+			if httpLis != nil {
+				_ = httpLis.Close()
+			}
+			return fmt.Errorf("kafka-listen %s: %w", cfg.Node.KafkaListen, err)
+		}
+	}
 
 	n := &node{cfg: cfg, logger: logger, tel: tel, srv: srv,
 		cache: metadata.NewCache(),
+		kafka: kafka.NewMux(),
 		pool:  wire.NewPool(wire.ClientOptions{Telemetry: tel.Client(telemetry.Process)})}
 	// Every node answers metadata requests from its cache.
 	metadatav1.RegisterMetadataServiceServer(srv.GRPC, metadata.NewServer(n.cache, int32(cfg.Node.ID), srv.Validators))
@@ -90,7 +103,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 	if others := cfg.Roles.Without(role.Controller); len(others) > 0 {
 		n.member = membership.New(membership.Config{
 			NodeID: int32(cfg.Node.ID), Rack: cfg.Node.Rack, Advertise: cfg.Node.AdvertiseAddr(),
-			Roles: others.Strings(), Controllers: n.controllerAddrs(),
+			KafkaAdvertise: kafkaAdvertise(cfg.Node, kafkaLis), Roles: others.Strings(), Controllers: n.controllerAddrs(),
 		}, n.pool.Get, n.cache, logger)
 		m.Add(n.member)
 		if cfg.Roles.Has(role.StorageNode) {
@@ -99,6 +112,14 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 		for _, r := range others {
 			m.Add(served.add(r, n.newRole(r)))
 		}
+	}
+	// The Kafka APIs every process answers, whatever its roles (Metadata,
+	// FindCoordinator, the admin APIs): nodeapi.Register(n.kafka, ...) goes here.
+	if kafkaLis != nil {
+		// Last to start, once every role has registered its handlers;
+		// first to stop, so no Kafka request reaches a stopped role.
+		m.Add(kafka.NewServer(cfg.Kafka, n.kafka, kafkaLis, kafka.ServerOptions{
+			Logger: logger, Meter: tel.Meter, Tracer: tel.Tracer(telemetry.Process)}))
 	}
 	m.Ready = func() {
 		logger.Info("sluiced ready", slog.String("roles", cfg.Roles.String()), slog.String("listen", lis.Addr().String()))
@@ -112,6 +133,9 @@ type node struct {
 	logger *slog.Logger
 	tel    *telemetry.Providers
 	srv    *grpcx.Server
+	// kafka is the process's Kafka-protocol mux; roles register on it
+	// whether or not the listener is on.
+	kafka  *kafka.Mux
 	cache  *metadata.Cache
 	pool   *wire.Pool
 	member *membership.Member
@@ -131,7 +155,7 @@ func (n *node) controllerAddrs() []string {
 
 func (n *node) newRole(r role.Role) service.Service {
 	cfg := n.cfg
-	deps := service.Deps{Logger: n.logger, Telemetry: n.tel, Server: n.srv, Node: cfg.Node,
+	deps := service.Deps{Logger: n.logger, Telemetry: n.tel, Server: n.srv, Kafka: n.kafka, Node: cfg.Node,
 		Metadata: n.cache, Member: n.member, Pool: n.pool, Replicas: n.replicas}
 	switch r {
 	case role.Controller:
@@ -146,6 +170,24 @@ func (n *node) newRole(r role.Role) service.Service {
 		return txncoord.New(cfg.TransactionCoordinator, deps)
 	}
 	panic(fmt.Sprintf("no constructor for role %q", r)) // role.Parse only yields known roles
+}
+
+// kafkaAdvertise is the Kafka address the node registers:
+// --kafka-advertise, else the listen host with the port actually bound (so
+// port 0 works); empty without a listener.
+func kafkaAdvertise(nc config.Node, lis net.Listener) string {
+	if lis == nil {
+		return ""
+	}
+	if nc.KafkaAdvertise != "" {
+		return nc.KafkaAdvertise
+	}
+	host, _, err := net.SplitHostPort(nc.KafkaListen)
+	if err != nil {
+		return lis.Addr().String() // validated already; the bound address is the best guess
+	}
+	_, port, _ := net.SplitHostPort(lis.Addr().String())
+	return net.JoinHostPort(host, port)
 }
 
 // metadataReady reports MetadataService SERVING once the node has cluster

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluice-io/sluice/libs/config"
 	"github.com/sluice-io/sluice/libs/grpcx"
+	"github.com/sluice-io/sluice/libs/kafka"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/role"
 	"github.com/sluice-io/sluice/libs/telemetry"
@@ -25,6 +26,7 @@ type Config struct {
 	Log       log.Config
 	Telemetry telemetry.Config
 	GRPC      grpcx.ServerConfig
+	Kafka     kafka.Config
 
 	Controller             controller.Config
 	StorageNode            storagenode.Config
@@ -46,7 +48,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 }
 
 func (c *Config) components() []config.Component {
-	return []config.Component{&c.Node, &c.Log, &c.Telemetry, &c.GRPC}
+	return []config.Component{&c.Node, &c.Log, &c.Telemetry, &c.GRPC, &c.Kafka}
 }
 
 func (c *Config) roleComponents() map[role.Role]config.Component {

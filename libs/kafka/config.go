@@ -1,0 +1,90 @@
+package kafka
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+)
+
+// Config tunes the Kafka listener. The listen and advertise addresses are
+// the node's (config.Node); these are the limits every connection gets.
+type Config struct {
+	// MaxRequestBytes bounds one request frame (Kafka's
+	// socket.request.max.bytes). A larger size prefix closes the
+	// connection before anything is allocated for the frame.
+	MaxRequestBytes int
+	// IdleTimeout closes a connection that sent nothing and awaits no
+	// response for this long (Kafka's connections.max.idle.ms).
+	IdleTimeout time.Duration
+	// RequestTimeout is the deadline of each request's context: handlers
+	// and their Reply.Wait must answer within it. A handler may use a
+	// tighter one from the request (Produce's TimeoutMillis).
+	RequestTimeout time.Duration
+	// MaxPendingResponses bounds the requests of one connection that are
+	// answered but not yet written (waiting on a Reply.Wait or on an
+	// earlier response); the connection reads no further request until
+	// one is written, so a client that pipelines without end cannot queue
+	// unbounded memory.
+	MaxPendingResponses int
+}
+
+// DefaultConfig returns the defaults the flags have.
+func DefaultConfig() Config {
+	return Config{
+		MaxRequestBytes:     100 << 20,
+		IdleTimeout:         10 * time.Minute,
+		RequestTimeout:      30 * time.Second,
+		MaxPendingResponses: 16,
+	}
+}
+
+// RegisterFlags registers the listener flags.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	d := DefaultConfig()
+	fs.IntVar(&c.MaxRequestBytes, "kafka.max-request-bytes", d.MaxRequestBytes,
+		"Largest Kafka request frame accepted, in bytes (Kafka's socket.request.max.bytes); a larger one closes the connection.")
+	fs.DurationVar(&c.IdleTimeout, "kafka.idle-timeout", d.IdleTimeout,
+		"Close a Kafka connection idle for this long (Kafka's connections.max.idle.ms).")
+	fs.DurationVar(&c.RequestTimeout, "kafka.request-timeout", d.RequestTimeout,
+		"Deadline for answering one Kafka request, waits included.")
+	fs.IntVar(&c.MaxPendingResponses, "kafka.max-pending-responses", d.MaxPendingResponses,
+		"Requests of one Kafka connection answered but not yet written; the connection reads no more until one is written.")
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.MaxRequestBytes < 1<<10 || c.MaxRequestBytes > 1<<30 {
+		errs = append(errs, fmt.Errorf("kafka.max-request-bytes: %d is outside 1 KiB..1 GiB", c.MaxRequestBytes))
+	}
+	if c.IdleTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("kafka.idle-timeout: %v must be positive", c.IdleTimeout))
+	}
+	if c.RequestTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("kafka.request-timeout: %v must be positive", c.RequestTimeout))
+	}
+	if c.MaxPendingResponses < 1 || c.MaxPendingResponses > 1024 {
+		errs = append(errs, fmt.Errorf("kafka.max-pending-responses: %d is outside 1..1024", c.MaxPendingResponses))
+	}
+	return errors.Join(errs...)
+}
+
+// withDefaults fills zero fields with the defaults, so a Config built in
+// code needs only what it changes.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = d.MaxRequestBytes
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = d.IdleTimeout
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = d.RequestTimeout
+	}
+	if c.MaxPendingResponses == 0 {
+		c.MaxPendingResponses = d.MaxPendingResponses
+	}
+	return c
+}

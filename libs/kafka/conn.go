@@ -1,0 +1,366 @@
+package kafka
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sluice-io/sluice/libs/log"
+)
+
+// conn is one client connection. Its reader reads a frame, decodes it and
+// calls the handler, then reads the next; each request gets a slot in
+// pending, in request order, and the writer writes the slots' frames in
+// that order as they become ready. A Reply.Wait fills its slot from a
+// goroutine of its own. pending's capacity bounds the requests answered
+// but not yet written: when it is full the reader waits.
+type conn struct {
+	s      *Server
+	nc     net.Conn
+	info   *Conn
+	logger *slog.Logger
+	br     *bufio.Reader
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	pending chan *slot
+	// outstanding counts slots queued and not yet written: a connection
+	// with any is not idle.
+	outstanding atomic.Int32
+
+	mu       sync.Mutex
+	stopping bool // set by Server.Stop: read no further request
+
+	closeOnce sync.Once
+}
+
+// slot is the response of one request; done is closed once frame is set
+// or the request failed (fail: the connection closes instead, after the
+// responses before it).
+type slot struct {
+	done  chan struct{}
+	frame []byte
+	fail  bool
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	ctx, cancel := context.WithCancel(s.ctx)
+	remote := nc.RemoteAddr()
+	return &conn{
+		s: s, nc: nc,
+		info:    &Conn{Remote: remote, Local: nc.LocalAddr(), Principal: "User:ANONYMOUS"},
+		logger:  s.logger.With(slog.String("remote", remote.String())),
+		br:      bufio.NewReaderSize(nc, 32<<10),
+		ctx:     ctx,
+		cancel:  cancel,
+		pending: make(chan *slot, s.cfg.MaxPendingResponses),
+	}
+}
+
+// close ends the connection at once: responses not yet written are
+// dropped and every request context of the connection is canceled.
+func (c *conn) close() {
+	c.closeOnce.Do(func() {
+		c.cancel()
+		_ = c.nc.Close() // the peer may be gone already; nothing to report
+		c.s.removeConn(c)
+		c.s.metrics.conns.Add(context.Background(), -1)
+		c.logger.Debug("Kafka connection closed")
+	})
+}
+
+// stopReading makes the reader stop before its next request; the writer
+// then writes what is pending and closes the connection.
+func (c *conn) stopReading() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopping = true
+	_ = c.nc.SetReadDeadline(time.Now()) // wakes a blocked read; fails only on a closed conn
+}
+
+// armRead sets the read deadline unless the server is stopping; under mu
+// so that a stop's deadline is never overwritten.
+func (c *conn) armRead(d time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopping {
+		return false
+	}
+	_ = c.nc.SetReadDeadline(time.Now().Add(d)) // fails only on a closed conn, which the read reports
+	return true
+}
+
+func (c *conn) isStopping() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stopping
+}
+
+func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
+
+// readLoop reads and handles requests until the connection fails, closes,
+// idles out or the server stops.
+func (c *conn) readLoop() {
+	defer c.s.wg.Done()
+	// The writer drains the slots queued so far, then closes the
+	// connection.
+	defer close(c.pending)
+	c.logger.Debug("Kafka connection opened")
+	var sizeBuf [4]byte
+	for {
+		if !c.armRead(c.s.cfg.IdleTimeout) {
+			return
+		}
+		n, err := io.ReadFull(c.br, sizeBuf[:])
+		if err != nil {
+			switch {
+			case c.isStopping() && n == 0:
+				return
+			case isTimeout(err) && n == 0 && c.outstanding.Load() > 0:
+				continue // waiting on our own responses is not idle
+			case isTimeout(err) && n == 0:
+				c.logger.Debug("closing idle Kafka connection", slog.Duration("idle", c.s.cfg.IdleTimeout))
+			case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed):
+			default:
+				c.logger.Debug("reading a Kafka request failed", log.Err(err))
+			}
+			c.close()
+			return
+		}
+		size := int32(binary.BigEndian.Uint32(sizeBuf[:]))
+		// Checked before anything is allocated for the frame: a hostile
+		// size costs nothing.
+		if size < minHeaderBytes || int64(size) > int64(c.s.cfg.MaxRequestBytes) {
+			c.logger.Warn("Kafka request frame size out of bounds, closing the connection",
+				slog.Int("size", int(size)), slog.Int("max", c.s.cfg.MaxRequestBytes))
+			c.s.metrics.request(-1, outcomeInvalid, -1)
+			c.close()
+			return
+		}
+		// A client that sends a size and then stalls holds the frame's
+		// buffer: it gets the request timeout to send the rest.
+		if !c.armRead(c.s.cfg.RequestTimeout) {
+			return
+		}
+		frame := make([]byte, size)
+		if _, err := io.ReadFull(c.br, frame); err != nil {
+			if !c.isStopping() {
+				c.logger.Debug("reading a Kafka request failed", log.Err(err), slog.Int("size", int(size)))
+			}
+			c.close()
+			return
+		}
+		c.s.metrics.bytesIn.Add(context.Background(), int64(size)+4)
+		if !c.handle(frame) {
+			c.close()
+			return
+		}
+	}
+}
+
+// handle decodes one frame, calls its handler and queues its slot. It
+// reports false when the connection must close.
+func (c *conn) handle(frame []byte) bool {
+	start := time.Now()
+	h, rest, err := parseHeader(frame)
+	if err != nil {
+		c.logger.Warn("bad Kafka request header, closing the connection", log.Err(err))
+		c.s.metrics.request(-1, outcomeInvalid, -1)
+		return false
+	}
+	handler, minV, maxV, ok := c.s.mux.Lookup(h.key)
+	if !ok || h.version < minV || h.version > maxV {
+		if h.key == apiVersionsKey {
+			// KIP-511: a client newer than the server learns the
+			// versions served and retries with one of them.
+			c.s.metrics.request(h.key, outcomeUnsupported, time.Since(start).Seconds())
+			return c.enqueue(&slot{done: closedChan, frame: appendResponse(nil, h.correlationID, false, c.s.unsupportedApiVersions())})
+		}
+		c.logger.Warn("unsupported Kafka API key or version, closing the connection",
+			slog.Int("api_key", int(h.key)), slog.String("api", apiName(h.key)), slog.Int("api_version", int(h.version)),
+			slog.String("client_id", h.clientID))
+		c.s.metrics.request(h.key, outcomeUnsupported, -1)
+		return false
+	}
+	msg, err := decodeBody(h.key, h.version, rest)
+	if err != nil {
+		c.logger.Warn("undecodable Kafka request, closing the connection", log.Err(err), slog.String("client_id", h.clientID))
+		c.s.metrics.request(h.key, outcomeInvalid, -1)
+		return false
+	}
+	req := &Request{Key: h.key, Version: h.version, CorrelationID: h.correlationID, ClientID: h.clientID, Msg: msg, Conn: c.info}
+
+	ctx, span := c.s.tracer.Start(c.ctx, "kafka."+apiName(h.key), trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithTimestamp(start),
+		trace.WithAttributes(
+			attribute.Int("kafka.api_key", int(h.key)),
+			attribute.Int("kafka.api_version", int(h.version)),
+			attribute.String("kafka.client_id", h.clientID),
+			attribute.Int("kafka.correlation_id", int(h.correlationID)),
+			attribute.String("network.peer.address", c.info.Remote.String()),
+		))
+	ctx, cancel := context.WithTimeout(ctx, c.s.cfg.RequestTimeout)
+	fail := func(outcome string, err error) {
+		span.SetStatus(codes.Error, err.Error())
+		span.End()
+		cancel()
+		c.s.metrics.request(h.key, outcome, time.Since(start).Seconds())
+	}
+
+	reply, err := callHandler(ctx, handler, req)
+	if err != nil {
+		c.logger.Warn("Kafka handler refused the request, closing the connection", log.Err(err),
+			slog.String("api", apiName(h.key)), slog.Int("api_version", int(h.version)), slog.String("client_id", h.clientID))
+		fail(outcomeError, err)
+		return false
+	}
+	if reply.Msg == nil && reply.Wait == nil {
+		span.End()
+		cancel()
+		c.s.metrics.request(h.key, outcomeNoResponse, time.Since(start).Seconds())
+		return true
+	}
+	sl := &slot{done: make(chan struct{})}
+	finish := func(resp kmsg.Response) {
+		defer close(sl.done)
+		frame, err := c.encode(h, resp)
+		if err != nil {
+			c.logger.Error("Kafka handler answered wrongly, closing the connection", log.Err(err),
+				slog.String("api", apiName(h.key)), slog.Int("api_version", int(h.version)))
+			sl.fail = true
+			fail(outcomeError, err)
+			return
+		}
+		sl.frame = frame
+		span.End()
+		cancel()
+		c.s.metrics.request(h.key, outcomeOK, time.Since(start).Seconds())
+	}
+	if reply.Msg != nil {
+		finish(reply.Msg)
+	} else {
+		c.s.wg.Add(1)
+		go func() {
+			defer c.s.wg.Done()
+			finish(callWait(ctx, reply.Wait))
+		}()
+	}
+	return c.enqueue(sl)
+}
+
+// closedChan is the done channel of slots ready when queued.
+var closedChan = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
+
+// enqueue queues sl behind the connection's earlier responses, waiting
+// while MaxPendingResponses are queued.
+func (c *conn) enqueue(sl *slot) bool {
+	c.outstanding.Add(1)
+	select {
+	case c.pending <- sl:
+		return true
+	case <-c.ctx.Done():
+		c.outstanding.Add(-1)
+		return false
+	}
+}
+
+// encode sets resp's version to the request's and frames it.
+func (c *conn) encode(h header, resp kmsg.Response) ([]byte, error) {
+	if resp == nil {
+		return nil, errors.New("Reply.Wait returned no response")
+	}
+	if resp.Key() != h.key {
+		return nil, fmt.Errorf("%s response to a %s request", apiName(resp.Key()), apiName(h.key))
+	}
+	resp.SetVersion(h.version)
+	return appendResponse(nil, h.correlationID, responseHeaderFlexible(h.key, resp.IsFlexible()), resp), nil
+}
+
+// callHandler calls h, turning a panic into an error so a handler bug
+// closes one connection rather than the process.
+func callHandler(ctx context.Context, h Handler, req *Request) (reply Reply, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler of %s v%d panicked: %v", apiName(req.Key), req.Version, r)
+		}
+	}()
+	return h(ctx, req)
+}
+
+// callWait calls a Reply.Wait; a panic gives a nil response, which closes
+// the connection.
+func callWait(ctx context.Context, wait func(context.Context) kmsg.Response) (resp kmsg.Response) {
+	defer func() {
+		if r := recover(); r != nil {
+			resp = nil
+		}
+	}()
+	return wait(ctx)
+}
+
+// writeLoop writes the responses in request order until the reader has
+// stopped and every queued response is written, or the connection fails;
+// then it closes the connection.
+func (c *conn) writeLoop() {
+	defer c.s.wg.Done()
+	defer c.close()
+	bw := bufio.NewWriterSize(c.nc, 64<<10)
+	for sl := range c.pending {
+		select {
+		case <-sl.done:
+		default:
+			// Send what is buffered before waiting on a slow response.
+			if !c.flush(bw) {
+				return
+			}
+			select {
+			case <-sl.done:
+			case <-c.ctx.Done():
+				return
+			}
+		}
+		if sl.fail {
+			_ = c.flush(bw) // the responses before the failed one
+			return
+		}
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.IdleTimeout)) // fails only on a closed conn, which Write reports
+		if _, err := bw.Write(sl.frame); err != nil {
+			c.logger.Debug("writing a Kafka response failed", log.Err(err))
+			return
+		}
+		c.s.metrics.bytesOut.Add(context.Background(), int64(len(sl.frame)))
+		c.outstanding.Add(-1)
+		if len(c.pending) == 0 && !c.flush(bw) {
+			return
+		}
+	}
+	_ = c.flush(bw)
+}
+
+func (c *conn) flush(bw *bufio.Writer) bool {
+	if bw.Buffered() == 0 {
+		return true
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.IdleTimeout)) // fails only on a closed conn, which Flush reports
+	if err := bw.Flush(); err != nil {
+		c.logger.Debug("writing a Kafka response failed", log.Err(err))
+		return false
+	}
+	return true
+}

@@ -1,0 +1,179 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluice-io/sluice/libs/log"
+)
+
+// ServerOptions are the collaborators of a Server.
+type ServerOptions struct {
+	Logger *slog.Logger
+	// Meter records the listener's metrics; nil records none.
+	Meter metric.MeterProvider
+	// Tracer makes a span per request ("kafka.<ApiName>"); nil makes none.
+	Tracer trace.TracerProvider
+}
+
+// Server serves a Mux on a listener: it reads size-prefixed request frames,
+// decodes them with kmsg, calls the handlers one request at a time per
+// connection, and writes the responses in request order. It answers
+// ApiVersions itself.
+//
+// It is a service.Service: Start accepts connections, Stop stops accepting,
+// lets every connection write the responses of requests already read, and
+// closes connections that are still busy when the stop's context ends.
+type Server struct {
+	cfg     Config
+	mux     *Mux
+	lis     net.Listener
+	logger  *slog.Logger
+	metrics *metrics
+	tracer  trace.Tracer
+
+	// ctx is the parent of every request's context; cancel ends them all
+	// when a stop runs out of time.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	conns    map[*conn]struct{}
+	stopping bool
+	// wg counts the accept loop, every connection's reader and writer and
+	// every running Reply.Wait.
+	wg sync.WaitGroup
+}
+
+// NewServer returns a server for mux on lis and registers ApiVersions
+// (v0-v4) on mux, so ApiVersions lists itself. Zero fields of cfg take
+// their defaults. Nothing is accepted before Start.
+func NewServer(cfg Config, mux *Mux, lis net.Listener, opts ServerOptions) *Server {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		cfg: cfg.withDefaults(), mux: mux, lis: lis,
+		logger:  logger.With(log.Component("kafka-listener")),
+		metrics: newMetrics(opts.Meter), tracer: tracerOf(opts.Tracer),
+		ctx: ctx, cancel: cancel, conns: map[*conn]struct{}{},
+	}
+	mux.Handle(apiVersionsKey, 0, apiVersionsMax, s.apiVersions)
+	return s
+}
+
+// Name implements service.Service.
+func (s *Server) Name() string { return "kafka-listener" }
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() net.Addr { return s.lis.Addr() }
+
+// Start starts accepting connections.
+func (s *Server) Start(context.Context) error {
+	s.wg.Add(1)
+	go s.acceptLoop()
+	s.logger.Info("Kafka listener started", log.Addr(s.lis.Addr().String()))
+	return nil
+}
+
+func (s *Server) acceptLoop() {
+	defer s.wg.Done()
+	var backoff time.Duration
+	for {
+		nc, err := s.lis.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || s.isStopping() {
+				return
+			}
+			// Out of file descriptors and the like: wait and go on, as
+			// net/http does, rather than end the listener.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.logger.Warn("accepting a Kafka connection failed", log.Err(err), slog.Duration("retry_in", backoff))
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		c := newConn(s, nc)
+		s.mu.Lock()
+		if s.stopping {
+			s.mu.Unlock()
+			_ = nc.Close() // accepted while stopping: nothing was read
+			continue
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(2)
+		s.mu.Unlock()
+		s.metrics.conns.Add(context.Background(), 1)
+		go c.readLoop()
+		go c.writeLoop()
+	}
+}
+
+func (s *Server) isStopping() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopping
+}
+
+func (s *Server) removeConn(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// Stop stops accepting and reading requests, lets each connection write
+// the responses of the requests it has read, then closes it. When ctx ends
+// first, it closes every connection and cancels every request's context,
+// then waits at most a few seconds more for handlers to return.
+func (s *Server) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	s.stopping = true
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	if err := s.lis.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+		s.logger.Warn("closing the Kafka listener", log.Err(err))
+	}
+	for _, c := range conns {
+		c.stopReading()
+	}
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		s.cancel()
+		return nil
+	case <-ctx.Done():
+	}
+	s.cancel()
+	s.mu.Lock()
+	conns = conns[:0]
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.close()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-time.After(5 * time.Second):
+		return fmt.Errorf("kafka listener: handlers still running after the stop deadline: %w", ctx.Err())
+	}
+}
