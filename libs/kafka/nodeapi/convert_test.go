@@ -73,7 +73,9 @@ func TestIncrementalResource(t *testing.T) {
 	bad(func(c *kmsg.IncrementalAlterConfigsRequestResource) { c.Configs[1].Name = "retention.ms" }, errs.InvalidRequest, "altered twice")
 	bad(func(c *kmsg.IncrementalAlterConfigsRequestResource) { c.Configs[0].Op = 9 }, errs.InvalidRequest, "unknown operation 9")
 	bad(func(c *kmsg.IncrementalAlterConfigsRequestResource) { c.Configs[0].Value = nil }, errs.InvalidRequest, "null value")
-	bad(func(c *kmsg.IncrementalAlterConfigsRequestResource) { c.ResourceType = kmsg.ConfigResourceTypeBrokerLogger }, errs.InvalidRequest, "no BROKER_LOGGER configs")
+	bad(func(c *kmsg.IncrementalAlterConfigsRequestResource) {
+		c.ResourceType = kmsg.ConfigResourceTypeBrokerLogger
+	}, errs.InvalidRequest, "no BROKER_LOGGER configs")
 	bad(func(c *kmsg.IncrementalAlterConfigsRequestResource) { c.ResourceType = kmsg.ConfigResourceTypeBroker }, errs.InvalidConfig, "not a dynamic cluster config")
 }
 
