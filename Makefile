@@ -25,9 +25,9 @@ all: build
 build:
 	$(GO) build -o $(BIN)/ $(MOD)/services/sluiced $(MOD)/tools/sluice
 
-## run: build, then run every role in one process on 127.0.0.1:9090 (data in ./data/run)
+## run: build, then run every role in one process on 127.0.0.1:9090 (Kafka protocol on 9092, data in ./data/run)
 run: build $(BIN)/grpcurl
-	$(BIN)/sluiced --roles=all --node-id=1 --data-dir=$(ROOT)/data/run --listen=127.0.0.1:9090 --http-listen=127.0.0.1:9091
+	$(BIN)/sluiced --roles=all --node-id=1 --data-dir=$(ROOT)/data/run --listen=127.0.0.1:9090 --http-listen=127.0.0.1:9091 --kafka-listen=127.0.0.1:9092
 
 ## dev: build, then run 3 controllers and 3 storage nodes as separate processes
 dev: build

@@ -58,8 +58,8 @@ type Spec struct {
 	// __transaction_state.
 	TransactionCoordinators int
 	// BasePort is the first port; process k (0-based, controllers first)
-	// uses BasePort+10k for gRPC, +1 for HTTP, +2 and +3 for etcd. 0 picks
-	// free ports.
+	// uses BasePort+10k for gRPC, +1 for HTTP, +2 and +3 for etcd, +4 for
+	// the Kafka listener. 0 picks free ports.
 	BasePort int
 	// Host is the address to bind; empty means 127.0.0.1.
 	Host string
@@ -136,7 +136,7 @@ func Start(ctx context.Context, spec Spec) (*Cluster, error) {
 		p := &Process{cluster: c, NodeID: int32(k + 1), index: k}
 		var roleArgs []string
 		addr := func(i int) string { return fmt.Sprintf("%s:%d", host(k), ports[k][i]) }
-		p.Addr, p.HTTPAddr = addr(0), addr(1)
+		p.Addr, p.HTTPAddr, p.KafkaAddr = addr(0), addr(1), addr(4)
 		if k < spec.Controllers {
 			p.Name = fmt.Sprintf("controller-%d", k+1)
 			p.Roles = role.Set{role.Controller}
@@ -178,6 +178,7 @@ func Start(ctx context.Context, spec Spec) (*Cluster, error) {
 			"--data-dir=" + p.DataDir,
 			"--listen=" + p.Addr,
 			"--http-listen=" + p.HTTPAddr,
+			"--kafka-listen=" + p.KafkaAddr,
 			"--controllers=" + strings.Join(controllerAddrs, ","),
 		}
 		p.Args = append(p.Args, roleArgs...)
@@ -207,17 +208,20 @@ func Start(ctx context.Context, spec Spec) (*Cluster, error) {
 	return c, nil
 }
 
-// ports returns, for each process, its gRPC, HTTP, etcd client and etcd peer
-// ports.
-func (c *Cluster) ports(n int) ([][4]int, error) {
-	out := make([][4]int, n)
+// portsPerProcess: gRPC, HTTP, etcd client, etcd peer, Kafka.
+const portsPerProcess = 5
+
+// ports returns, for each process, its gRPC, HTTP, etcd client, etcd peer
+// and Kafka ports.
+func (c *Cluster) ports(n int) ([][portsPerProcess]int, error) {
+	out := make([][portsPerProcess]int, n)
 	if len(c.spec.Hosts) > 0 {
 		base := c.spec.BasePort
 		if base == 0 {
 			base = 9090
 		}
 		for k := range n {
-			for i := range 4 {
+			for i := range portsPerProcess {
 				out[k][i] = base + i
 			}
 		}
@@ -225,18 +229,18 @@ func (c *Cluster) ports(n int) ([][4]int, error) {
 	}
 	if c.spec.BasePort != 0 {
 		for k := range n {
-			for i := range 4 {
+			for i := range portsPerProcess {
 				out[k][i] = c.spec.BasePort + 10*k + i
 			}
 		}
 		return out, nil
 	}
-	free, err := FreePorts(4 * n)
+	free, err := FreePorts(portsPerProcess * n)
 	if err != nil {
 		return nil, err
 	}
 	for k := range n {
-		copy(out[k][:], free[4*k:4*k+4])
+		copy(out[k][:], free[portsPerProcess*k:portsPerProcess*(k+1)])
 	}
 	return out, nil
 }
@@ -275,6 +279,16 @@ func (c *Cluster) Bootstrap() []string {
 	out := make([]string, len(c.procs))
 	for i, p := range c.procs {
 		out[i] = p.Addr
+	}
+	return out
+}
+
+// KafkaBootstrap returns the Kafka-protocol addresses of every process,
+// for Kafka clients.
+func (c *Cluster) KafkaBootstrap() []string {
+	out := make([]string, len(c.procs))
+	for i, p := range c.procs {
+		out[i] = p.KafkaAddr
 	}
 	return out
 }

@@ -21,11 +21,13 @@ import (
 
 // Process is one sluiced process of a cluster.
 type Process struct {
-	Name           string
-	NodeID         int32
-	Roles          role.Set
-	Addr           string
-	HTTPAddr       string
+	Name     string
+	NodeID   int32
+	Roles    role.Set
+	Addr     string
+	HTTPAddr string
+	// KafkaAddr is the process's Kafka-protocol listener.
+	KafkaAddr      string
 	EtcdClientAddr string
 	EtcdPeerAddr   string
 	DataDir        string

@@ -43,9 +43,10 @@ Storage nodes also run replication and the group and transaction coordinators
 processes of their own instead).
 
 Process k (controllers first) listens on base-port+10k (gRPC), +1 (HTTP
-metrics), and controllers also on +2 and +3 (etcd). With the default base port
-the first controller is at 127.0.0.1:9090, the default --bootstrap of every
-sluice command.
+metrics), +4 (Kafka protocol), and controllers also on +2 and +3 (etcd). With
+the default base port the first controller is at 127.0.0.1:9090, the default
+--bootstrap of every sluice command, and Kafka clients can bootstrap from any
+process's Kafka address.
 
 Every log line is prefixed with its process name. Ctrl-C stops everything.
 While it runs, type a command and Enter:
@@ -137,6 +138,7 @@ func runDev(ctx context.Context, out io.Writer, in io.Reader, o *devOptions) err
 		ctrl = append(ctrl, p.Addr)
 	}
 	fmt.Fprintf(out, "cluster ready: Ctrl-C stops it; for other shells:\n  export SLUICE_BOOTSTRAP=%s\n  sluice cluster describe\n", strings.Join(ctrl, ","))
+	fmt.Fprintf(out, "Kafka clients: bootstrap.servers=%s\n", strings.Join(c.KafkaBootstrap(), ","))
 
 	lines := make(chan string)
 	go func() {
@@ -205,7 +207,7 @@ func devCommand(ctx context.Context, out io.Writer, c *devcluster.Cluster, line 
 
 func printProcesses(out io.Writer, c *devcluster.Cluster) {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tNODE\tROLES\tPID\tSTATE\tGRPC\tHTTP\tLOG")
+	fmt.Fprintln(tw, "NAME\tNODE\tROLES\tPID\tSTATE\tGRPC\tKAFKA\tHTTP\tLOG")
 	for _, p := range c.Processes() {
 		state := "running"
 		switch {
@@ -214,7 +216,7 @@ func printProcesses(out io.Writer, c *devcluster.Cluster) {
 		case p.Paused():
 			state = "paused"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\n", p.Name, p.NodeID, p.Roles, p.PID(), state, p.Addr, p.HTTPAddr, p.LogPath)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.NodeID, p.Roles, p.PID(), state, p.Addr, p.KafkaAddr, p.HTTPAddr, p.LogPath)
 	}
 	_ = tw.Flush() // console output
 }
