@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-io/sluice/libs/config"
 	"github.com/sluice-io/sluice/libs/grpcx"
 	"github.com/sluice-io/sluice/libs/kafka"
+	"github.com/sluice-io/sluice/libs/kafka/nodeapi"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/membership"
 	"github.com/sluice-io/sluice/libs/metadata"
@@ -114,7 +115,8 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 		}
 	}
 	// The Kafka APIs every process answers, whatever its roles (Metadata,
-	// FindCoordinator, the admin APIs): nodeapi.Register(n.kafka, ...) goes here.
+	// FindCoordinator, the admin APIs).
+	nodeapi.Register(n.kafka, nodeapi.Deps{Metadata: n.cache, Pool: n.pool, NodeID: int32(cfg.Node.ID), Logger: logger})
 	if kafkaLis != nil {
 		// Last to start, once every role has registered its handlers;
 		// first to stop, so no Kafka request reaches a stopped role.
