@@ -162,7 +162,8 @@ type GroupCoordinator struct {
 	done   chan struct{}
 }
 
-// New builds the role and registers its gRPC service on deps.Server.
+// New builds the role and registers its gRPC service on deps.Server and
+// its Kafka API handlers on deps.Kafka.
 func New(cfg Config, deps service.Deps) *GroupCoordinator {
 	r := &GroupCoordinator{cfg: cfg, deps: deps, logger: deps.Logger.With(log.Role("group-coordinator")),
 		now: time.Now, shards: map[int32]*shard{}}
@@ -175,6 +176,9 @@ func New(cfg Config, deps service.Deps) *GroupCoordinator {
 	r.tracer = tp.Tracer("github.com/sluice-io/sluice/services/groupcoord")
 	r.m = newMetrics(mp.Meter("github.com/sluice-io/sluice/services/groupcoord"), r)
 	groupv1.RegisterGroupCoordinatorServiceServer(deps.Server.GRPC, r)
+	if deps.Kafka != nil {
+		r.registerKafka(deps.Kafka)
+	}
 	return r
 }
 
