@@ -273,9 +273,20 @@ func (r *TransactionCoordinator) AddOffsetsToTxn(ctx context.Context, req *txnv1
 // CONCURRENT_TRANSACTIONS while the markers of that outcome are still
 // being written. No transaction open: INVALID_TXN_STATE.
 func (r *TransactionCoordinator) EndTxn(ctx context.Context, req *txnv1.EndTxnRequest) (*txnv1.EndTxnResponse, error) {
+	return r.endTxn(ctx, req, true), nil
+}
+
+// endTxn serves EndTxn. bumpEpoch false ends the transaction as Kafka's
+// coordinator does for EndTxn below v5 (transaction version 1): the
+// producer keeps its id and epoch for its next transaction, because such
+// a client cannot learn new ones from the answer. Its next transaction then
+// runs at the same epoch, so a delayed EndTxn of the ended one can end the
+// next (the weakness KIP-890 part 2 closes); the Kafka listener uses it only
+// for those versions.
+func (r *TransactionCoordinator) endTxn(ctx context.Context, req *txnv1.EndTxnRequest, bumpEpoch bool) *txnv1.EndTxnResponse {
 	tid := req.GetTransactionalId()
-	fail := func(e *errs.Error) (*txnv1.EndTxnResponse, error) {
-		return &txnv1.EndTxnResponse{Error: e.Proto(), ProducerId: -1, ProducerEpoch: -1}, nil
+	fail := func(e *errs.Error) *txnv1.EndTxnResponse {
+		return &txnv1.EndTxnResponse{Error: e.Proto(), ProducerId: -1, ProducerEpoch: -1}
 	}
 	s, e := r.shardFor(tid)
 	if e != nil {
@@ -287,30 +298,33 @@ func (r *TransactionCoordinator) EndTxn(ctx context.Context, req *txnv1.EndTxnRe
 		m, ok := s.txns[tid]
 		switch {
 		case !ok:
-			out, _ = fail(errs.New(errs.InvalidProducerIDMapping, "transactional id %q is not known", tid))
+			out = fail(errs.New(errs.InvalidProducerIDMapping, "transactional id %q is not known", tid))
 			return false
 		case s.pending[tid]:
-			out, _ = fail(concurrent(tid))
+			out = fail(concurrent(tid))
 			return false
-		case !plantedNoEpochBump && m.lastProducerID >= 0 && req.GetProducerId() == m.lastProducerID && req.GetProducerEpoch() == int32(m.lastEpoch):
+		case !plantedNoEpochBump && m.lastProducerID >= 0 && req.GetProducerId() == m.lastProducerID && req.GetProducerEpoch() == int32(m.lastEpoch) &&
+			!(m.state == kmsg.TransactionStateOngoing && m.lastProducerID == m.producerID && m.lastEpoch == m.epoch):
+			// Names the transaction that ended last, unless that one
+			// ended without a bump and the same epoch runs the open one.
 			out = r.retriedEnd(m, req.GetCommit())
 			return false
 		}
 		if e := m.checkProducer(req.GetProducerId(), req.GetProducerEpoch()); e != nil {
-			out, _ = fail(e)
+			out = fail(e)
 			return false
 		}
 		switch {
 		case m.preparing():
-			out, _ = fail(concurrent(tid))
+			out = fail(concurrent(tid))
 			return false
 		case m.state != kmsg.TransactionStateOngoing:
-			out, _ = fail(errs.New(errs.InvalidTxnState, "transactional id %q has no open transaction (state %s)", tid, m.state))
+			out = fail(errs.New(errs.InvalidTxnState, "transactional id %q has no open transaction (state %s)", tid, m.state))
 			return false
-		case needsNewPID(m.epoch) && pid < 0:
+		case bumpEpoch && needsNewPID(m.epoch) && pid < 0:
 			return true
 		}
-		next := m.end(req.GetCommit(), r.now(), func() int64 { return pid })
+		next := m.end(req.GetCommit(), bumpEpoch, r.now(), func() int64 { return pid })
 		done = s.prepareLocked(next)
 		out = &txnv1.EndTxnResponse{ProducerId: next.producerID, ProducerEpoch: int32(next.epoch)}
 		return false
@@ -320,10 +334,10 @@ func (r *TransactionCoordinator) EndTxn(ctx context.Context, req *txnv1.EndTxnRe
 	}
 	if done != nil {
 		if e := coordinator.Await(ctx, stateTopic, done); e != nil {
-			return fail(e)
+			out = fail(e)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // retriedEnd answers an EndTxn that names the transaction that ended last.

@@ -80,12 +80,16 @@ func needsNewPID(epoch int16) bool { return epoch >= maxEpoch }
 // end returns the state that ends m's open transaction: Prepare* with the
 // ended transaction in lastProducerID/lastEpoch and the producer moved on
 // to the bumped id/epoch, which fences anything still sent with the old
-// epoch.
-func (m *txnMeta) end(commit bool, now time.Time, newPID func() int64) *txnMeta {
+// epoch. Without bumpEpoch the producer keeps its id and epoch (the
+// protocol before KIP-890 part 2, for clients that cannot learn a new
+// epoch from EndTxn): then lastProducerID/lastEpoch equal the current ones.
+func (m *txnMeta) end(commit, bumpEpoch bool, now time.Time, newPID func() int64) *txnMeta {
 	n := m.clone()
 	n.fenced = false
 	n.lastProducerID, n.lastEpoch = m.producerID, m.epoch
-	n.producerID, n.epoch = bump(m.producerID, m.epoch, newPID)
+	if bumpEpoch {
+		n.producerID, n.epoch = bump(m.producerID, m.epoch, newPID)
+	}
 	if plantedNoEpochBump {
 		n.producerID, n.epoch = m.producerID, m.epoch
 	}
@@ -101,7 +105,7 @@ func (m *txnMeta) end(commit bool, now time.Time, newPID func() int64) *txnMeta 
 // producer: as end, and marked so the fenced producer's late EndTxn is
 // answered PRODUCER_FENCED.
 func (m *txnMeta) fence(now time.Time, newPID func() int64) *txnMeta {
-	n := m.end(false, now, newPID)
+	n := m.end(false, true, now, newPID)
 	n.fenced = true
 	return n
 }

@@ -88,7 +88,8 @@ type TransactionCoordinator struct {
 	done   chan struct{}
 }
 
-// New builds the role and registers its gRPC service on deps.Server.
+// New builds the role and registers its gRPC service on deps.Server and
+// its Kafka APIs on deps.Kafka.
 func New(cfg Config, deps service.Deps) *TransactionCoordinator {
 	r := &TransactionCoordinator{cfg: cfg, deps: deps, logger: deps.Logger.With(log.Role("transaction-coordinator")),
 		now: time.Now, shards: map[int32]*shard{}}
@@ -99,6 +100,7 @@ func New(cfg Config, deps service.Deps) *TransactionCoordinator {
 	}
 	r.markers.m = r.m
 	txnv1.RegisterTransactionCoordinatorServiceServer(deps.Server.GRPC, r)
+	r.registerKafka(deps.Kafka)
 	return r
 }
 
