@@ -9,6 +9,8 @@ require (
 	github.com/sluice-io/sluice/libs v0.0.0-00010101000000-000000000000
 	github.com/sluice-io/sluice/libs/client v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.12.1
+	github.com/twmb/franz-go v1.22.3
+	github.com/twmb/franz-go/pkg/kadm v1.20.0
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc v1.47.0
