@@ -222,9 +222,12 @@ func TestKafkaClassicGroupLifecycle(t *testing.T) {
 	// v10 answers by topic id.
 	of.Groups = of.Groups[:1]
 	of.Groups[0].Topics[0].Topic, of.Groups[0].Topics[0].TopicID = "", topicIDOf(t)
+	of.Groups[0].MemberID, of.Groups[0].MemberEpoch = kmsg.StringPtr(me), 1
 	ofr = h.do(of, 10).(*kmsg.OffsetFetchResponse)
+	require.Zero(t, ofr.Groups[0].ErrorCode, "a classic member's id and generation are not checked (as in Kafka; franz-go sends them)")
 	require.Equal(t, topicIDOf(t), ofr.Groups[0].Topics[0].TopicID)
 	require.Equal(t, int64(101), ofr.Groups[0].Topics[0].Partitions[0].Offset)
+	of.Groups[0].MemberID, of.Groups[0].MemberEpoch = nil, -1
 
 	// Describe while stable: metadata and the leader's assignment bytes.
 	dg := kmsg.NewPtrDescribeGroupsRequest()

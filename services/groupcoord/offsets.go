@@ -141,10 +141,11 @@ func (r *GroupCoordinator) OffsetFetch(ctx context.Context, req *groupv1.OffsetF
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	g := s.groupLocked(req.GetGroupId(), false)
-	if req.GetMemberId() != "" && req.GetMemberEpoch() >= 0 {
-		if g == nil || g.consumer == nil {
-			return &groupv1.OffsetFetchResponse{Error: errs.New(errs.UnknownMemberID, "group %q has no consumer-protocol member %q", req.GetGroupId(), req.GetMemberId()).Proto()}, nil
-		}
+	// Only the consumer protocol checks the fetching member, as in Kafka:
+	// classic consumers (franz-go's among them) send their member id and
+	// generation too, and a classic group or a group that does not exist
+	// answers them without a check.
+	if req.GetMemberId() != "" && req.GetMemberEpoch() >= 0 && g != nil && g.consumer != nil {
 		if e := errsFrom(g.consumer.ValidateFetch(req.GetMemberId(), req.GetMemberEpoch())); e != nil {
 			return &groupv1.OffsetFetchResponse{Error: e.Proto()}, nil
 		}
