@@ -5,9 +5,11 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -330,6 +332,80 @@ func TestKafkaAdmin(t *testing.T) {
 	})
 
 	t.Run("BadInput", func(t *testing.T) { kafkaAdminBadInput(t, ctx, kcl, adm, c.StorageNodes()[0].NodeID) })
+
+	// Sarama's admin client, at its default protocol versions (Kafka
+	// 2.8's) and at its newest.
+	for _, v := range []sarama.KafkaVersion{sarama.DefaultVersion, sarama.MaxVersion} {
+		t.Run("Sarama"+v.String(), func(t *testing.T) { kafkaAdminSarama(t, c.KafkaBootstrap(), v, kafkaAddr) })
+	}
+}
+
+// kafkaAdminSarama administers topics and configs with sarama's
+// ClusterAdmin at protocol version v.
+func kafkaAdminSarama(t *testing.T, bootstrap []string, v sarama.KafkaVersion, kafkaAddr map[int32]string) {
+	cfg := sarama.NewConfig()
+	cfg.Version = v
+	cfg.Admin.Timeout = 20 * time.Second
+	ca, err := sarama.NewClusterAdmin(bootstrap, cfg)
+	require.NoError(t, err)
+	defer ca.Close()
+	topic := "sarama-" + strings.ReplaceAll(v.String(), ".", "-")
+
+	require.NoError(t, ca.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: 2, ReplicationFactor: 2,
+		ConfigEntries: map[string]*string{"retention.ms": kadm.StringPtr("7200000")}}, false))
+	err = ca.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: 2, ReplicationFactor: 2}, false)
+	require.ErrorIs(t, err, sarama.ErrTopicAlreadyExists)
+	err = ca.CreateTopic(topic+"-neg", &sarama.TopicDetail{NumPartitions: -5, ReplicationFactor: 1}, false)
+	require.ErrorIs(t, err, sarama.ErrInvalidPartitions)
+
+	brokers, controller, err := ca.DescribeCluster()
+	require.NoError(t, err)
+	require.Len(t, brokers, len(kafkaAddr))
+	for _, b := range brokers {
+		require.Equal(t, kafkaAddr[b.ID()], b.Addr())
+	}
+	require.Contains(t, kafkaAddr, controller)
+
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		md, err := ca.DescribeTopics([]string{topic})
+		require.NoError(ct, err)
+		require.Len(ct, md, 1)
+		require.Equal(ct, sarama.ErrNoError, md[0].Err)
+		require.Len(ct, md[0].Partitions, 2)
+		for _, p := range md[0].Partitions {
+			require.Contains(ct, kafkaAddr, p.Leader)
+			require.Len(ct, p.Replicas, 2)
+		}
+	}, 10*time.Second, 50*time.Millisecond)
+	topics, err := ca.ListTopics()
+	require.NoError(t, err)
+	require.Equal(t, int32(2), topics[topic].NumPartitions)
+	require.Equal(t, "7200000", *topics[topic].ConfigEntries["retention.ms"])
+
+	entries, err := ca.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: topic, ConfigNames: []string{"retention.ms", "cleanup.policy"}})
+	require.NoError(t, err)
+	require.Len(t, entries, 2)
+	require.NoError(t, ca.IncrementalAlterConfig(sarama.TopicResource, topic, map[string]sarama.IncrementalAlterConfigsEntry{
+		"cleanup.policy": {Operation: sarama.IncrementalAlterConfigsOperationSet, Value: kadm.StringPtr("compact")},
+	}, false))
+	require.NoError(t, ca.AlterConfig(sarama.TopicResource, topic, map[string]*string{"segment.ms": kadm.StringPtr("3600000")}, false))
+	entries, err = ca.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: topic})
+	require.NoError(t, err)
+	got := map[string]string{}
+	for _, e := range entries {
+		if e.Source == sarama.SourceTopic {
+			got[e.Name] = e.Value
+		}
+	}
+	require.Equal(t, map[string]string{"segment.ms": "3600000"}, got, "the legacy alter replaced every override")
+	err = ca.IncrementalAlterConfig(sarama.TopicResource, topic, map[string]sarama.IncrementalAlterConfigsEntry{
+		"no.such.config": {Operation: sarama.IncrementalAlterConfigsOperationSet, Value: kadm.StringPtr("1")},
+	}, false)
+	require.ErrorContains(t, err, "no.such.config")
+
+	require.NoError(t, ca.CreatePartitions(topic, 3, nil, false))
+	require.NoError(t, ca.DeleteTopic(topic))
+	require.ErrorIs(t, ca.DeleteTopic(topic), sarama.ErrUnknownTopicOrPartition)
 }
 
 // kafkaAdminBadInput sends requests with bad items beside good ones: each
