@@ -499,3 +499,44 @@ func containsInt32(s []int32, x int32) bool {
 	}
 	return false
 }
+
+// TestKafkaAdminAcrossControllerFailover: admin requests sent over the
+// Kafka protocol to a storage node reach whichever controller is active.
+// With the active one SIGKILLed, the node follows the election (standbys'
+// NOT_CONTROLLER hints, retries while none is active) and the next
+// CreateTopics succeeds within its timeout; DescribeCluster names a node
+// with a Kafka listener throughout.
+func TestKafkaAdminAcrossControllerFailover(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{Controllers: 3, StorageNodes: 1})
+	sdk := cluster.Client(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	node := c.StorageNodes()[0]
+	kcl, err := kgo.NewClient(kgo.SeedBrokers(node.KafkaAddr))
+	require.NoError(t, err)
+	t.Cleanup(kcl.Close)
+	adm := kadm.NewClient(kcl)
+	adm.SetTimeoutMillis(30000)
+
+	r, err := adm.CreateTopic(ctx, 1, 1, nil, "before")
+	require.NoError(t, err)
+	require.NoError(t, r.Err, r.ErrMessage)
+
+	active, err := activeController(ctx, c, sdk)
+	require.NoError(t, err)
+	require.NoError(t, active.Kill())
+
+	r, err = adm.CreateTopic(ctx, 1, 1, nil, "after")
+	require.NoError(t, err)
+	require.NoError(t, r.Err, r.ErrMessage)
+	now, err := activeController(ctx, c, sdk)
+	require.NoError(t, err)
+	require.NotEqual(t, active.NodeID, now.NodeID)
+
+	md, err := adm.Metadata(kadm.WithAuthorizedOps(ctx), "before", "after")
+	require.NoError(t, err)
+	require.Equal(t, node.NodeID, md.Controller, "the only node with a Kafka listener stands in for the controller")
+	for _, name := range []string{"before", "after"} {
+		require.NoError(t, md.Topics[name].Err, name)
+	}
+}
