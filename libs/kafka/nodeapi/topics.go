@@ -2,6 +2,7 @@ package nodeapi
 
 import (
 	"context"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/protobuf/proto"
@@ -13,6 +14,10 @@ import (
 	"github.com/sluice-io/sluice/libs/naming"
 	"github.com/sluice-io/sluice/libs/topicconfig"
 )
+
+// metadataWait bounds how long an admin answer waits for this node's
+// metadata to show the change it made.
+const metadataWait = 5 * time.Second
 
 // validTopicName is naming.ValidateTopic as a catalog error.
 func validTopicName(name string) error {
@@ -171,10 +176,14 @@ func hasPartitions(img *metadata.Image, name, id string, count int) bool {
 	return true
 }
 
-// awaitMetadata waits until this node's metadata satisfies done or ctx
-// ends. The change is made either way; waiting only spares the client a
-// Metadata answer older than the change it was just told of.
+// awaitMetadata waits until this node's metadata satisfies done, ctx ends
+// or metadataWait passes. The change is made either way; waiting only
+// spares the client a Metadata answer older than the change it was just
+// told of, and a node cut off from the controller answers after a bounded
+// wait rather than at the request's timeout.
 func (n *node) awaitMetadata(ctx context.Context, done func(*metadata.Image) bool) {
+	ctx, cancel := context.WithTimeout(ctx, metadataWait)
+	defer cancel()
 	if _, err := n.cache.WaitFor(ctx, done); err != nil {
 		n.logger.Debug("admin change not yet in this node's metadata", log.Err(err))
 	}
