@@ -36,13 +36,18 @@ func (s *Server) apiVersions(_ context.Context, req *Request) (Reply, error) {
 }
 
 // unsupportedApiVersions is the answer to an ApiVersions request of a
-// version not served: v0 with UNSUPPORTED_VERSION and the keys served, so
-// the client retries with a version both know (KIP-511). Its body was not
-// read: a newer version's layout is unknown.
+// version not served: v0 with UNSUPPORTED_VERSION and, as Kafka answers it
+// (KIP-511), only ApiVersions' own entry, so the client retries with the
+// newest version both know and learns the rest from that answer (franz-go
+// retries only when the entry is alone; Kafka's Java client and librdkafka
+// look the entry up). Its body was not read: a newer version's layout is
+// unknown.
 func (s *Server) unsupportedApiVersions() kmsg.Response {
 	resp := kmsg.NewPtrApiVersionsResponse()
 	resp.SetVersion(0)
 	resp.ErrorCode = unsupportedVersion
-	resp.ApiKeys = s.mux.Versions()
+	own := kmsg.NewApiVersionsResponseApiKey()
+	own.ApiKey, own.MinVersion, own.MaxVersion = apiVersionsKey, 0, apiVersionsMax
+	resp.ApiKeys = []kmsg.ApiVersionsResponseApiKey{own}
 	return resp
 }

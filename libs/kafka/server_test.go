@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,13 +126,16 @@ func TestApiVersionsV0AndFlexibleV3(t *testing.T) {
 }
 
 func TestApiVersionsUnsupportedVersion(t *testing.T) {
-	s := startServer(t, kafka.Config{}, kafka.NewMux())
+	mux := kafka.NewMux()
+	mux.Handle(0, 3, 11, func(context.Context, *kafka.Request) (kafka.Reply, error) { return kafka.Reply{}, nil })
+	s := startServer(t, kafka.Config{}, mux)
 	c := dial(t, s)
 	corr := c.send(kmsg.NewPtrApiVersionsRequest(), 5)
 	resp := kmsg.NewPtrApiVersionsResponse()
 	resp.SetVersion(0)
 	require.Equal(t, corr, c.recv(resp, false))
 	require.Equal(t, int16(35), resp.ErrorCode) // UNSUPPORTED_VERSION
+	// Only ApiVersions' own entry, as Kafka answers: the version to retry with.
 	require.Equal(t, []kmsg.ApiVersionsResponseApiKey{{ApiKey: 18, MinVersion: 0, MaxVersion: 4}}, resp.ApiKeys)
 
 	// The connection stays open: the client retries with a version both know.
@@ -141,6 +146,7 @@ func TestApiVersionsUnsupportedVersion(t *testing.T) {
 	resp.SetVersion(4)
 	require.Equal(t, corr, c.recv(resp, false))
 	require.Zero(t, resp.ErrorCode)
+	require.Len(t, resp.ApiKeys, 2)
 }
 
 func TestApiVersionsBadClientSoftware(t *testing.T) {
@@ -153,4 +159,266 @@ func TestApiVersionsBadClientSoftware(t *testing.T) {
 	resp.SetVersion(3)
 	c.recv(resp, false)
 	require.Equal(t, int16(42), resp.ErrorCode) // INVALID_REQUEST
+}
+
+// heartbeat is a request whose group id says what the test handler does.
+func heartbeat(group string) *kmsg.HeartbeatRequest {
+	r := kmsg.NewPtrHeartbeatRequest()
+	r.Group, r.MemberID = group, "m"
+	return r
+}
+
+func recvHeartbeat(t *testing.T, c *client, version int16) (int32, *kmsg.HeartbeatResponse) {
+	t.Helper()
+	resp := kmsg.NewPtrHeartbeatResponse()
+	resp.SetVersion(version)
+	corr := c.recv(resp, version >= 4)
+	return corr, resp
+}
+
+func TestPipelinedRequestsAnsweredInOrder(t *testing.T) {
+	release := make(chan struct{})
+	handled := make(chan string, 16)
+	mux := kafka.NewMux()
+	mux.Handle(12, 0, 4, func(_ context.Context, req *kafka.Request) (kafka.Reply, error) {
+		r := req.Msg.(*kmsg.HeartbeatRequest)
+		handled <- r.Group
+		resp := r.ResponseKind().(*kmsg.HeartbeatResponse)
+		resp.ThrottleMillis = int32(len(r.Group))
+		if r.Group == "slow" {
+			// Answered later: the connection goes on meanwhile.
+			return kafka.Reply{Wait: func(ctx context.Context) kmsg.Response {
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+				return resp
+			}}, nil
+		}
+		return kafka.Now(resp), nil
+	})
+	s := startServer(t, kafka.Config{}, mux)
+	for _, v := range []int16{1, 4} { // header v1 / v2 (flexible)
+		c := dial(t, s)
+		groups := []string{"slow", "a", "bb", "ccc"}
+		var corrs []int32
+		for _, g := range groups {
+			corrs = append(corrs, c.send(heartbeat(g), v))
+		}
+		// Every request is handled while the first one still waits.
+		for _, g := range groups {
+			require.Equal(t, g, <-handled)
+		}
+		release <- struct{}{}
+		for i, g := range groups {
+			corr, resp := recvHeartbeat(t, c, v)
+			require.Equal(t, corrs[i], corr, "v%d response %d", v, i)
+			require.Equal(t, int32(len(g)), resp.ThrottleMillis)
+		}
+	}
+}
+
+func TestNoResponseReply(t *testing.T) {
+	mux := kafka.NewMux()
+	mux.Handle(12, 0, 4, func(_ context.Context, req *kafka.Request) (kafka.Reply, error) {
+		r := req.Msg.(*kmsg.HeartbeatRequest)
+		if r.Group == "quiet" {
+			return kafka.Reply{}, nil // as Produce with acks=0
+		}
+		return kafka.Now(r.ResponseKind()), nil
+	})
+	c := dial(t, startServer(t, kafka.Config{}, mux))
+	c.send(heartbeat("quiet"), 4)
+	c.send(heartbeat("quiet"), 4)
+	corr := c.send(heartbeat("loud"), 4)
+	got, _ := recvHeartbeat(t, c, 4)
+	require.Equal(t, corr, got)
+}
+
+func TestOversizedFrameClosesBeforeAllocating(t *testing.T) {
+	c := dial(t, startServer(t, kafka.Config{MaxRequestBytes: 1 << 20}, kafka.NewMux()))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var frame [4]byte
+	binary.BigEndian.PutUint32(frame[:], 1<<20+1)
+	c.writeRaw(frame[:])
+	c.requireClosed()
+	runtime.ReadMemStats(&after)
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(512<<10), "bytes allocated while refusing a 1 MiB + 1 frame")
+
+	for _, size := range []int32{-1, -1 << 31, 3} {
+		c := dial(t, startServer(t, kafka.Config{}, kafka.NewMux()))
+		binary.BigEndian.PutUint32(frame[:], uint32(size))
+		c.writeRaw(frame[:])
+		c.requireClosed()
+	}
+}
+
+func TestUnsupportedKeyOrVersionCloses(t *testing.T) {
+	mux := kafka.NewMux()
+	mux.Handle(12, 1, 3, func(_ context.Context, req *kafka.Request) (kafka.Reply, error) {
+		return kafka.Now(req.Msg.ResponseKind()), nil
+	})
+	s := startServer(t, kafka.Config{}, mux)
+
+	c := dial(t, s)
+	c.send(heartbeat("g"), 2)
+	recvHeartbeat(t, c, 2)
+	c.send(heartbeat("g"), 4) // above the range served
+	c.requireClosed()
+
+	c = dial(t, s)
+	c.send(heartbeat("g"), 0) // below it
+	c.requireClosed()
+
+	c = dial(t, s)
+	c.send(kmsg.NewPtrMetadataRequest(), 12) // known to Kafka, not registered
+	c.requireClosed()
+
+	c = dial(t, s)
+	// API key 999 does not exist.
+	c.writeRaw([]byte{0, 0, 0, 10, 0x03, 0xe7, 0, 0, 0, 0, 0, 1, 0xff, 0xff})
+	c.requireClosed()
+}
+
+func TestHandlerErrorOrPanicCloses(t *testing.T) {
+	mux := kafka.NewMux()
+	mux.Handle(12, 0, 4, func(_ context.Context, req *kafka.Request) (kafka.Reply, error) {
+		switch req.Msg.(*kmsg.HeartbeatRequest).Group {
+		case "error":
+			return kafka.Reply{}, errors.New("protocol violation")
+		case "panic":
+			panic("handler bug")
+		case "wrong-type":
+			return kafka.Now(kmsg.NewPtrMetadataResponse()), nil
+		case "wait-panic":
+			return kafka.Reply{Wait: func(context.Context) kmsg.Response { panic("wait bug") }}, nil
+		}
+		return kafka.Now(req.Msg.ResponseKind()), nil
+	})
+	s := startServer(t, kafka.Config{}, mux)
+	for _, g := range []string{"error", "panic", "wrong-type", "wait-panic"} {
+		c := dial(t, s)
+		c.send(heartbeat(g), 4)
+		c.requireClosed()
+	}
+}
+
+func TestIdleConnectionCloses(t *testing.T) {
+	release := make(chan struct{})
+	mux := kafka.NewMux()
+	mux.Handle(12, 0, 4, func(_ context.Context, req *kafka.Request) (kafka.Reply, error) {
+		resp := req.Msg.ResponseKind()
+		return kafka.Reply{Wait: func(context.Context) kmsg.Response { <-release; return resp }}, nil
+	})
+	s := startServer(t, kafka.Config{IdleTimeout: 100 * time.Millisecond}, mux)
+
+	c := dial(t, s)
+	start := time.Now()
+	c.requireClosed()
+	require.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond)
+
+	// A connection waiting on its own response is not idle.
+	c = dial(t, s)
+	corr := c.send(heartbeat("g"), 4)
+	time.Sleep(300 * time.Millisecond) // three idle timeouts pass while the response is pending
+	close(release)
+	got, _ := recvHeartbeat(t, c, 4)
+	require.Equal(t, corr, got)
+	c.requireClosed() // idle again
+}
+
+func TestPendingResponsesAreBounded(t *testing.T) {
+	release := make(chan struct{})
+	var calls atomic.Int32
+	mux := kafka.NewMux()
+	mux.Handle(12, 0, 4, func(_ context.Context, req *kafka.Request) (kafka.Reply, error) {
+		calls.Add(1)
+		resp := req.Msg.ResponseKind()
+		return kafka.Reply{Wait: func(context.Context) kmsg.Response { <-release; return resp }}, nil
+	})
+	c := dial(t, startServer(t, kafka.Config{MaxPendingResponses: 2}, mux))
+	for range 20 {
+		c.send(heartbeat("g"), 4)
+	}
+	// One response the writer waits on, two queued, one handled and
+	// waiting for room: no more requests are read.
+	require.Eventually(t, func() bool { return calls.Load() == 4 }, 5*time.Second, time.Millisecond)
+	require.Never(t, func() bool { return calls.Load() > 4 }, 200*time.Millisecond, 10*time.Millisecond)
+	close(release)
+	for range 20 {
+		recvHeartbeat(t, c, 4)
+	}
+	require.Equal(t, int32(20), calls.Load())
+}
+
+func TestRequestContextHasTheRequestTimeout(t *testing.T) {
+	deadlines := make(chan time.Duration, 1)
+	mux := kafka.NewMux()
+	mux.Handle(12, 0, 4, func(ctx context.Context, req *kafka.Request) (kafka.Reply, error) {
+		d, ok := ctx.Deadline()
+		require.True(t, ok)
+		deadlines <- time.Until(d)
+		require.Equal(t, "test-client", req.ClientID)
+		require.Equal(t, "User:ANONYMOUS", req.Conn.Principal)
+		return kafka.Now(req.Msg.ResponseKind()), nil
+	})
+	c := dial(t, startServer(t, kafka.Config{RequestTimeout: 7 * time.Second}, mux))
+	c.send(heartbeat("g"), 4)
+	recvHeartbeat(t, c, 4)
+	d := <-deadlines
+	require.Greater(t, d, 6*time.Second)
+	require.LessOrEqual(t, d, 7*time.Second)
+}
+
+func TestStopWritesPendingResponsesThenCloses(t *testing.T) {
+	release := make(chan struct{})
+	waiting := make(chan struct{})
+	mux := kafka.NewMux()
+	mux.Handle(12, 0, 4, func(_ context.Context, req *kafka.Request) (kafka.Reply, error) {
+		resp := req.Msg.ResponseKind()
+		return kafka.Reply{Wait: func(context.Context) kmsg.Response { close(waiting); <-release; return resp }}, nil
+	})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	s := kafka.NewServer(kafka.Config{}, mux, lis, kafka.ServerOptions{})
+	require.NoError(t, s.Start(context.Background()))
+	c := dial(t, s)
+	corr := c.send(heartbeat("g"), 4)
+	<-waiting
+	stopped := make(chan error, 1)
+	go func() { stopped <- s.Stop(context.Background()) }()
+	// No new connection is accepted once stopping.
+	require.Eventually(t, func() bool {
+		nc, err := net.Dial("tcp", lis.Addr().String())
+		if err == nil {
+			_ = nc.Close()
+		}
+		return err != nil
+	}, 5*time.Second, 5*time.Millisecond)
+	close(release)
+	got, _ := recvHeartbeat(t, c, 4)
+	require.Equal(t, corr, got)
+	c.requireClosed()
+	require.NoError(t, <-stopped)
+}
+
+func TestStopDeadlineCancelsRequests(t *testing.T) {
+	waiting := make(chan struct{})
+	mux := kafka.NewMux()
+	mux.Handle(12, 0, 4, func(_ context.Context, req *kafka.Request) (kafka.Reply, error) {
+		resp := req.Msg.ResponseKind()
+		return kafka.Reply{Wait: func(ctx context.Context) kmsg.Response { close(waiting); <-ctx.Done(); return resp }}, nil
+	})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	s := kafka.NewServer(kafka.Config{}, mux, lis, kafka.ServerOptions{})
+	require.NoError(t, s.Start(context.Background()))
+	c := dial(t, s)
+	c.send(heartbeat("g"), 4)
+	<-waiting
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	require.NoError(t, s.Stop(ctx))
+	c.requireClosed()
 }
