@@ -25,9 +25,11 @@ all: build
 build:
 	$(GO) build -o $(BIN)/ $(MOD)/services/sluiced $(MOD)/tools/sluice
 
-## run: build, then run every role in one process on 127.0.0.1:9090 (Kafka protocol on 9092, data in ./data/run)
+## run: build, then run every role in one process on 127.0.0.1:9090 (Kafka protocol on 9092, etcd on 9093-9094,
+## data in ./data/run)
 run: build $(BIN)/grpcurl
-	$(BIN)/sluiced --roles=all --node-id=1 --data-dir=$(ROOT)/data/run --listen=127.0.0.1:9090 --http-listen=127.0.0.1:9091 --kafka-listen=127.0.0.1:9092
+	$(BIN)/sluiced --roles=all --node-id=1 --data-dir=$(ROOT)/data/run --listen=127.0.0.1:9090 --http-listen=127.0.0.1:9091 --kafka-listen=127.0.0.1:9092 \
+		--controller.etcd.client-listen=127.0.0.1:9093 --controller.etcd.peer-listen=127.0.0.1:9094
 
 ## dev: build, then run 3 controllers and 3 storage nodes as separate processes
 dev: build
