@@ -248,9 +248,14 @@ func (c *conn) handle(frame []byte) bool {
 			return
 		}
 		sl.frame = frame
+		outcome := outcomeOK
+		if c.ctx.Err() != nil {
+			outcome = outcomeCanceled // the connection closed meanwhile: nothing will be written
+			span.SetStatus(codes.Error, "connection closed")
+		}
 		span.End()
 		cancel()
-		c.s.metrics.request(h.key, outcomeOK, time.Since(start).Seconds())
+		c.s.metrics.request(h.key, outcome, time.Since(start).Seconds())
 	}
 	if reply.Msg != nil {
 		finish(reply.Msg)
