@@ -14,6 +14,12 @@ type Config struct {
 	// socket.request.max.bytes). A larger size prefix closes the
 	// connection before anything is allocated for the frame.
 	MaxRequestBytes int
+	// MaxQueuedRequestBytes bounds the bytes of request frames the
+	// process holds at once over all connections, from reading a frame
+	// until its answer is ready (Kafka's queued.max.request.bytes); a
+	// connection waits, unread, while it is spent. At least
+	// MaxRequestBytes.
+	MaxQueuedRequestBytes int64
 	// IdleTimeout closes a connection that sent nothing and awaits no
 	// response for this long (Kafka's connections.max.idle.ms).
 	IdleTimeout time.Duration
@@ -32,10 +38,11 @@ type Config struct {
 // DefaultConfig returns the defaults the flags have.
 func DefaultConfig() Config {
 	return Config{
-		MaxRequestBytes:     100 << 20,
-		IdleTimeout:         10 * time.Minute,
-		RequestTimeout:      30 * time.Second,
-		MaxPendingResponses: 16,
+		MaxRequestBytes:       100 << 20,
+		MaxQueuedRequestBytes: 512 << 20,
+		IdleTimeout:           10 * time.Minute,
+		RequestTimeout:        30 * time.Second,
+		MaxPendingResponses:   16,
 	}
 }
 
@@ -44,6 +51,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	d := DefaultConfig()
 	fs.IntVar(&c.MaxRequestBytes, "kafka.max-request-bytes", d.MaxRequestBytes,
 		"Largest Kafka request frame accepted, in bytes (Kafka's socket.request.max.bytes); a larger one closes the connection.")
+	fs.Int64Var(&c.MaxQueuedRequestBytes, "kafka.max-queued-request-bytes", d.MaxQueuedRequestBytes,
+		"Bytes of Kafka request frames held at once over all connections, until answered (Kafka's queued.max.request.bytes); connections wait while it is spent.")
 	fs.DurationVar(&c.IdleTimeout, "kafka.idle-timeout", d.IdleTimeout,
 		"Close a Kafka connection idle for this long (Kafka's connections.max.idle.ms).")
 	fs.DurationVar(&c.RequestTimeout, "kafka.request-timeout", d.RequestTimeout,
@@ -57,6 +66,9 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.MaxRequestBytes < 1<<10 || c.MaxRequestBytes > 1<<30 {
 		errs = append(errs, fmt.Errorf("kafka.max-request-bytes: %d is outside 1 KiB..1 GiB", c.MaxRequestBytes))
+	}
+	if c.MaxQueuedRequestBytes < int64(c.MaxRequestBytes) {
+		errs = append(errs, fmt.Errorf("kafka.max-queued-request-bytes: %d is below kafka.max-request-bytes (%d)", c.MaxQueuedRequestBytes, c.MaxRequestBytes))
 	}
 	if c.IdleTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("kafka.idle-timeout: %v must be positive", c.IdleTimeout))
@@ -77,6 +89,11 @@ func (c Config) withDefaults() Config {
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = d.MaxRequestBytes
 	}
+	if c.MaxQueuedRequestBytes == 0 {
+		c.MaxQueuedRequestBytes = d.MaxQueuedRequestBytes
+	}
+	// A frame larger than the whole budget could never be read.
+	c.MaxQueuedRequestBytes = max(c.MaxQueuedRequestBytes, int64(c.MaxRequestBytes))
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = d.IdleTimeout
 	}

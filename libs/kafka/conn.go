@@ -46,6 +46,9 @@ type conn struct {
 
 	mu       sync.Mutex
 	stopping bool // set by Server.Stop: read no further request
+	// stop is closed with stopping set, waking a reader that waits for
+	// the request budget.
+	stop chan struct{}
 
 	closeOnce sync.Once
 }
@@ -70,6 +73,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		ctx:     ctx,
 		cancel:  cancel,
 		pending: make(chan *slot, s.cfg.MaxPendingResponses),
+		stop:    make(chan struct{}),
 	}
 }
 
@@ -90,7 +94,10 @@ func (c *conn) close() {
 func (c *conn) stopReading() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.stopping = true
+	if !c.stopping {
+		c.stopping = true
+		close(c.stop)
+	}
 	_ = c.nc.SetReadDeadline(time.Now()) // wakes a blocked read; fails only on a closed conn
 }
 
@@ -153,13 +160,18 @@ func (c *conn) readLoop() {
 			c.close()
 			return
 		}
+		if err := c.s.queued.acquire(c.ctx, c.stop, int64(size)); err != nil {
+			return // closed or stopping
+		}
 		// A client that sends a size and then stalls holds the frame's
 		// buffer: it gets the request timeout to send the rest.
 		if !c.armRead(c.s.cfg.RequestTimeout) {
+			c.s.queued.release(int64(size))
 			return
 		}
 		frame := make([]byte, size)
 		if _, err := io.ReadFull(c.br, frame); err != nil {
+			c.s.queued.release(int64(size))
 			if !c.isStopping() {
 				c.logger.Debug("reading a Kafka request failed", log.Err(err), slog.Int("size", int(size)))
 			}
@@ -175,8 +187,20 @@ func (c *conn) readLoop() {
 }
 
 // handle decodes one frame, calls its handler and queues its slot. It
-// reports false when the connection must close.
+// reports false when the connection must close. It gives the frame's
+// bytes back to the request budget once the answer is ready (or there is
+// none).
 func (c *conn) handle(frame []byte) bool {
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { c.s.queued.release(int64(len(frame))) }) }
+	// Every path below ends in release: the early returns through this
+	// defer, a Reply.Wait through finish.
+	waiting := false
+	defer func() {
+		if !waiting {
+			release()
+		}
+	}()
 	start := time.Now()
 	h, rest, err := parseHeader(frame)
 	if err != nil {
@@ -239,6 +263,7 @@ func (c *conn) handle(frame []byte) bool {
 	sl := &slot{done: make(chan struct{})}
 	finish := func(resp kmsg.Response) {
 		defer close(sl.done)
+		defer release()
 		frame, err := c.encode(h, resp)
 		if err != nil {
 			c.logger.Error("Kafka handler answered wrongly, closing the connection", log.Err(err),
@@ -260,6 +285,7 @@ func (c *conn) handle(frame []byte) bool {
 	if reply.Msg != nil {
 		finish(reply.Msg)
 	} else {
+		waiting = true
 		c.s.wg.Add(1)
 		go func() {
 			defer c.s.wg.Done()

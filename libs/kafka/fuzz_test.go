@@ -107,6 +107,7 @@ func FuzzRequestDecode(f *testing.F) {
 		defer c.close()
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
+		require.NoError(t, s.queued.acquire(context.Background(), nil, int64(len(frame))))
 		if c.handle(frame) {
 			select {
 			case sl := <-c.pending:

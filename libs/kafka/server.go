@@ -39,6 +39,8 @@ type Server struct {
 	logger  *slog.Logger
 	metrics *metrics
 	tracer  trace.Tracer
+	// queued bounds the request bytes held over all connections.
+	queued *budget
 
 	// ctx is the parent of every request's context; cancel ends them all
 	// when a stop runs out of time.
@@ -66,7 +68,8 @@ func NewServer(cfg Config, mux *Mux, lis net.Listener, opts ServerOptions) *Serv
 		cfg: cfg.withDefaults(), mux: mux, lis: lis,
 		logger:  logger.With(log.Component("kafka-listener")),
 		metrics: newMetrics(opts.Meter), tracer: tracerOf(opts.Tracer),
-		ctx: ctx, cancel: cancel, conns: map[*conn]struct{}{},
+		queued: newBudget(cfg.withDefaults().MaxQueuedRequestBytes),
+		ctx:    ctx, cancel: cancel, conns: map[*conn]struct{}{},
 	}
 	mux.Handle(apiVersionsKey, 0, apiVersionsMax, s.apiVersions)
 	return s

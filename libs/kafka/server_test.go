@@ -422,3 +422,43 @@ func TestStopDeadlineCancelsRequests(t *testing.T) {
 	require.NoError(t, s.Stop(ctx))
 	c.requireClosed()
 }
+
+func TestQueuedRequestBytesAreBoundedAcrossConnections(t *testing.T) {
+	release := make(chan struct{})
+	handled := make(chan string, 8)
+	mux := kafka.NewMux()
+	mux.Handle(12, 0, 4, func(_ context.Context, req *kafka.Request) (kafka.Reply, error) {
+		r := req.Msg.(*kmsg.HeartbeatRequest)
+		handled <- r.MemberID
+		resp := r.ResponseKind()
+		if r.MemberID == "a" {
+			// Holds its frame's bytes until released.
+			return kafka.Reply{Wait: func(context.Context) kmsg.Response { <-release; return resp }}, nil
+		}
+		return kafka.Now(resp), nil
+	})
+	s := startServer(t, kafka.Config{MaxRequestBytes: 1 << 10, MaxQueuedRequestBytes: 1500}, mux)
+	big := func(member string) *kmsg.HeartbeatRequest {
+		r := heartbeat(string(make([]byte, 700)))
+		r.MemberID = member
+		return r
+	}
+	a, b := dial(t, s), dial(t, s)
+	corrA := a.send(big("a"), 4)
+	require.Equal(t, "a", <-handled)
+	// About 730 of 1500 bytes are held: b's first request fits, its second
+	// waits for a's to be answered.
+	b.send(big("b1"), 4)
+	require.Equal(t, "b1", <-handled)
+	recvHeartbeat(t, b, 4)
+	a.send(big("a"), 4)
+	require.Equal(t, "a", <-handled)
+	corrB := b.send(big("b2"), 4)
+	require.Never(t, func() bool { return len(handled) > 0 }, 200*time.Millisecond, 10*time.Millisecond)
+	close(release)
+	require.Equal(t, "b2", <-handled)
+	got, _ := recvHeartbeat(t, b, 4)
+	require.Equal(t, corrB, got)
+	got, _ = recvHeartbeat(t, a, 4)
+	require.Equal(t, corrA, got)
+}
