@@ -27,6 +27,9 @@ type program struct {
 var (
 	groupWorkerProgram = &program{env: "GROUPWORKER", pkg: "github.com/sluice-io/sluice/integration/cmd/groupworker", name: "groupworker"}
 	txnWorkerProgram   = &program{env: "TXNWORKER", pkg: "github.com/sluice-io/sluice/integration/cmd/txnworker", name: "txnworker"}
+	// kafkaCopierProgram is the franz-go exactly-once copier of the Kafka
+	// transaction tests.
+	kafkaCopierProgram = &program{env: "KAFKACOPIER", pkg: "github.com/sluice-io/sluice/integration/cmd/kafkacopier", name: "kafkacopier"}
 	// plantedSluiced is sluiced with the transaction protocol's bug before
 	// KIP-890 planted (no epoch bump at the end of a transaction).
 	plantedSluiced = &program{pkg: "github.com/sluice-io/sluice/services/sluiced", name: "sluiced-planted-no-epoch-bump", tags: "sluice_planted_no_epoch_bump"}
