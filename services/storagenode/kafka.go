@@ -25,9 +25,9 @@ const (
 	// id; v16 adds the node endpoints of KIP-951. v17+ (replica
 	// directories) are for brokers.
 	kafkaFetchMin, kafkaFetchMax = 4, 16
-	// ListOffsets v7 needs the max-timestamp spec (-3), which is not
-	// served yet.
-	kafkaListOffsetsMin, kafkaListOffsetsMax = 1, 6
+	// ListOffsets v7 adds the max-timestamp spec (-3), v8 the earliest
+	// local offset (-4); v9+ name tiered-storage offsets.
+	kafkaListOffsetsMin, kafkaListOffsetsMax = 1, 8
 	// OffsetForLeaderEpoch v2 adds the caller's current leader epoch.
 	kafkaOffsetForLeaderEpochMin, kafkaOffsetForLeaderEpochMax = 2, 4
 	kafkaDeleteRecordsMin, kafkaDeleteRecordsMax               = 0, 2

@@ -38,13 +38,18 @@ func epochAt(l *storage.Log, offset int64) int32 {
 
 // Kafka's special ListOffsets timestamps.
 const (
-	kafkaLatest   = -1
-	kafkaEarliest = -2
+	kafkaLatest       = -1
+	kafkaEarliest     = -2
+	kafkaMaxTimestamp = -3 // v7+ (KIP-734)
+	// kafkaEarliestLocal is the first offset on local disk (v8+, KIP-405):
+	// with no tiered storage, the earliest.
+	kafkaEarliestLocal = -4
 )
 
 // kafkaListOffsets serves ListOffsets (key 2) with the gRPC ListOffsets:
-// -2 earliest, -1 latest (the last stable offset for read_committed), and
-// lookups by timestamp; each answer carries the leader epoch of the offset
+// -2 earliest (and -4, earliest on local disk, the same without tiered
+// storage), -1 latest (the last stable offset for read_committed), -3 the
+// record with the largest timestamp, and lookups by timestamp; each answer carries the leader epoch of the offset
 // it names, so a consumer that resets can check it for truncation.
 func (r *StorageNode) kafkaListOffsets(ctx context.Context, kr *kafka.Request) (kafka.Reply, error) {
 	req, ok := kr.Msg.(*kmsg.ListOffsetsRequest)
@@ -75,8 +80,10 @@ func (r *StorageNode) kafkaListOffsets(ctx context.Context, kr *kafka.Request) (
 			rp.Partition, rp.Offset, rp.Timestamp, rp.LeaderEpoch = p.Partition, -1, -1, -1
 			lp := &storagev1.ListOffsetsPartition{Topic: t.Topic, Partition: p.Partition, CurrentLeaderEpoch: optEpoch(p.CurrentLeaderEpoch), TimestampMs: p.Timestamp}
 			switch {
-			case p.Timestamp == kafkaEarliest:
+			case p.Timestamp == kafkaEarliest, p.Timestamp == kafkaEarliestLocal && req.Version >= 8:
 				lp.Spec = storagev1.OffsetSpec_OFFSET_SPEC_EARLIEST
+			case p.Timestamp == kafkaMaxTimestamp && req.Version >= 7:
+				lp.Spec = storagev1.OffsetSpec_OFFSET_SPEC_MAX_TIMESTAMP
 			case p.Timestamp == kafkaLatest:
 				lp.Spec = storagev1.OffsetSpec_OFFSET_SPEC_LATEST
 			case p.Timestamp >= 0:
@@ -84,7 +91,7 @@ func (r *StorageNode) kafkaListOffsets(ctx context.Context, kr *kafka.Request) (
 			}
 			var err error
 			if lp.Spec == storagev1.OffsetSpec_OFFSET_SPEC_UNSPECIFIED {
-				err = errs.Invalid(errs.InvalidRequest, "timestamp", "%d is not a timestamp, -1 (latest) or -2 (earliest)", p.Timestamp)
+				err = errs.Invalid(errs.InvalidRequest, "timestamp", "%d is not a timestamp or a spec of ListOffsets v%d", p.Timestamp, req.Version)
 			} else {
 				err = validateListOffsets(&storagev1.ListOffsetsRequest{IsolationLevel: iso, Partitions: []*storagev1.ListOffsetsPartition{lp}})
 			}

@@ -355,10 +355,35 @@ func TestKafkaOffsetsAPIs(t *testing.T) {
 			require.EqualValues(t, 3, p.LeaderEpoch, "timestamp %d", tc.ts)
 		}
 	}
-	resp := call(t, r.kafkaListOffsets, listReq(6, 1, -1, -3)).(*kmsg.ListOffsetsResponse)
-	require.Len(t, resp.Topics[0].Partitions, 2)
-	require.EqualValues(t, 4, resp.Topics[0].Partitions[0].Offset, "read_committed latest: the LSO")
-	require.EqualValues(t, 42, resp.Topics[0].Partitions[1].ErrorCode, "max timestamp is not served")
+	one := func(version int16, iso int8, ts int64) kmsg.ListOffsetsResponseTopicPartition {
+		resp := call(t, r.kafkaListOffsets, listReq(version, iso, ts)).(*kmsg.ListOffsetsResponse)
+		require.Len(t, resp.Topics[0].Partitions, 1)
+		return resp.Topics[0].Partitions[0]
+	}
+	require.EqualValues(t, 4, one(6, 1, -1).Offset, "read_committed latest: the LSO")
+	require.EqualValues(t, 42, one(6, 0, -3).ErrorCode, "max timestamp is a spec of v7+")
+	require.EqualValues(t, 42, one(7, 0, -4).ErrorCode, "earliest local is a spec of v8+")
+	resp := call(t, r.kafkaListOffsets, listReq(6, 0, -1, -2)).(*kmsg.ListOffsetsResponse)
+	require.EqualValues(t, 42, resp.Topics[0].Partitions[1].ErrorCode, "a partition asked twice")
+	p := one(8, 0, -3)
+	require.Zero(t, p.ErrorCode)
+	require.EqualValues(t, 3, p.Offset, "the record with the largest timestamp")
+	require.EqualValues(t, 4000, p.Timestamp)
+	require.EqualValues(t, 3, p.LeaderEpoch)
+	require.EqualValues(t, 0, one(8, 0, -4).Offset, "earliest local: the earliest, without tiered storage")
+	// A later batch whose largest timestamp is in its middle, and one
+	// with an older timestamp after it.
+	b2 := record.NewBuilder(record.CodecZstd)
+	for _, ts := range []int64{5000, 9000, 6000} {
+		require.NoError(t, b2.AppendKV(ts, nil, []byte("x")))
+	}
+	batch2, err := b2.Build()
+	require.NoError(t, err)
+	require.Zero(t, onlyProduce(t, call(t, r.kafkaProduce, produceReq(11, -1, "t", 0, bytes.Clone(batch2)))).ErrorCode)
+	require.Zero(t, onlyProduce(t, call(t, r.kafkaProduce, produceReq(11, -1, "t", 0, bytes.Clone(batch)))).ErrorCode)
+	p = one(7, 0, -3)
+	require.EqualValues(t, 5, p.Offset)
+	require.EqualValues(t, 9000, p.Timestamp)
 
 	oreq := kmsg.NewPtrOffsetForLeaderEpochRequest()
 	oreq.Version = 4
@@ -373,7 +398,7 @@ func TestKafkaOffsetsAPIs(t *testing.T) {
 	oresp := call(t, r.kafkaOffsetForLeaderEpoch, oreq).(*kmsg.OffsetForLeaderEpochResponse)
 	require.Zero(t, oresp.Topics[0].Partitions[0].ErrorCode)
 	require.EqualValues(t, 3, oresp.Topics[0].Partitions[0].LeaderEpoch)
-	require.EqualValues(t, 4, oresp.Topics[0].Partitions[0].EndOffset)
+	require.EqualValues(t, 11, oresp.Topics[0].Partitions[0].EndOffset)
 	require.EqualValues(t, 3, oresp.Topics[0].Partitions[1].ErrorCode)
 
 	dreq := kmsg.NewPtrDeleteRecordsRequest()

@@ -8,8 +8,8 @@ import (
 	"github.com/sluice-io/sluice/libs/client/errs"
 )
 
-// ListOffsets looks up earliest, latest and by-timestamp offsets on the
-// leader. LATEST is the high watermark; a new leader answers
+// ListOffsets looks up earliest, latest, by-timestamp and max-timestamp
+// offsets on the leader. LATEST is the high watermark; a new leader answers
 // OFFSET_NOT_AVAILABLE until it has committed a record in its own epoch,
 // since until then its high watermark may trail the true one.
 func (r *StorageNode) ListOffsets(_ context.Context, req *storagev1.ListOffsetsRequest) (*storagev1.ListOffsetsResponse, error) {
@@ -46,6 +46,20 @@ func (r *StorageNode) ListOffsets(_ context.Context, req *storagev1.ListOffsetsR
 				continue
 			}
 			if found && off < v.HighWatermark {
+				res.Offset, res.TimestampMs = off, ts
+			}
+		case storagev1.OffsetSpec_OFFSET_SPEC_MAX_TIMESTAMP:
+			off, ts, found, err := part.Log().MaxTimestamp()
+			if err != nil {
+				res.Error = errs.ItemError(err)
+				continue
+			}
+			bound := v.HighWatermark
+			if req.GetIsolationLevel() == commonv1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED {
+				bound = v.LastStable
+			}
+			// Only a record a consumer can read yet.
+			if found && off < bound {
 				res.Offset, res.TimestampMs = off, ts
 			}
 		default:
