@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -42,8 +43,42 @@ func (r *StorageNode) partition(topic string, p int32) (*replica.Partition, erro
 	if !ok {
 		return nil, errs.New(errs.UnknownTopicOrPartition, "topic %q has %d partitions; %d does not exist", topic, len(t.Partitions), p)
 	}
+	if slices.Contains(ps.GetReplicas(), r.replicas.NodeID()) {
+		// Metadata already places a replica here, but the replica manager
+		// applies it after the cache: a request right after a topic is
+		// created would be told this node does not lead, and a Kafka
+		// client would wait for its next metadata refresh (5 s in
+		// franz-go) to learn nothing new. Wait for the replica instead.
+		if part, ok := r.awaitReplica(replica.TP{Topic: topic, Partition: p}); ok {
+			return part, nil
+		}
+	}
 	return nil, errs.New(errs.NotLeaderOrFollower, "node %d hosts no replica of %s-%d; node %d leads it", r.replicas.NodeID(), topic, p, ps.GetLeaderId()).
 		WithLeader(&edpb.LeaderHint{Topic: topic, Partition: p, LeaderId: ps.GetLeaderId(), LeaderEpoch: ps.GetLeaderEpoch(), LeaderAddress: img.Address(ps.GetLeaderId())})
+}
+
+// replicaOpenWait bounds how long a request waits for a replica that
+// metadata places on this node to be opened.
+const replicaOpenWait = time.Second
+
+// awaitReplica waits, at most replicaOpenWait, for the replica manager to
+// open a replica.
+func (r *StorageNode) awaitReplica(tp replica.TP) (*replica.Partition, bool) {
+	timer := time.NewTimer(replicaOpenWait)
+	defer timer.Stop()
+	for {
+		changed := r.replicas.Changed() // before looking, so no change is missed
+		if part, ok := r.replicas.Get(tp); ok {
+			return part, true
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return nil, false
+		case <-r.replicas.Stopping():
+			return nil, false
+		}
+	}
 }
 
 func acksOf(a storagev1.Acks) replica.Acks {
