@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -872,7 +873,9 @@ func cloneHeaders(hs []record.Header) []record.Header {
 	}
 	out := make([]record.Header, len(hs))
 	for i, h := range hs {
-		out[i] = record.Header{Key: h.Key, Value: cloneNil(h.Value)}
+		// The iterator reads records with kmsg's UnsafeReadFrom, so a
+		// header key is a string over the decompression buffer too.
+		out[i] = record.Header{Key: strings.Clone(h.Key), Value: cloneNil(h.Value)}
 	}
 	return out
 }
