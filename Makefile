@@ -17,7 +17,7 @@ BUILDTOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/g
 # default (CI runs on main, where comparing with main itself proves nothing).
 BUF_BREAKING_AGAINST ?= .git\#ref=HEAD~1
 
-.PHONY: all build run dev test unit integration gen check-gen lint bench bench-txn bench-groups clean tools image
+.PHONY: all build run dev test unit integration gen check-gen lint bench bench-txn bench-kafka bench-groups clean tools image
 
 all: build
 
@@ -80,12 +80,13 @@ lint: tools
 
 ## bench: build everything, then measure Sluice side by side with NATS JetStream and the
 ## machine's limits, 3 interleaved rounds (bench/results/<date>.md and .json; see docs/performance.md),
-## then the transactions benchmark (bench-txn).
-## Extra flags: make bench BENCH_ARGS='--rounds 5' TXN_BENCH_ARGS='--rounds 7'
+## then the transactions benchmark (bench-txn) and the Kafka-protocol benchmark (bench-kafka).
+## Extra flags: make bench BENCH_ARGS='--rounds 5' TXN_BENCH_ARGS='--rounds 7' KAFKA_BENCH_ARGS='--rounds 5'
 bench: build tools
 	$(GO) build -o $(BIN)/sluice-bench $(MOD)/tools/bench
 	$(BIN)/sluice-bench run --bin $(BIN) --out $(ROOT)/bench/results $(BENCH_ARGS)
 	$(BIN)/sluice-bench txn --bin $(BIN) --out $(ROOT)/bench/results $(TXN_BENCH_ARGS)
+	$(BIN)/sluice-bench kafka --bin $(BIN) --out $(ROOT)/bench/results $(KAFKA_BENCH_ARGS)
 
 ## bench-txn: what idempotence and transactions (commits every 1000, 100 and 10 ms) cost a producer of
 ## 1 KiB records with acks=all, against idempotence off, on one sluiced; 5 interleaved rounds of about
@@ -94,6 +95,13 @@ bench: build tools
 bench-txn: build
 	$(GO) build -o $(BIN)/sluice-bench $(MOD)/tools/bench
 	$(BIN)/sluice-bench txn --bin $(BIN) --out $(ROOT)/bench/results $(TXN_BENCH_ARGS)
+
+## bench-kafka: franz-go producing and consuming 1 KiB records through the Kafka listener against the
+## SDK over gRPC, on one sluiced, 3 interleaved rounds, MB/s and server CPU per GB for both
+## (bench/results/<date>-kafka.md and .json). Extra flags: make bench-kafka KAFKA_BENCH_ARGS='--records 2000000'
+bench-kafka: build
+	$(GO) build -o $(BIN)/sluice-bench $(MOD)/tools/bench
+	$(BIN)/sluice-bench kafka --bin $(BIN) --out $(ROOT)/bench/results $(KAFKA_BENCH_ARGS)
 
 ## bench-groups: consumer-group benchmarks on real processes: an 11th member joining 10 on 900 partitions
 ## (classic eager, classic cooperative-sticky, consumer protocol) and catch-up reading by a group consumer

@@ -34,6 +34,12 @@ func main() {
 		err = runMain(args)
 	case "txn":
 		err = txnMain(args)
+	case "kafka":
+		err = kafkaMain(args)
+	case "kafka-produce":
+		err = kafkaProduce(args)
+	case "kafka-consume":
+		err = kafkaConsume(args)
 	case "limit-grpc":
 		err = limitGRPC(args)
 	case "limit-fsync":
@@ -58,6 +64,8 @@ func main() {
 func usage() {
 	fmt.Fprintln(os.Stderr, `usage: sluice-bench run [flags]        the whole comparison; writes the report
        sluice-bench txn [flags]        idempotence and transactions against a plain producer
+       sluice-bench kafka [flags]      franz-go over the Kafka listener against the SDK over gRPC
+       sluice-bench kafka-produce|kafka-consume [flags]
        sluice-bench limit-grpc|limit-fsync|limit-read [flags]
        sluice-bench nats-pub|nats-consume|nats-e2e [flags]`)
 	os.Exit(2)

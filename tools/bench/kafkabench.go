@@ -1,0 +1,446 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-io/sluice/libs/client"
+)
+
+// The Kafka-protocol benchmark (`sluice-bench kafka`, `make bench-kafka`):
+// franz-go producing and consuming 1 KiB records through the Kafka listener
+// against the native SDK over gRPC, side by side on one `sluiced
+// --roles=all` in interleaved rounds, with the server's CPU per GB moved.
+// The goal: the Kafka path at 90 % or more of the native figure both ways.
+
+// kafkaVariant is one measurement of a round.
+type kafkaVariant struct{ id, label string }
+
+var kafkaVariants = []kafkaVariant{
+	{"native_produce", "produce, SDK over gRPC"},
+	{"kafka_produce", "produce, franz-go over Kafka"},
+	{"native_consume", "consume, SDK over gRPC"},
+	{"kafka_consume", "consume, franz-go over Kafka"},
+}
+
+type kafkaConfig struct {
+	binDir, outDir, tmpParent string
+	rounds                    int
+	records                   int64
+	batchSize                 int
+	idleThreshold             float64
+	idleMax, idleBudget       time.Duration
+}
+
+func kafkaMain(args []string) error {
+	fs := flag.NewFlagSet("kafka", flag.ExitOnError)
+	var c kafkaConfig
+	fs.StringVar(&c.binDir, "bin", "bin", "directory with sluiced and sluice")
+	fs.StringVar(&c.outDir, "out", "bench/results", "directory for <date>-kafka.md and <date>-kafka.json")
+	fs.StringVar(&c.tmpParent, "tmp", "", "parent of the temporary data directory (default $TMPDIR)")
+	fs.IntVar(&c.rounds, "rounds", 3, "interleaved rounds of every variant; figures are medians over rounds")
+	fs.Int64Var(&c.records, "records", 1_000_000, "1 KiB records per measurement")
+	fs.IntVar(&c.batchSize, "batch-size", 256<<10, "producer batch size, both clients")
+	fs.Float64Var(&c.idleThreshold, "idle-threshold", 15, "CPU busy percent below which the machine counts as idle")
+	fs.DurationVar(&c.idleMax, "idle-max", 10*time.Second, "longest wait for an idle CPU before one measurement")
+	fs.DurationVar(&c.idleBudget, "idle-budget", time.Minute, "longest total wait for an idle CPU over the run")
+	_ = fs.Parse(args) // ExitOnError
+	if c.rounds < 1 || c.records < 1 {
+		return fmt.Errorf("--rounds and --records must be at least 1")
+	}
+	for _, name := range []string{"sluiced", "sluice"} {
+		if _, err := os.Stat(filepath.Join(c.binDir, name)); err != nil {
+			return fmt.Errorf("%s not found in %s: run `make build` first", name, c.binDir)
+		}
+	}
+	var err error
+	if c.binDir, err = filepath.Abs(c.binDir); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	tmp, err := os.MkdirTemp(c.tmpParent, "sluice-bench-kafka-")
+	if err != nil {
+		return err
+	}
+	h := &harness{cfg: config{binDir: c.binDir}, tmp: tmp, procs: &processes{marker: tmp},
+		idle: idleGate{threshold: c.idleThreshold, maxWait: c.idleMax, budget: c.idleBudget}, servers: map[string]string{}}
+	defer func() {
+		h.procs.stopAll()
+		if err := os.RemoveAll(tmp); err != nil {
+			fmt.Fprintf(os.Stderr, "removing %s: %v\n", tmp, err)
+		}
+	}()
+	if h.self, err = os.Executable(); err != nil {
+		return err
+	}
+	start := time.Now()
+	h.facts = machineFacts(h.cfg, tmp)
+	loadStart := loadAvg()
+	h.logf("sluice-bench kafka: %d rounds of %d records, data in %s (%s), load average %s", c.rounds, c.records, tmp, h.facts.Disk, loadStart)
+
+	srv, addr, kafkaAddr, err := h.startSluicedKafka("sluiced-kafka")
+	if err != nil {
+		return err
+	}
+	admin, err := client.New(client.Config{Bootstrap: []string{addr}, RequestTimeout: 30 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+
+	n := strconv.FormatInt(c.records, 10)
+	batch := strconv.Itoa(c.batchSize)
+	bytes := c.records * 1024
+	for r := 1; r <= c.rounds && ctx.Err() == nil; r++ {
+		native, viaKafka := fmt.Sprintf("native-r%d", r), fmt.Sprintf("kafka-r%d", r)
+		// Both topics alike: one partition, RF 1, no fsync before the ack
+		// (the page cache), acks=all and idempotence in both clients.
+		for _, topic := range []string{native, viaKafka} {
+			if _, err := admin.CreateTopic(ctx, topic, 1, 1, map[string]string{"sluice.fsync.before.ack": "false"}); err != nil {
+				return fmt.Errorf("creating %s: %w", topic, err)
+			}
+		}
+		argv := map[string][]string{
+			"native_produce": {filepath.Join(c.binDir, "sluice"), "--bootstrap", addr, "-o", "json", "perf", "produce", "--topic", native,
+				"--num-records", n, "--record-size", "1024", "--acks", "all", "--batch-size", batch},
+			"kafka_produce": {h.self, "kafka-produce", "--brokers", kafkaAddr, "--topic", viaKafka, "--count", n, "--size", "1024", "--batch-size", batch},
+			// Both consumers read the topic the native producer wrote: the
+			// same batches.
+			"native_consume": {filepath.Join(c.binDir, "sluice"), "--bootstrap", addr, "-o", "json", "perf", "consume", "--topic", native, "--messages", n},
+			"kafka_consume":  {h.self, "kafka-consume", "--brokers", kafkaAddr, "--topic", native, "--count", n},
+		}
+		// Produce before consume (the consumers read what was produced);
+		// within each pair the order alternates by round.
+		pairs := [][2]string{{"native_produce", "kafka_produce"}, {"native_consume", "kafka_consume"}}
+		for _, pair := range pairs {
+			if r%2 == 0 {
+				pair[0], pair[1] = pair[1], pair[0]
+			}
+			for _, id := range pair {
+				if ctx.Err() != nil {
+					break
+				}
+				h.measure(ctx, r, measurement{figure: "kafka." + id, sluicePerf: strings.HasPrefix(id, "native"), server: srv, cpu: true,
+					bytes: bytes, argv: argv[id]})
+			}
+		}
+		for _, topic := range []string{native, viaKafka} {
+			h.deleteTopic(ctx, admin, topic)
+		}
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("interrupted; no report written")
+	}
+	if d := srv.died(); d != "" {
+		h.logf("%s", d)
+	}
+	rep := buildKafkaReport(h, c, time.Since(start), loadStart, loadAvg())
+	md, js, err := rep.write(c.outDir)
+	if err != nil {
+		return err
+	}
+	h.logf("report: %s and %s (%.1f min)", md, js, time.Since(start).Minutes())
+	fmt.Print(rep.summaryText())
+	return nil
+}
+
+// startSluicedKafka starts one `sluiced --roles=all` with a Kafka listener
+// on free ports and waits until it serves; it returns the gRPC and Kafka
+// addresses.
+func (h *harness) startSluicedKafka(name string) (*server, string, string, error) {
+	ports, err := freePorts(5)
+	if err != nil {
+		return nil, "", "", err
+	}
+	dir := filepath.Join(h.tmp, name)
+	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	kafkaAddr := fmt.Sprintf("127.0.0.1:%d", ports[4])
+	argv := []string{filepath.Join(h.cfg.binDir, "sluiced"), "--roles=all", "--node-id=1", "--data-dir=" + dir,
+		"--listen=" + addr, fmt.Sprintf("--http-listen=127.0.0.1:%d", ports[1]),
+		fmt.Sprintf("--controller.etcd.client-listen=127.0.0.1:%d", ports[2]),
+		fmt.Sprintf("--controller.etcd.peer-listen=127.0.0.1:%d", ports[3]), "--kafka-listen=" + kafkaAddr, "--log.level=warn"}
+	srv, err := h.procs.start("sluiced", filepath.Join(h.tmp, name+".log"), argv)
+	if err != nil {
+		return nil, "", "", err
+	}
+	h.servers["sluiced"] = h.display(argv)
+	if err := waitCluster(context.Background(), addr, 1, 60*time.Second); err != nil {
+		return nil, "", "", err
+	}
+	if err := waitPort(context.Background(), kafkaAddr, 30*time.Second); err != nil {
+		return nil, "", "", err
+	}
+	return srv, addr, kafkaAddr, nil
+}
+
+// kafkaProduce is `sluice-bench kafka-produce`: franz-go (idempotent,
+// acks=all, its defaults) produces count records of size bytes to one
+// topic as fast as it can; prints records/s and MB/s from the first
+// produce to the last acknowledgement.
+func kafkaProduce(args []string) error {
+	fs := flag.NewFlagSet("kafka-produce", flag.ExitOnError)
+	brokers := fs.String("brokers", "127.0.0.1:9092", "Kafka bootstrap addresses, comma-separated")
+	topic := fs.String("topic", "", "topic (must exist)")
+	count := fs.Int64("count", 1_000_000, "records")
+	size := fs.Int("size", 1024, "value bytes per record")
+	batch := fs.Int("batch-size", 256<<10, "producer batch bytes (ProducerBatchMaxBytes)")
+	_ = fs.Parse(args) // ExitOnError
+	if *topic == "" || *count < 1 || *size < 0 {
+		return fmt.Errorf("--topic is required, --count must be positive and --size not negative")
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(*brokers, ",")...), kgo.DefaultProduceTopic(*topic),
+		kgo.ProducerBatchMaxBytes(int32(*batch)), kgo.MaxBufferedBytes(64<<20), kgo.ProducerLinger(5*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	// Warm up: metadata, the producer id and the connection.
+	if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("warm-up")}).FirstErr(); err != nil {
+		return fmt.Errorf("warm-up record: %w", err)
+	}
+	value := make([]byte, *size)
+	var mu sync.Mutex
+	var firstErr error
+	var failed int64
+	start := time.Now()
+	for range *count {
+		cl.Produce(ctx, &kgo.Record{Value: value}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				mu.Lock()
+				failed++
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return err
+	}
+	elapsed := time.Since(start).Seconds()
+	if firstErr != nil {
+		return fmt.Errorf("%d records failed, the first: %w", failed, firstErr)
+	}
+	return printFigures(figures{"records_per_s": float64(*count) / elapsed, "mb_per_s": float64(*count) * float64(*size) / 1e6 / elapsed,
+		"errors": 0, "elapsed_s": elapsed})
+}
+
+// kafkaConsume is `sluice-bench kafka-consume`: franz-go reads count
+// records of one topic from its start (read_uncommitted, its default
+// fetch sizes) and prints records/s and MB/s of the record values, from
+// the first fetch request to the last record.
+func kafkaConsume(args []string) error {
+	fs := flag.NewFlagSet("kafka-consume", flag.ExitOnError)
+	brokers := fs.String("brokers", "127.0.0.1:9092", "Kafka bootstrap addresses, comma-separated")
+	topic := fs.String("topic", "", "topic to read from its start")
+	count := fs.Int64("count", 1_000_000, "records to read")
+	_ = fs.Parse(args) // ExitOnError
+	if *topic == "" || *count < 1 {
+		return fmt.Errorf("--topic is required and --count must be positive")
+	}
+	start := time.Now()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(*brokers, ",")...), kgo.ConsumeTopics(*topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var n, b int64
+	for n < *count {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("read %d of %d records: %w", n, *count, err)
+		}
+		var ferr error
+		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
+		if ferr != nil {
+			return ferr
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			n++
+			b += int64(len(r.Value))
+		})
+	}
+	elapsed := time.Since(start).Seconds()
+	return printFigures(figures{"records_per_s": float64(n) / elapsed, "mb_per_s": float64(b) / 1e6 / elapsed, "errors": 0, "elapsed_s": elapsed})
+}
+
+// ---- report ----
+
+type kafkaRow struct {
+	ID       string          `json:"id"`
+	Label    string          `json:"label"`
+	Stats    map[string]stat `json:"stats"`
+	Command  string          `json:"command"`
+	Failures []string        `json:"failures,omitempty"`
+}
+
+type kafkaReport struct {
+	Date       string             `json:"date"`
+	Minutes    float64            `json:"duration_min"`
+	Facts      facts              `json:"machine"`
+	Plan       map[string]any     `json:"plan"`
+	LoadBefore string             `json:"load_average_before"`
+	LoadAfter  string             `json:"load_average_after"`
+	Servers    map[string]string  `json:"servers"`
+	Rows       []kafkaRow         `json:"variants"`
+	Ratios     map[string]float64 `json:"kafka_to_native_mb_per_s"`
+	Goals      []condition        `json:"goals"`
+	Samples    []sample           `json:"samples"`
+}
+
+func buildKafkaReport(h *harness, c kafkaConfig, d time.Duration, load0, load1 string) *kafkaReport {
+	r := &kafkaReport{
+		Date: time.Now().UTC().Format("2006-01-02 15:04:05 UTC"), Minutes: math.Round(d.Minutes()*10) / 10,
+		Facts: h.facts, Servers: h.servers, Samples: h.samples, LoadBefore: load0, LoadAfter: load1, Ratios: map[string]float64{},
+		Plan: map[string]any{"rounds": c.rounds, "records": c.records, "record_size": 1024, "batch_size": c.batchSize,
+			"acks": "all", "idempotent": true, "partitions": 1, "replication_factor": 1, "fsync_before_ack": false,
+			"idle_threshold_pct": c.idleThreshold},
+	}
+	for _, v := range kafkaVariants {
+		row := kafkaRow{ID: v.id, Label: v.label, Stats: map[string]stat{}}
+		vals := map[string][]float64{}
+		for _, s := range h.samples {
+			if s.Figure != "kafka."+v.id {
+				continue
+			}
+			if row.Command == "" {
+				row.Command = s.Command
+			}
+			if s.Error != "" {
+				row.Failures = append(row.Failures, fmt.Sprintf("round %d: %s", s.Round, firstLine(s.Error)))
+				continue
+			}
+			for k, x := range s.Values {
+				vals[k] = append(vals[k], x)
+			}
+		}
+		for k, x := range vals {
+			row.Stats[k] = summarize(x)
+		}
+		r.Rows = append(r.Rows, row)
+	}
+	medOf := func(id string) (float64, bool) {
+		for _, row := range r.Rows {
+			if s, ok := row.Stats["mb_per_s"]; ok && row.ID == id {
+				return s.Median, true
+			}
+		}
+		return 0, false
+	}
+	for _, way := range []string{"produce", "consume"} {
+		k, okK := medOf("kafka_" + way)
+		nat, okN := medOf("native_" + way)
+		known := okK && okN && nat > 0
+		x := 0.0
+		if known {
+			x = k / nat
+			r.Ratios[way] = x
+		}
+		r.Goals = append(r.Goals, cond(way+": Kafka at >= 90 % of the native MB/s", x, known, 0.9, true))
+	}
+	return r
+}
+
+func (r *kafkaReport) write(dir string) (string, string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", err
+	}
+	stamp := strings.NewReplacer(" ", "-", ":", "").Replace(strings.TrimSuffix(r.Date, " UTC")) + "Z-kafka"
+	md, js := filepath.Join(dir, stamp+".md"), filepath.Join(dir, stamp+".json")
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(js, append(b, '\n'), 0o644); err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(md, []byte(r.markdown()), 0o644); err != nil {
+		return "", "", err
+	}
+	return md, js, nil
+}
+
+func (r *kafkaReport) markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Sluice Kafka-protocol benchmark, %s\n\n", r.Date)
+	fmt.Fprintf(&b, "`sluice-bench kafka` (`make bench-kafka`), %.1f min. Commit %s; %s, %d cores, %s GiB; Linux %s; %s.\n",
+		r.Minutes, r.Facts.Commit, r.Facts.CPU, r.Facts.Cores, r.Facts.MemoryGiB, r.Facts.Kernel, r.Facts.Go)
+	fmt.Fprintf(&b, "Disk: %s. Load average (1, 5, 15 min) before: %s; after: %s.\n\n", r.Facts.Disk, r.LoadBefore, r.LoadAfter)
+	fmt.Fprintf(&b, "One `sluiced --roles=all` with a Kafka listener; per round %v records of 1 KiB produced by the SDK over gRPC "+
+		"(`sluice perf produce`) and by franz-go over Kafka (`sluice-bench kafka-produce`), both idempotent with acks=all and %v-byte batches, "+
+		"to fresh one-partition RF 1 topics without fsync before the ack; then the natively produced topic read by the SDK (`sluice perf consume`) "+
+		"and by franz-go (`sluice-bench kafka-consume`). %v rounds, the order within each pair alternating. Medians over rounds; "+
+		"server CPU is the sluiced process's user+system time over the measurement, per GB of record values moved.\n\n",
+		r.Plan["records"], r.Plan["batch_size"], r.Plan["rounds"])
+	b.WriteString("| variant | MB/s | ± | records/s | server CPU s/GB | client CPU s |\n|---|---|---|---|---|---|\n")
+	for _, row := range r.Rows {
+		med := func(k string) string {
+			if s, ok := row.Stats[k]; ok {
+				return num(s.Median)
+			}
+			return "-"
+		}
+		spread := "-"
+		if s, ok := row.Stats["mb_per_s"]; ok && s.Median != 0 {
+			spread = fmt.Sprintf("±%.0f%%", 50*(s.Max-s.Min)/s.Median)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", row.Label, med("mb_per_s"), spread, med("records_per_s"),
+			med("server_cpu_s_per_gb"), med("client_cpu_s"))
+	}
+	b.WriteString("\nGoals (issue 13):\n\n")
+	for _, g := range r.Goals {
+		state := "missed"
+		if !g.Known {
+			state = "not measured"
+		} else if g.Met {
+			state = "**met**"
+		}
+		fmt.Fprintf(&b, "- %s: %s (%.3fx; %s)\n", g.Text, state, g.Value, g.Margin)
+	}
+	var failures []string
+	for _, row := range r.Rows {
+		for _, f := range row.Failures {
+			failures = append(failures, "- "+row.ID+", "+f)
+		}
+	}
+	if len(failures) > 0 {
+		b.WriteString("\nFailures:\n\n" + strings.Join(failures, "\n") + "\n")
+	}
+	b.WriteString("\nCommands (round 1; later rounds differ in topic):\n\n```\n")
+	for _, row := range r.Rows {
+		b.WriteString(row.Command + "\n")
+	}
+	b.WriteString(r.Servers["sluiced"] + "\n```\n")
+	return b.String()
+}
+
+func (r *kafkaReport) summaryText() string {
+	var b strings.Builder
+	for _, row := range r.Rows {
+		fmt.Fprintf(&b, "%-32s %8.1f MB/s  server %.2f CPU s/GB\n", row.Label, row.Stats["mb_per_s"].Median, row.Stats["server_cpu_s_per_gb"].Median)
+	}
+	for _, g := range r.Goals {
+		fmt.Fprintf(&b, "%s: met=%v (%.3fx; %s)\n", g.Text, g.Met, g.Value, g.Margin)
+	}
+	return b.String()
+}
