@@ -40,24 +40,39 @@ const (
 	kafkaUnknownGeneration int32 = -1
 )
 
-// registerKafka registers the role's Kafka API handlers.
-func (r *GroupCoordinator) registerKafka(m *kafka.Mux) {
-	m.Handle(int16(kmsg.JoinGroup), 0, 9, r.kafkaJoinGroup)
-	m.Handle(int16(kmsg.SyncGroup), 0, 5, r.kafkaSyncGroup)
-	m.Handle(int16(kmsg.Heartbeat), 0, 4, r.kafkaHeartbeat)
-	m.Handle(int16(kmsg.LeaveGroup), 0, 5, r.kafkaLeaveGroup)
-	m.Handle(int16(kmsg.OffsetCommit), 2, 10, r.kafkaOffsetCommit)
-	m.Handle(int16(kmsg.OffsetFetch), 1, 10, r.kafkaOffsetFetch)
-	m.Handle(int16(kmsg.OffsetDelete), 0, 0, r.kafkaOffsetDelete)
+// kafkaVersions are the versions served of each group API key, by this
+// role and (answering NOT_COORDINATOR) by processes that do not run it.
+var kafkaVersions = map[kmsg.Key][2]int16{
+	kmsg.JoinGroup:    {0, 9},
+	kmsg.SyncGroup:    {0, 5},
+	kmsg.Heartbeat:    {0, 4},
+	kmsg.LeaveGroup:   {0, 5},
+	kmsg.OffsetCommit: {2, 10},
+	kmsg.OffsetFetch:  {1, 10},
+	kmsg.OffsetDelete: {0, 0},
 	// v5 and v6 belong to the transaction protocol of KIP-890 part 2
 	// (the coordinator adds the offsets partition to the transaction
 	// itself) and to topic ids (KIP-1319); neither is served.
-	m.Handle(int16(kmsg.TxnOffsetCommit), 0, 4, r.kafkaTxnOffsetCommit)
-	m.Handle(int16(kmsg.ListGroups), 0, 5, r.kafkaListGroups)
-	m.Handle(int16(kmsg.DescribeGroups), 0, 6, r.kafkaDescribeGroups)
-	m.Handle(int16(kmsg.DeleteGroups), 0, 3, r.kafkaDeleteGroups)
-	m.Handle(int16(kmsg.ConsumerGroupHeartbeat), 0, 1, r.kafkaConsumerGroupHeartbeat)
-	m.Handle(int16(kmsg.ConsumerGroupDescribe), 0, 1, r.kafkaConsumerGroupDescribe)
+	kmsg.TxnOffsetCommit:        {0, 4},
+	kmsg.ListGroups:             {0, 5},
+	kmsg.DescribeGroups:         {0, 6},
+	kmsg.DeleteGroups:           {0, 3},
+	kmsg.ConsumerGroupHeartbeat: {0, 1},
+	kmsg.ConsumerGroupDescribe:  {0, 1},
+}
+
+// registerKafka registers the role's Kafka API handlers.
+func (r *GroupCoordinator) registerKafka(m *kafka.Mux) {
+	handlers := map[kmsg.Key]kafka.Handler{
+		kmsg.JoinGroup: r.kafkaJoinGroup, kmsg.SyncGroup: r.kafkaSyncGroup, kmsg.Heartbeat: r.kafkaHeartbeat,
+		kmsg.LeaveGroup: r.kafkaLeaveGroup, kmsg.OffsetCommit: r.kafkaOffsetCommit, kmsg.OffsetFetch: r.kafkaOffsetFetch,
+		kmsg.OffsetDelete: r.kafkaOffsetDelete, kmsg.TxnOffsetCommit: r.kafkaTxnOffsetCommit, kmsg.ListGroups: r.kafkaListGroups,
+		kmsg.DescribeGroups: r.kafkaDescribeGroups, kmsg.DeleteGroups: r.kafkaDeleteGroups,
+		kmsg.ConsumerGroupHeartbeat: r.kafkaConsumerGroupHeartbeat, kmsg.ConsumerGroupDescribe: r.kafkaConsumerGroupDescribe,
+	}
+	for key, v := range kafkaVersions {
+		m.Handle(int16(key), v[0], v[1], handlers[key])
+	}
 }
 
 // callContext carries the Kafka client's id and address the way the gRPC

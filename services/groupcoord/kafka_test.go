@@ -1,6 +1,7 @@
 package groupcoord
 
 import (
+	"context"
 	"net"
 	"sync"
 	"testing"
@@ -588,5 +589,80 @@ func TestTopicIDBytes(t *testing.T) {
 	for _, bad := range []string{"", "xyz", "0f1e2d3c-4b5a-4978-8695"} {
 		_, ok := topicIDBytes(bad)
 		require.False(t, ok, bad)
+	}
+}
+
+// A process without the role advertises the same group APIs and versions
+// and answers every one NOT_COORDINATOR (nothing for ListGroups), at every
+// version, so clients look the coordinator up instead of concluding the
+// cluster lacks the API.
+func TestKafkaElsewhereAnswersNotCoordinator(t *testing.T) {
+	const notCoordinator int16 = 16
+	mux := kafka.NewMux()
+	RegisterKafkaElsewhere(mux, 7)
+	require.Len(t, mux.Versions(), len(kafkaVersions))
+	for key, v := range kafkaVersions {
+		for version := v[0]; version <= v[1]; version++ {
+			req := kmsg.RequestForKey(int16(key))
+			req.SetVersion(version)
+			switch r := req.(type) {
+			case *kmsg.DescribeGroupsRequest:
+				r.Groups = []string{"g"}
+			case *kmsg.DeleteGroupsRequest:
+				r.Groups = []string{"g"}
+			case *kmsg.ConsumerGroupDescribeRequest:
+				r.Groups = []string{"g"}
+			case *kmsg.OffsetFetchRequest:
+				r.Group = "g"
+				rg := kmsg.NewOffsetFetchRequestGroup()
+				rg.Group = "g"
+				r.Groups = []kmsg.OffsetFetchRequestGroup{rg}
+			}
+			in := kmsg.RequestForKey(int16(key))
+			in.SetVersion(version)
+			require.NoError(t, in.ReadFrom(req.AppendTo(nil)))
+			h, _, _, ok := mux.Lookup(int16(key))
+			require.True(t, ok)
+			reply, err := h(context.Background(), &kafka.Request{Key: int16(key), Version: version, Msg: in})
+			require.NoError(t, err)
+			out := in.ResponseKind()
+			out.SetVersion(version)
+			require.NoError(t, out.ReadFrom(reply.Msg.AppendTo(nil)), "%s v%d", key.Name(), version)
+			var code int16
+			switch r := out.(type) {
+			case *kmsg.JoinGroupResponse:
+				code = r.ErrorCode
+			case *kmsg.SyncGroupResponse:
+				code = r.ErrorCode
+			case *kmsg.HeartbeatResponse:
+				code = r.ErrorCode
+			case *kmsg.LeaveGroupResponse:
+				code = r.ErrorCode
+			case *kmsg.OffsetDeleteResponse:
+				code = r.ErrorCode
+			case *kmsg.ConsumerGroupHeartbeatResponse:
+				code = r.ErrorCode
+			case *kmsg.DescribeGroupsResponse:
+				code = r.Groups[0].ErrorCode
+			case *kmsg.DeleteGroupsResponse:
+				code = r.Groups[0].ErrorCode
+			case *kmsg.ConsumerGroupDescribeResponse:
+				code = r.Groups[0].ErrorCode
+			case *kmsg.OffsetFetchResponse:
+				if version >= 8 {
+					code = r.Groups[0].ErrorCode
+				} else if version >= 2 {
+					code = r.ErrorCode
+				} else {
+					code = notCoordinator // v1 answers per partition, and none was asked for
+				}
+			case *kmsg.ListGroupsResponse:
+				require.Empty(t, r.Groups)
+				code = notCoordinator
+			default:
+				code = notCoordinator // per-partition answers, none asked for
+			}
+			require.Equal(t, notCoordinator, code, "%s v%d", key.Name(), version)
+		}
 	}
 }

@@ -117,6 +117,12 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 	// The Kafka APIs every process answers, whatever its roles (Metadata,
 	// FindCoordinator, the admin APIs).
 	nodeapi.Register(n.kafka, nodeapi.Deps{Metadata: n.cache, Pool: n.pool, NodeID: int32(cfg.Node.ID), Logger: logger})
+	if !cfg.Roles.Has(role.GroupCoordinator) {
+		// Kafka clients judge the cluster by any node's ApiVersions
+		// (franz-go uses KIP-848 only if ConsumerGroupHeartbeat is
+		// there): advertise the group APIs, answered NOT_COORDINATOR.
+		groupcoord.RegisterKafkaElsewhere(n.kafka, int32(cfg.Node.ID))
+	}
 	if kafkaLis != nil {
 		// Last to start, once every role has registered its handlers;
 		// first to stop, so no Kafka request reaches a stopped role.
