@@ -159,7 +159,8 @@ func saramaCheck(t *testing.T, c *devcluster.Cluster, cl *client.Client, cfg *sa
 // IBM/sarama against Sluice's Kafka listener on one controller and three
 // storage nodes: the sync producer and the idempotent async producer
 // (acks=all), read back with partition consumers and over gRPC, at a
-// modern protocol version and at sarama's default one.
+// modern protocol version and at sarama's default one; each codec; and
+// sarama's default configuration.
 func TestKafkaSarama(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 3})
 	cl := cluster.Client(t, c)
@@ -247,6 +248,28 @@ func TestKafkaSarama(t *testing.T) {
 			})
 		})
 	}
+
+	t.Run("codecs", func(t *testing.T) {
+		// sarama's own compressors (not franz-go's) for each codec.
+		for _, codec := range []sarama.CompressionCodec{sarama.CompressionGZIP, sarama.CompressionSnappy, sarama.CompressionLZ4, sarama.CompressionZSTD} {
+			t.Run(codec.String(), func(t *testing.T) {
+				topic := "sarama-codec-" + codec.String()
+				compatCreateTopic(t, cl, topic, 2, 3)
+				cfg := saramaConfig(sarama.V3_6_0_0)
+				cfg.Producer.Compression = codec
+				p, err := sarama.NewSyncProducer(c.KafkaBootstrap(), cfg)
+				require.NoError(t, err)
+				msgs := saramaMessages(topic, codec.String(), 100)
+				require.NoError(t, p.SendMessages(msgs))
+				require.NoError(t, p.Close())
+				var produced []compatRecord
+				for _, m := range msgs {
+					produced = append(produced, saramaProduced(t, m))
+				}
+				saramaCheck(t, c, cl, cfg, topic, 2, produced)
+			})
+		}
+	})
 
 	t.Run("default-config", func(t *testing.T) {
 		// Nothing set but what a sync producer requires: default version,
