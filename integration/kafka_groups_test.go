@@ -16,6 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluice-io/sluice/integration/cluster"
+	"github.com/sluice-io/sluice/libs/client"
+	"github.com/sluice-io/sluice/libs/client/assign"
 	"github.com/sluice-io/sluice/libs/devcluster"
 )
 
@@ -314,6 +316,80 @@ func TestKafkaGroups(t *testing.T) {
 		t.Parallel()
 		kgAdmin(t, c, kcl)
 	})
+	// One group, two protocols on the wire: an SDK member over gRPC and a
+	// kgo member over Kafka's protocol. Classic members agree on "range"
+	// (the SDK writes Kafka's ConsumerMemberMetadata, so either can lead);
+	// consumer-protocol members are assigned by the server.
+	t.Run("mixed-grpc-kafka-classic", func(t *testing.T) {
+		t.Parallel()
+		kgMixed(t, c, kcl, "classic", client.GroupProtocolClassic, kgo.Balancers(kgo.RangeBalancer()))
+	})
+	t.Run("mixed-grpc-kafka-consumer-protocol", func(t *testing.T) {
+		t.Parallel()
+		kgMixed(t, c, kcl, "kip848", client.GroupProtocolConsumer, kgo.ServerSideBalancer(), kgo.Balancers(kgo.StickyBalancer()))
+	})
+}
+
+// kgMixed runs one SDK member and one kgo member in a group: they split the
+// partitions, every record is consumed once, and each commits over its own
+// protocol into the same group offsets.
+func kgMixed(t *testing.T, c *devcluster.Cluster, kcl *kgo.Client, name string, protocol client.GroupProtocol, opts ...kgo.Opt) {
+	const partitions, n = 4, 80
+	topic, group := "kg-mixed-"+name, "kg-group-mixed-"+name
+	kgTopic(t, c, kcl, topic, partitions)
+	l := newKgLedger()
+	cl := cluster.Client(t, c)
+	cfg := client.GroupConsumerConfig{GroupID: group, Topics: []string{topic}, Protocol: protocol, Reset: client.ResetEarliest,
+		SessionTimeout: 6 * time.Second, HeartbeatInterval: 300 * time.Millisecond, RebalanceTimeout: 20 * time.Second}
+	if protocol == client.GroupProtocolClassic {
+		cfg.Assignors = []assign.Assignor{assign.Range()}
+	}
+	gc, err := cl.NewGroupConsumer(cfg)
+	require.NoError(t, err)
+	stop, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				done <- gc.Close(ctx)
+				cancel()
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			recs, err := gc.Poll(ctx)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				done <- err
+				return
+			}
+			for _, r := range recs {
+				l.add(r.Topic, r.Partition, r.Offset, string(r.Value))
+			}
+			if len(recs) > 0 {
+				cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+				err := gc.CommitSync(cctx, nil)
+				ccancel()
+				if err != nil {
+					done <- err
+					return
+				}
+			}
+		}
+	}()
+	m := startKgMember(t, c, group, topic, l, opts...)
+	kgCheckAssigned(t, kcl, group, topic, partitions, 2, protocol == client.GroupProtocolConsumer)
+	require.Eventually(t, func() bool { return len(gc.Assignment()) > 0 }, 20*time.Second, 50*time.Millisecond,
+		"the SDK member owns some partitions")
+	kgProduce(t, c, topic, "mixed", n)
+	require.Eventually(t, func() bool { return l.distinct() == n }, 30*time.Second, 50*time.Millisecond,
+		"the group consumed %d of %d records", l.distinct(), n)
+	require.NoError(t, m.close())
+	close(stop)
+	require.NoError(t, <-done)
+	require.Empty(t, l.duplicates())
+	kgCheckCommitted(t, kcl, group, topic, n)
 }
 
 // kgSaramaHandler records and marks every message; sarama commits the
