@@ -23,7 +23,8 @@ import (
 // TestKafkaListener: every process of a split cluster (controller, storage
 // nodes, a group coordinator of its own) answers ApiVersions to franz-go on
 // its Kafka address, and every process that registers with the controller
-// carries that address as its "kafka" endpoint in cluster metadata.
+// carries that address as its "kafka" endpoint in cluster metadata, which
+// Kafka's Metadata from any process lists.
 func TestKafkaListener(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{StorageNodes: 2, GroupCoordinators: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -44,6 +45,31 @@ func TestKafkaListener(t *testing.T) {
 			av := resp.(*kmsg.ApiVersionsResponse)
 			require.Zero(t, av.ErrorCode, p.Name)
 			require.Contains(t, av.ApiKeys, kmsg.ApiVersionsResponseApiKey{ApiKey: 18, MinVersion: 0, MaxVersion: 4}, p.Name)
+		}
+	})
+
+	t.Run("KafkaMetadataListsEveryMember", func(t *testing.T) {
+		want := map[int32]string{}
+		for _, p := range c.Processes() {
+			if len(p.Roles.Without(role.Controller)) > 0 {
+				want[p.NodeID] = p.KafkaAddr
+			}
+		}
+		for _, p := range c.Processes() {
+			cl, err := kgo.NewClient(kgo.SeedBrokers(p.KafkaAddr))
+			require.NoError(t, err)
+			require.EventuallyWithT(t, func(ct *assert.CollectT) {
+				resp, err := cl.SeedBrokers()[0].Request(ctx, kmsg.NewPtrMetadataRequest())
+				if !assert.NoError(ct, err) {
+					return
+				}
+				got := map[int32]string{}
+				for _, b := range resp.(*kmsg.MetadataResponse).Brokers {
+					got[b.NodeID] = net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))
+				}
+				assert.Equal(ct, want, got, "Metadata from %s", p.Name)
+			}, 20*time.Second, 100*time.Millisecond)
+			cl.Close()
 		}
 	})
 
