@@ -86,10 +86,11 @@ func (e *kcatEnv) run(t *testing.T, stdin string, args ...string) string {
 }
 
 // consumeAll reads every record of topic from the beginning with kcat
-// (-C -o beginning -e: it exits when each partition is at its end).
+// (-C -o beginning -e: it exits when each partition is at its end),
+// checking each batch's CRC as it goes.
 func (e *kcatEnv) consumeAll(t *testing.T, topic string) []compatRecord {
 	t.Helper()
-	return parseKcatRecords(t, e.run(t, "", "-C", "-t", topic, "-o", "beginning", "-e", "-f", kcatFormat))
+	return parseKcatRecords(t, e.run(t, "", "-C", "-t", topic, "-o", "beginning", "-e", "-X", "check.crcs=true", "-f", kcatFormat))
 }
 
 // parseKcatRecords parses lines printed with kcatFormat (or
