@@ -84,6 +84,9 @@ func (r *StorageNode) kafkaFetchFromRequest(req *kmsg.FetchRequest) (*kafkaFetch
 			rp := kmsg.NewFetchResponseTopicPartition()
 			rp.Partition = p.Partition
 			rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = -1, -1, -1
+			// Empty, never null: Kafka always sends a records field, and
+			// librdkafka rejects a null one ("invalid MessageSetSize -1").
+			rp.RecordBatches = []byte{}
 			rt.Partitions = append(rt.Partitions, rp)
 			fp := &kafkaFetchPart{ti: ti, pi: pi, tp: replica.TP{Topic: name, Partition: p.Partition}, offset: p.FetchOffset, maxBytes: int(p.PartitionMaxBytes)}
 			f.parts = append(f.parts, fp)

@@ -175,7 +175,17 @@ func TestKafkaProduceThenFetchSameBytes(t *testing.T) {
 	fp = onlyFetch(t, call(t, r.kafkaFetch, req))
 	require.Zero(t, fp.ErrorCode)
 	require.Empty(t, fp.RecordBatches)
+	require.NotNil(t, fp.RecordBatches, "empty records, never null (librdkafka refuses null)")
 	require.NotNil(t, fp.AbortedTransactions, "read_committed answers an aborted list, if empty")
+	// The same on the wire, for a partition with an error too.
+	for _, req := range []*kmsg.FetchRequest{req, fetchReq(11, "nope", [16]byte{}, 0)} {
+		resp := call(t, r.kafkaFetch, req).(*kmsg.FetchResponse)
+		wire := resp.AppendTo(nil)
+		back := kmsg.NewPtrFetchResponse()
+		back.Version = req.Version
+		require.NoError(t, back.ReadFrom(wire))
+		require.NotNil(t, back.Topics[0].Partitions[0].RecordBatches)
+	}
 }
 
 // A fetch waiting at the log end for MinBytes is answered as soon as a
