@@ -56,8 +56,9 @@ type Server struct {
 }
 
 // NewServer returns a server for mux on lis and registers ApiVersions
-// (v0-v4) on mux, so ApiVersions lists itself. Zero fields of cfg take
-// their defaults. Nothing is accepted before Start.
+// (v0-v4) on mux, so ApiVersions lists itself (it panics if key 18 is
+// taken: one server per mux). Zero fields of cfg take their defaults.
+// Nothing is accepted before Start.
 func NewServer(cfg Config, mux *Mux, lis net.Listener, opts ServerOptions) *Server {
 	logger := opts.Logger
 	if logger == nil {
