@@ -208,11 +208,14 @@ func (c *conn) handle(frame []byte) bool {
 		c.s.metrics.request(-1, outcomeInvalid, -1)
 		return false
 	}
+	// Authentication comes here with the security work: until a
+	// connection has authenticated, only ApiVersions, SaslHandshake and
+	// SaslAuthenticate pass, and Conn.Principal then names the user.
 	handler, minV, maxV, ok := c.s.mux.Lookup(h.key)
 	if !ok || h.version < minV || h.version > maxV {
 		if h.key == apiVersionsKey {
 			// KIP-511: a client newer than the server learns the
-			// versions served and retries with one of them.
+			// newest ApiVersions served and retries with it.
 			c.s.metrics.request(h.key, outcomeUnsupported, time.Since(start).Seconds())
 			return c.enqueue(&slot{done: closedChan, frame: appendResponse(nil, h.correlationID, false, c.s.unsupportedApiVersions())})
 		}
