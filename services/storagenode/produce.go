@@ -32,7 +32,7 @@ const defaultProduceTimeout = 30 * time.Second
 // elsewhere, UNKNOWN_TOPIC_OR_PARTITION when it does not exist.
 func (r *StorageNode) partition(topic string, p int32) (*replica.Partition, error) {
 	if part, ok := r.replicas.Get(replica.TP{Topic: topic, Partition: p}); ok {
-		return part, nil
+		return r.awaitRole(part), nil
 	}
 	img := r.deps.Metadata.Load()
 	t, ok := img.Topics[topic]
@@ -50,7 +50,7 @@ func (r *StorageNode) partition(topic string, p int32) (*replica.Partition, erro
 		// client would wait for its next metadata refresh (5 s in
 		// franz-go) to learn nothing new. Wait for the replica instead.
 		if part, ok := r.awaitReplica(replica.TP{Topic: topic, Partition: p}); ok {
-			return part, nil
+			return r.awaitRole(part), nil
 		}
 	}
 	return nil, errs.New(errs.NotLeaderOrFollower, "node %d hosts no replica of %s-%d; node %d leads it", r.replicas.NodeID(), topic, p, ps.GetLeaderId()).
@@ -77,6 +77,31 @@ func (r *StorageNode) awaitReplica(tp replica.TP) (*replica.Partition, bool) {
 			return nil, false
 		case <-r.replicas.Stopping():
 			return nil, false
+		}
+	}
+}
+
+// awaitRole waits, at most replicaOpenWait, for a replica just opened to
+// learn its role (leader epoch -1 until then): it is visible as soon as it
+// is open, before the replica manager applies its state, and would answer
+// NOT_LEADER_OR_FOLLOWER naming no leader meanwhile.
+func (r *StorageNode) awaitRole(part *replica.Partition) *replica.Partition {
+	if _, _, epoch, _, _ := part.FollowerState(); epoch >= 0 {
+		return part
+	}
+	timer := time.NewTimer(replicaOpenWait)
+	defer timer.Stop()
+	for {
+		changed := part.Changed()
+		if _, _, epoch, _, _ := part.FollowerState(); epoch >= 0 {
+			return part
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return part
+		case <-r.replicas.Stopping():
+			return part
 		}
 	}
 }
