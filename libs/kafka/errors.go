@@ -3,13 +3,19 @@ package kafka
 import "github.com/sluice-io/sluice/libs/client/errs"
 
 // ErrorCode is the Kafka error code to answer err with: the catalog's
-// number where Kafka has the error, UNKNOWN_SERVER_ERROR (-1) otherwise,
-// and 0 for nil.
+// number where Kafka has the error, and 0 for nil. An error only Sluice has
+// (node not ready or unreachable, no controller quorum) is REQUEST_TIMED_OUT
+// when retriable, which every Kafka client retries, and
+// UNKNOWN_SERVER_ERROR (-1) otherwise.
 func ErrorCode(err error) int16 {
 	if err == nil {
 		return 0
 	}
-	return errs.Lookup(errs.CodeOf(err)).Kafka
+	e := errs.Lookup(errs.CodeOf(err))
+	if e.Kafka == -1 && e.Retriable {
+		return errs.Lookup(errs.RequestTimedOut).Kafka
+	}
+	return e.Kafka
 }
 
 // ErrorMessage is the message to put in a response's error message field,

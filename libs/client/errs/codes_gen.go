@@ -73,8 +73,10 @@ const (
 	ProducerFenced               = edpb.ErrorCode_ERROR_CODE_PRODUCER_FENCED
 	ResourceNotFound             = edpb.ErrorCode_ERROR_CODE_RESOURCE_NOT_FOUND
 	InvalidUpdateVersion         = edpb.ErrorCode_ERROR_CODE_INVALID_UPDATE_VERSION
+	UnknownTopicID               = edpb.ErrorCode_ERROR_CODE_UNKNOWN_TOPIC_ID
 	DuplicateBrokerRegistration  = edpb.ErrorCode_ERROR_CODE_DUPLICATE_BROKER_REGISTRATION
 	BrokerIDNotRegistered        = edpb.ErrorCode_ERROR_CODE_BROKER_ID_NOT_REGISTERED
+	InconsistentTopicID          = edpb.ErrorCode_ERROR_CODE_INCONSISTENT_TOPIC_ID
 	InconsistentClusterID        = edpb.ErrorCode_ERROR_CODE_INCONSISTENT_CLUSTER_ID
 	GroupSubscribedToTopic       = edpb.ErrorCode_ERROR_CODE_GROUP_SUBSCRIBED_TO_TOPIC
 	TransactionalIDNotFound      = edpb.ErrorCode_ERROR_CODE_TRANSACTIONAL_ID_NOT_FOUND

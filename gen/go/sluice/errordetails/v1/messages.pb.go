@@ -180,10 +180,15 @@ const (
 	ErrorCode_ERROR_CODE_RESOURCE_NOT_FOUND ErrorCode = 91
 	// The partition epoch in an ISR or leadership change is stale.
 	ErrorCode_ERROR_CODE_INVALID_UPDATE_VERSION ErrorCode = 95
+	// No topic has this topic id (a request that names topics by id).
+	ErrorCode_ERROR_CODE_UNKNOWN_TOPIC_ID ErrorCode = 100
 	// A node with the same id is already registered.
 	ErrorCode_ERROR_CODE_DUPLICATE_BROKER_REGISTRATION ErrorCode = 101
 	// The node id is not registered.
 	ErrorCode_ERROR_CODE_BROKER_ID_NOT_REGISTERED ErrorCode = 102
+	// The topic id does not match the topic's id on this node: the topic was
+	// deleted and created again under the same name.
+	ErrorCode_ERROR_CODE_INCONSISTENT_TOPIC_ID ErrorCode = 103
 	// The cluster id does not match this cluster's.
 	ErrorCode_ERROR_CODE_INCONSISTENT_CLUSTER_ID ErrorCode = 104
 	// The group still consumes the topic whose offsets were to be deleted.
@@ -286,8 +291,10 @@ var (
 		90:   "ERROR_CODE_PRODUCER_FENCED",
 		91:   "ERROR_CODE_RESOURCE_NOT_FOUND",
 		95:   "ERROR_CODE_INVALID_UPDATE_VERSION",
+		100:  "ERROR_CODE_UNKNOWN_TOPIC_ID",
 		101:  "ERROR_CODE_DUPLICATE_BROKER_REGISTRATION",
 		102:  "ERROR_CODE_BROKER_ID_NOT_REGISTERED",
+		103:  "ERROR_CODE_INCONSISTENT_TOPIC_ID",
 		104:  "ERROR_CODE_INCONSISTENT_CLUSTER_ID",
 		86:   "ERROR_CODE_GROUP_SUBSCRIBED_TO_TOPIC",
 		105:  "ERROR_CODE_TRANSACTIONAL_ID_NOT_FOUND",
@@ -369,8 +376,10 @@ var (
 		"ERROR_CODE_PRODUCER_FENCED":                  90,
 		"ERROR_CODE_RESOURCE_NOT_FOUND":               91,
 		"ERROR_CODE_INVALID_UPDATE_VERSION":           95,
+		"ERROR_CODE_UNKNOWN_TOPIC_ID":                 100,
 		"ERROR_CODE_DUPLICATE_BROKER_REGISTRATION":    101,
 		"ERROR_CODE_BROKER_ID_NOT_REGISTERED":         102,
+		"ERROR_CODE_INCONSISTENT_TOPIC_ID":            103,
 		"ERROR_CODE_INCONSISTENT_CLUSTER_ID":          104,
 		"ERROR_CODE_GROUP_SUBSCRIBED_TO_TOPIC":        86,
 		"ERROR_CODE_TRANSACTIONAL_ID_NOT_FOUND":       105,
@@ -983,7 +992,7 @@ const file_sluice_errordetails_v1_messages_proto_rawDesc = "" +
 	"\x10field_violations\x18\x01 \x03(\v2&.sluice.errordetails.v1.FieldViolationR\x0ffieldViolations\"H\n" +
 	"\x0eFieldViolation\x12\x14\n" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12 \n" +
-	"\vdescription\x18\x02 \x01(\tR\vdescription*\xa0'\n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription*\x97(\n" +
 	"\tErrorCode\x12$\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x1a\b\x82\xb5\x18\x04\x12\x02OK\x126\n" +
 	"\x1eERROR_CODE_OFFSET_OUT_OF_RANGE\x10\x01\x1a\x12\x82\xb5\x18\x0e\x12\fOUT_OF_RANGE\x128\n" +
@@ -1052,9 +1061,11 @@ const file_sluice_errordetails_v1_messages_proto_rawDesc = "" +
 	"$ERROR_CODE_THROTTLING_QUOTA_EXCEEDED\x10Y\x1a\x1a\x82\xb5\x18\x16\b\x01\x12\x12RESOURCE_EXHAUSTED\x129\n" +
 	"\x1aERROR_CODE_PRODUCER_FENCED\x10Z\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x122\n" +
 	"\x1dERROR_CODE_RESOURCE_NOT_FOUND\x10[\x1a\x0f\x82\xb5\x18\v\x12\tNOT_FOUND\x124\n" +
-	"!ERROR_CODE_INVALID_UPDATE_VERSION\x10_\x1a\r\x82\xb5\x18\t\x12\aABORTED\x12B\n" +
+	"!ERROR_CODE_INVALID_UPDATE_VERSION\x10_\x1a\r\x82\xb5\x18\t\x12\aABORTED\x122\n" +
+	"\x1bERROR_CODE_UNKNOWN_TOPIC_ID\x10d\x1a\x11\x82\xb5\x18\r\b\x01\x12\tNOT_FOUND\x12B\n" +
 	"(ERROR_CODE_DUPLICATE_BROKER_REGISTRATION\x10e\x1a\x14\x82\xb5\x18\x10\x12\x0eALREADY_EXISTS\x128\n" +
 	"#ERROR_CODE_BROKER_ID_NOT_REGISTERED\x10f\x1a\x0f\x82\xb5\x18\v\x12\tNOT_FOUND\x12A\n" +
+	" ERROR_CODE_INCONSISTENT_TOPIC_ID\x10g\x1a\x1b\x82\xb5\x18\x17\b\x01\x12\x13FAILED_PRECONDITION\x12A\n" +
 	"\"ERROR_CODE_INCONSISTENT_CLUSTER_ID\x10h\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x12C\n" +
 	"$ERROR_CODE_GROUP_SUBSCRIBED_TO_TOPIC\x10V\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x12:\n" +
 	"%ERROR_CODE_TRANSACTIONAL_ID_NOT_FOUND\x10i\x1a\x0f\x82\xb5\x18\v\x12\tNOT_FOUND\x12=\n" +
