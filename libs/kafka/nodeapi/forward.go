@@ -133,9 +133,6 @@ func kafkaError(err error) (int16, *string) {
 	}
 	e := errs.From(err)
 	code := kafka.ErrorCode(e)
-	if code == -1 && e.Retriable() {
-		code = kafka.ErrorCode(errs.New(errs.RequestTimedOut, ""))
-	}
 	msg := e.Message
 	if msg == "" {
 		msg = errs.Name(e.Code)

@@ -192,9 +192,8 @@ func metadataResponse(img *metadata.Image, req *kmsg.MetadataRequest) *kmsg.Meta
 
 // unknownTopicCode is the error of a requested topic that does not exist:
 // INVALID_TOPIC_EXCEPTION for a name no topic may have (Kafka's answer),
-// else UNKNOWN_TOPIC_OR_PARTITION. A topic asked for by id alone gets
-// UNKNOWN_TOPIC_OR_PARTITION too: Kafka answers UNKNOWN_TOPIC_ID, which the
-// error catalog does not carry yet.
+// else UNKNOWN_TOPIC_OR_PARTITION; a topic asked for by id alone gets
+// UNKNOWN_TOPIC_ID, as Kafka answers.
 func unknownTopicCode(rt kmsg.MetadataRequestTopic) int16 {
 	if rt.Topic != nil {
 		if err := validTopicName(*rt.Topic); err != nil {
@@ -204,6 +203,10 @@ func unknownTopicCode(rt kmsg.MetadataRequestTopic) int16 {
 	}
 	if rt.Topic == nil && rt.TopicID == ([16]byte{}) {
 		c, _ := kafkaError(errorf(errs.InvalidRequest, "a topic needs a name or an id"))
+		return c
+	}
+	if rt.Topic == nil {
+		c, _ := kafkaError(errorf(errs.UnknownTopicID, "no topic has id %s", topicIDString(rt.TopicID)))
 		return c
 	}
 	c, _ := kafkaError(errorf(errs.UnknownTopicOrPartition, "unknown topic"))

@@ -128,7 +128,7 @@ func TestMetadataNamedTopics(t *testing.T) {
 	require.Equal(t, code(errs.InvalidTopic), resp.Topics[1].ErrorCode)
 	require.Equal(t, "orders", *resp.Topics[2].Topic, "found by id, named")
 	require.Len(t, resp.Topics[2].Partitions, 3)
-	require.Equal(t, code(errs.UnknownTopicOrPartition), resp.Topics[3].ErrorCode)
+	require.Equal(t, code(errs.UnknownTopicID), resp.Topics[3].ErrorCode)
 	require.Nil(t, resp.Topics[3].Topic)
 	require.Equal(t, "orders", *resp.Topics[4].Topic)
 	require.Equal(t, int32(topicOperations), resp.Topics[4].AuthorizedOperations)

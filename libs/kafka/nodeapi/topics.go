@@ -222,7 +222,7 @@ func (n *node) deleteTopics(ctx context.Context, req *kmsg.DeleteTopicsRequest) 
 		case t.TopicID != [16]byte{}:
 			tt, ok := topicByID(img, t.TopicID)
 			if !ok {
-				errsAt[i] = errorf(errs.UnknownTopicOrPartition, "no topic has id %s", topicIDString(t.TopicID))
+				errsAt[i] = errorf(errs.UnknownTopicID, "no topic has id %s", topicIDString(t.TopicID))
 				continue
 			}
 			names[i] = tt.Name
