@@ -288,8 +288,9 @@ func (r *TransactionCoordinator) kafkaAddOffsetsToTxn(_ context.Context, req *ka
 
 // kafkaEndTxn serves EndTxn (key 26). v5 ends the transaction as the gRPC
 // API does, bumping the epoch, and answers the id and epoch to use next;
-// older versions keep the producer's epoch (Kafka's transaction version
-// 1), since those clients cannot learn a new one.
+// as in Kafka, a v5 abort with no transaction open succeeds and bumps the
+// epoch too. Older versions keep the producer's epoch (Kafka's transaction
+// version 1), since those clients cannot learn a new one.
 func (r *TransactionCoordinator) kafkaEndTxn(_ context.Context, req *kafka.Request) (kafka.Reply, error) {
 	msg, ok := req.Msg.(*kmsg.EndTxnRequest)
 	if !ok {
@@ -304,7 +305,11 @@ func (r *TransactionCoordinator) kafkaEndTxn(_ context.Context, req *kafka.Reque
 	}
 	preq := &txnv1.EndTxnRequest{TransactionalId: msg.TransactionalID, ProducerId: msg.ProducerID, ProducerEpoch: int32(msg.ProducerEpoch), Commit: msg.Commit}
 	return kafka.Reply{Wait: func(ctx context.Context) kmsg.Response {
-		out := r.endTxn(ctx, preq, v >= endTxnBumpSince)
+		mode := endKeepEpoch
+		if v >= endTxnBumpSince {
+			mode = endBumpAbortAny
+		}
+		out := r.endTxn(ctx, preq, mode)
 		resp.ErrorCode = txnCode(out.GetError(), v, endTxnFencedSince)
 		resp.ProducerID, resp.ProducerEpoch = -1, -1
 		if resp.ErrorCode == 0 {

@@ -266,3 +266,27 @@ func TestKafkaDescribeAndListTransactions(t *testing.T) {
 	require.Empty(t, ids(resp), "state names are matched exactly, as Kafka does")
 	require.Equal(t, []string{"ongoing"}, resp.UnknownStateFilters)
 }
+
+// An EndTxn v5 abort with no transaction open succeeds and bumps the epoch
+// (KIP-890 part 2: the client cannot know whether a failed produce opened
+// one); its retry gets the same answer. Below v5, and for a commit, it is
+// INVALID_TXN_STATE.
+func TestKafkaEndTxnV5AbortsWithoutATransaction(t *testing.T) {
+	h := newHarness(t)
+	init := h.kInit(5, ptr("tx"), -1, -1)
+	pid, epoch := init.ProducerID, init.ProducerEpoch
+	require.Equal(t, kcode(errs.InvalidTxnState), h.kEnd(4, "tx", pid, epoch, false).ErrorCode)
+	require.Equal(t, kcode(errs.InvalidTxnState), h.kEnd(5, "tx", pid, epoch, true).ErrorCode)
+
+	end := h.kEnd(5, "tx", pid, epoch, false)
+	require.Zero(t, end.ErrorCode)
+	require.Equal(t, pid, end.ProducerID)
+	require.Equal(t, epoch+1, end.ProducerEpoch)
+	h.awaitState("tx", kmsg.TransactionStateCompleteAbort)
+	require.Empty(t, h.sent(), "no partition, no marker")
+	retry := h.kEnd(5, "tx", pid, epoch, false)
+	require.Zero(t, retry.ErrorCode)
+	require.Equal(t, epoch+1, retry.ProducerEpoch)
+	require.Equal(t, kcode(errs.ProducerFenced), partitionCodes(h.kAdd(3, "tx", pid, epoch, "t", 0))[0])
+	require.Zero(t, partitionCodes(h.kAdd(3, "tx", pid, end.ProducerEpoch, "t", 0))[0])
+}

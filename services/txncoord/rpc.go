@@ -273,17 +273,31 @@ func (r *TransactionCoordinator) AddOffsetsToTxn(ctx context.Context, req *txnv1
 // CONCURRENT_TRANSACTIONS while the markers of that outcome are still
 // being written. No transaction open: INVALID_TXN_STATE.
 func (r *TransactionCoordinator) EndTxn(ctx context.Context, req *txnv1.EndTxnRequest) (*txnv1.EndTxnResponse, error) {
-	return r.endTxn(ctx, req, true), nil
+	return r.endTxn(ctx, req, endBump), nil
 }
 
-// endTxn serves EndTxn. bumpEpoch false ends the transaction as Kafka's
-// coordinator does for EndTxn below v5 (transaction version 1): the
-// producer keeps its id and epoch for its next transaction, because such
-// a client cannot learn new ones from the answer. Its next transaction then
-// runs at the same epoch, so a delayed EndTxn of the ended one can end the
-// next (the weakness KIP-890 part 2 closes); the Kafka listener uses it only
-// for those versions.
-func (r *TransactionCoordinator) endTxn(ctx context.Context, req *txnv1.EndTxnRequest, bumpEpoch bool) *txnv1.EndTxnResponse {
+// endTxnMode is how EndTxn ends a transaction.
+type endTxnMode int
+
+const (
+	// endBump bumps the producer epoch (KIP-890): the gRPC API.
+	endBump endTxnMode = iota
+	// endKeepEpoch keeps the producer's id and epoch, as Kafka's
+	// coordinator does for EndTxn below v5 (transaction version 1): such a
+	// client cannot learn new ones from the answer. Its next transaction
+	// runs at the same epoch, so a delayed EndTxn of the ended one can end
+	// the next (the weakness KIP-890 part 2 closes).
+	endKeepEpoch
+	// endBumpAbortAny is endBump, and an abort with no transaction open
+	// succeeds and bumps the epoch too, as Kafka answers EndTxn v5
+	// (transaction version 2): a client whose produce requests failed
+	// cannot know whether they opened the transaction.
+	endBumpAbortAny
+)
+
+// endTxn serves EndTxn in the given mode.
+func (r *TransactionCoordinator) endTxn(ctx context.Context, req *txnv1.EndTxnRequest, mode endTxnMode) *txnv1.EndTxnResponse {
+	bumpEpoch := mode != endKeepEpoch
 	tid := req.GetTransactionalId()
 	fail := func(e *errs.Error) *txnv1.EndTxnResponse {
 		return &txnv1.EndTxnResponse{Error: e.Proto(), ProducerId: -1, ProducerEpoch: -1}
@@ -318,7 +332,7 @@ func (r *TransactionCoordinator) endTxn(ctx context.Context, req *txnv1.EndTxnRe
 		case m.preparing():
 			out = fail(concurrent(tid))
 			return false
-		case m.state != kmsg.TransactionStateOngoing:
+		case m.state != kmsg.TransactionStateOngoing && (mode != endBumpAbortAny || req.GetCommit()):
 			out = fail(errs.New(errs.InvalidTxnState, "transactional id %q has no open transaction (state %s)", tid, m.state))
 			return false
 		case bumpEpoch && needsNewPID(m.epoch) && pid < 0:
