@@ -56,6 +56,9 @@ type kcatEnv struct {
 	c    *devcluster.Cluster
 	cl   *client.Client
 	kcat string
+	// bootstrap, when set, replaces the Kafka addresses of every process
+	// (controllers first) as kcat's -b.
+	bootstrap []string
 }
 
 // run runs kcat against the cluster's Kafka listeners with stdin and
@@ -67,11 +70,16 @@ func (e *kcatEnv) run(t *testing.T, stdin string, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), kcatTimeout)
 	defer cancel()
-	full := []string{"-b", strings.Join(e.c.KafkaBootstrap(), ",")}
+	bootstrap := e.c.KafkaBootstrap()
+	if e.bootstrap != nil {
+		bootstrap = e.bootstrap
+	}
+	full := []string{"-b", strings.Join(bootstrap, ",")}
 	if slices.Contains(args, "-P") {
 		full = append(full, "-X", "message.timeout.ms=10000")
 	}
 	full = append(full, args...)
+	start := time.Now()
 	cmd := exec.CommandContext(ctx, e.kcat, full...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errOut bytes.Buffer
@@ -81,6 +89,7 @@ func (e *kcatEnv) run(t *testing.T, stdin string, args ...string) string {
 		err = fmt.Errorf("kcat did not finish within %v: %w", kcatTimeout, err)
 	}
 	stderr := errOut.String()
+	t.Logf("kcat %s: %v", strings.Join(args, " "), time.Since(start))
 	require.NoError(t, err, "kcat %s\nstderr:\n%s", strings.Join(args, " "), stderr[:min(len(stderr), 3000)])
 	return out.String()
 }
@@ -250,22 +259,35 @@ func TestKafkaKcat(t *testing.T) {
 	}
 
 	// librdkafka's codecs and its idempotent producer: each run's records
-	// read back over gRPC exactly as kcat reads them.
+	// read back over gRPC exactly as kcat reads them. The idempotent
+	// producer asks the first broker it is connected to that lists
+	// InitProducerId for a producer id and gives up if none of the
+	// connected ones does, so it runs bootstrapped from every process
+	// (the controller first, as a user may list them) and from the
+	// storage nodes alone.
+	var storage []string
+	for _, p := range c.StorageNodes() {
+		storage = append(storage, p.KafkaAddr)
+	}
 	for _, tc := range []struct {
-		name string
-		args []string
+		name      string
+		args      []string
+		bootstrap []string
 	}{
-		{"gzip", []string{"-z", "gzip"}},
-		{"snappy", []string{"-z", "snappy"}},
-		{"lz4", []string{"-z", "lz4"}},
-		{"zstd", []string{"-z", "zstd"}},
-		{"idempotent", []string{"-X", "enable.idempotence=true"}},
+		{"gzip", []string{"-z", "gzip"}, nil},
+		{"snappy", []string{"-z", "snappy"}, nil},
+		{"lz4", []string{"-z", "lz4"}, nil},
+		{"zstd", []string{"-z", "zstd"}, nil},
+		{"idempotent", []string{"-X", "enable.idempotence=true"}, nil},
+		{"idempotent-storage-bootstrap", []string{"-X", "enable.idempotence=true"}, storage},
 	} {
 		t.Run("produce-"+tc.name, func(t *testing.T) {
 			topic := "kcat-" + tc.name
 			compatCreateTopic(t, e.cl, topic, 2, 3)
 			in, want := kcatInput(tc.name, 200)
-			e.run(t, in, append([]string{"-P", "-t", topic, "-K", ":", "-H", "codec=" + tc.name}, tc.args...)...)
+			pe := *e
+			pe.bootstrap = tc.bootstrap
+			pe.run(t, in, append([]string{"-P", "-t", topic, "-K", ":", "-H", "codec=" + tc.name}, tc.args...)...)
 			got := e.consumeAll(t, topic)
 			compatRequireContiguous(t, got)
 			compatRequireSameRecords(t, want, got, "codec="+tc.name)
