@@ -150,7 +150,16 @@ func ktxnFranzGoZombie(t *testing.T, ctx context.Context, c *devcluster.Cluster)
 	require.NoError(t, successor.BeginTransaction())
 	ktxnProduce(t, ctx, successor, topic, ktxnValues("successor", 20))
 
-	err := zombie.EndTransaction(ctx, kgo.TryCommit)
+	// kadm sees the successor's open transaction and its partitions.
+	described, err := kadm.NewClient(ktxnClient(t, c)).DescribeTransactions(ctx, "ktxn-zombie")
+	require.NoError(t, err)
+	d := described["ktxn-zombie"]
+	require.NoError(t, d.Err)
+	require.Equal(t, "Ongoing", d.State)
+	require.NotEmpty(t, d.Topics[topic], "the open transaction's partitions")
+	require.Positive(t, d.StartTimestamp)
+
+	err = zombie.EndTransaction(ctx, kgo.TryCommit)
 	require.Error(t, err, "the fenced producer's commit")
 	require.True(t, errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch), "fenced: %v", err)
 	require.NoError(t, successor.EndTransaction(ctx, kgo.TryCommit))
