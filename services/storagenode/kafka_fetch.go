@@ -290,6 +290,9 @@ func (r *StorageNode) kafkaFetch(_ context.Context, kr *kafka.Request) (kafka.Re
 	if ready {
 		return kafka.Now(r.answerKafkaFetch(context.Background(), f, collected)), nil
 	}
+	// What was read is given back while waiting (a held chunk would hold
+	// up a truncation of its segment); the answer reads again.
+	f.releaseReads()
 	return kafka.Reply{Wait: func(ctx context.Context) kmsg.Response {
 		for {
 			f.wait(ctx, roles, r.replicas.Stopping())

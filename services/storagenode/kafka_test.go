@@ -212,6 +212,12 @@ func TestKafkaFetchLongPollWakesOnProduce(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the fetch was not woken by the produce")
 	}
+	// Less than MinBytes there: the wait ends at MaxWait with what there is.
+	req = fetchReq(12, "t", [16]byte{}, 0)
+	req.MaxWaitMillis, req.MinBytes = 50, 1<<20
+	fp := onlyFetch(t, call(t, r.kafkaFetch, req))
+	require.Zero(t, fp.ErrorCode)
+	require.NotEmpty(t, fp.RecordBatches)
 }
 
 // Bad input is answered with Kafka codes per partition; the others go on.
