@@ -338,7 +338,6 @@ func (s *shard) replaceStaticLocked(g *group, oldID string, req *groupv1.JoinGro
 	m := *old
 	m.id, m.clientID, m.host = newID, clientIDOf(ctx), clientHost(ctx)
 	m.sessionTimeout, m.rebalanceTimeout, m.deadline = session, rebalance, now.Add(session)
-	changed := !sameProtocols(old.protocols, req.GetProtocols())
 	m.protocols = req.GetProtocols()
 	c.members[newID] = &m
 	c.static[m.instanceID] = newID
@@ -346,6 +345,12 @@ func (s *shard) replaceStaticLocked(g *group, oldID string, req *groupv1.JoinGro
 	if wasLeader {
 		c.leader = newID
 	}
+	// As Kafka does, only a change of the protocol the group would select
+	// rebalances a stable group; other new metadata is stored as is. A
+	// restarted client's metadata differs in its bytes as a rule (the
+	// generation it last saw, KIP-792), and a v9 leader checks its stored
+	// assignment against its own plan itself (KIP-814).
+	changed := selectProtocol(c) != c.protocol
 	if c.state == stateStable && !changed {
 		out := make(chan *groupv1.JoinGroupResponse, 1)
 		gen := c.generation

@@ -346,7 +346,14 @@ func TestKafkaStaticLeaderRejoin(t *testing.T) {
 		require.Zero(t, first.ErrorCode)
 		require.Zero(t, h.do(syncReq("g", first.MemberID, 1, map[string][]int32{first.MemberID: {0, 1, 2, 3}}), 5).(*kmsg.SyncGroupResponse).ErrorCode)
 
-		again := h.do(joinReq("g", "", kmsg.StringPtr("a")), version).(*kmsg.JoinGroupResponse)
+		// The restarted client's metadata differs in its bytes (here the
+		// generation it last saw): only a change of the selected protocol
+		// would rebalance.
+		rejoin := joinReq("g", "", kmsg.StringPtr("a"))
+		meta := kmsg.NewConsumerMemberMetadata()
+		meta.Version, meta.Topics, meta.Generation = 2, []string{"t"}, 1
+		rejoin.Protocols[0].Metadata = meta.AppendTo(nil)
+		again := h.do(rejoin, version).(*kmsg.JoinGroupResponse)
 		require.Zero(t, again.ErrorCode)
 		require.Equal(t, int32(1), again.Generation, "no rebalance")
 		require.NotEqual(t, first.MemberID, again.MemberID)
