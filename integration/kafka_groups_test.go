@@ -316,6 +316,10 @@ func TestKafkaGroups(t *testing.T) {
 		t.Parallel()
 		kgAdmin(t, c, kcl)
 	})
+	t.Run("kgo-static-membership", func(t *testing.T) {
+		t.Parallel()
+		kgStatic(t, c, kcl)
+	})
 	// One group, two protocols on the wire: an SDK member over gRPC and a
 	// kgo member over Kafka's protocol. Classic members agree on "range"
 	// (the SDK writes Kafka's ConsumerMemberMetadata, so either can lead);
@@ -531,4 +535,57 @@ func kgAdmin(t *testing.T, c *devcluster.Cluster, kcl *kgo.Client) {
 	names := listed.Groups()
 	sort.Strings(names)
 	t.Logf("groups listed: %v", names)
+}
+
+// kgStatic restarts the leader of a group of static members (KIP-345)
+// within its session: it gets its partitions back without a rebalance
+// (JoinGroup v9 tells it to skip the assignment, KIP-814), so the other
+// member never gives any up.
+func kgStatic(t *testing.T, c *devcluster.Cluster, kcl *kgo.Client) {
+	const partitions, n = 4, 40
+	topic, group := "kg-static", "kg-group-static"
+	kgTopic(t, c, kcl, topic, partitions)
+	l := newKgLedger()
+	var mu sync.Mutex
+	revoked, assignedA := 0, map[int32]bool{}
+	a := startKgMember(t, c, group, topic, l, kgo.InstanceID("a"), kgo.Balancers(kgo.RangeBalancer()))
+	kgCheckAssigned(t, kcl, group, topic, partitions, 1, false)
+	b := startKgMember(t, c, group, topic, l, kgo.InstanceID("b"), kgo.Balancers(kgo.RangeBalancer()),
+		kgo.OnPartitionsRevoked(func(context.Context, *kgo.Client, map[string][]int32) {
+			mu.Lock()
+			revoked++
+			mu.Unlock()
+		}))
+	defer func() { _ = b.close() }()
+	kgCheckAssigned(t, kcl, group, topic, partitions, 2, false)
+	kgProduce(t, c, topic, "before", n)
+	require.Eventually(t, func() bool { return l.distinct() == n }, 30*time.Second, 50*time.Millisecond)
+
+	// A static member does not leave the group when it closes; its
+	// successor with the same instance id takes its place.
+	mu.Lock()
+	revokedBefore := revoked // what b revoked while the group formed
+	mu.Unlock()
+	require.NoError(t, a.close())
+	a = startKgMember(t, c, group, topic, l, kgo.InstanceID("a"), kgo.Balancers(kgo.RangeBalancer()),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, got map[string][]int32) {
+			mu.Lock()
+			for _, p := range got[topic] {
+				assignedA[p] = true
+			}
+			mu.Unlock()
+		}))
+	defer func() { _ = a.close() }()
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(assignedA) == partitions/2
+	}, 20*time.Second, 50*time.Millisecond, "the restarted member gets its half back")
+	kgProduce(t, c, topic, "after", n)
+	require.Eventually(t, func() bool { return l.distinct() == 2*n }, 30*time.Second, 50*time.Millisecond)
+	kgCheckAssigned(t, kcl, group, topic, partitions, 2, false)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, revokedBefore, revoked, "the other member gave nothing up: no rebalance")
+	require.Empty(t, l.duplicates())
 }
