@@ -265,7 +265,7 @@ func TestCompactionTransactions(t *testing.T) {
 		batch, err := b.Build()
 		require.NoError(t, err)
 		if txn {
-			l.VerifiedTxn(pid, 0)
+			l.VerifiedTxn(l.BeginTxnCheck(pid), pid, 0)
 		}
 		_, err = l.AppendAsLeader(bytes.Clone(batch), 0, record.FromClient)
 		require.NoError(t, err)

@@ -126,10 +126,11 @@ type Log struct {
 	// producers is the producer state (idempotence, open and aborted
 	// transactions); changed under appendMu and mu.
 	producers *producerState
-	// verified holds, per producer id, 1 + the epoch whose open transaction
-	// the coordinator confirmed includes this partition (KIP-890); leader
-	// only, guarded by appendMu.
-	verified map[int64]int16
+	// verified holds, per producer id, the check of its transaction on this
+	// partition with the coordinator (KIP-890): started by BeginTxnCheck,
+	// confirmed by VerifiedTxn, withdrawn by a marker for the producer;
+	// leader only, guarded by appendMu.
+	verified map[int64]*TxnCheck
 
 	// durable is the offset below which every batch is on stable storage.
 	durable atomic.Int64

@@ -108,7 +108,7 @@ func (l *Log) checkProducers(batches []byte, sum *record.Summary, origin record.
 			return dup, err
 		}
 		if origin == record.FromClient && h.Attributes.Transactional() && !h.Attributes.Control() && !l.inTransaction(h.ProducerID, h.ProducerEpoch) &&
-			l.verified[h.ProducerID] != h.ProducerEpoch+1 {
+			!l.verified[h.ProducerID].confirms(h.ProducerEpoch) {
 			// KIP-890: the first batch of a transaction on a partition is
 			// appended only after the coordinator confirmed the partition
 			// is in the producer's open transaction (VerifiedTxn), and no
@@ -139,17 +139,48 @@ func (l *Log) InTransaction(pid int64, epoch int16) bool {
 	return l.inTransaction(pid, epoch)
 }
 
-// VerifiedTxn records that the transaction coordinator confirmed the
-// partition is part of the producer's open transaction at epoch; the next
-// transactional batch of the producer may open it here. A marker for the
-// producer withdraws the confirmation. Only the leader keeps these.
-func (l *Log) VerifiedTxn(pid int64, epoch int16) {
+// TxnCheck is one check with the transaction coordinator that a producer's
+// open transaction includes this partition (Kafka's verification guard).
+// It is started before the coordinator is asked, so that a marker for the
+// producer written while the question is out withdraws it: the answer,
+// given before the transaction ended, then no longer lets a late batch open
+// a transaction here.
+type TxnCheck struct {
+	epoch     int16
+	confirmed bool
+}
+
+func (c *TxnCheck) confirms(epoch int16) bool {
+	return c != nil && c.confirmed && c.epoch == epoch
+}
+
+// BeginTxnCheck starts a check of the producer's transaction on this
+// partition, replacing any earlier one; VerifiedTxn completes it.
+func (l *Log) BeginTxnCheck(pid int64) *TxnCheck {
 	l.appendMu.Lock()
 	defer l.appendMu.Unlock()
 	if l.verified == nil {
-		l.verified = map[int64]int16{}
+		l.verified = map[int64]*TxnCheck{}
 	}
-	l.verified[pid] = epoch + 1 // zero means none
+	c := &TxnCheck{}
+	l.verified[pid] = c
+	return c
+}
+
+// VerifiedTxn records that the transaction coordinator confirmed the
+// partition is part of the producer's open transaction at epoch, in answer
+// to check: the next transactional batch of the producer at that epoch may
+// open it here. It reports false, and records nothing, when a marker for
+// the producer (or a newer check) came after check began. Only the leader
+// keeps these.
+func (l *Log) VerifiedTxn(check *TxnCheck, pid int64, epoch int16) bool {
+	l.appendMu.Lock()
+	defer l.appendMu.Unlock()
+	if l.verified[pid] != check {
+		return false
+	}
+	check.epoch, check.confirmed = epoch, true
+	return true
 }
 
 // snapshotProducers writes the producer state as of its end offset. A failed

@@ -34,7 +34,7 @@ func idemBatch(t testing.TB, pid int64, epoch int16, seq int32, n int, txn bool)
 // coordinator on l, as the storage node does before appending it.
 func confirmed(l *Log, batch []byte) []byte {
 	if h, ok := record.ParseBatchHeader(batch); ok && h.Attributes.Transactional() {
-		l.VerifiedTxn(h.ProducerID, h.ProducerEpoch)
+		l.VerifiedTxn(l.BeginTxnCheck(h.ProducerID), h.ProducerID, h.ProducerEpoch)
 	}
 	return batch
 }
@@ -309,7 +309,7 @@ func TestTransactionalBatchNeedsConfirmation(t *testing.T) {
 	requireCode(t, err, errs.InvalidTxnState)
 	require.Zero(t, l.LogEndOffset())
 
-	l.VerifiedTxn(3, 0)
+	require.True(t, l.VerifiedTxn(l.BeginTxnCheck(3), 3, 0))
 	_, err = l.AppendAsLeader(idemBatch(t, 3, 0, 0, 1, true), 0, record.FromClient)
 	require.NoError(t, err)
 	require.True(t, l.InTransaction(3, 0))
@@ -320,7 +320,7 @@ func TestTransactionalBatchNeedsConfirmation(t *testing.T) {
 	// arrives: the batch is refused.
 	_, err = l.AppendAsLeader(record.AppendEndTxnMarker(nil, 3, 0, record.ControlCommit, 0, 0), 0, record.FromCoordinator)
 	require.NoError(t, err)
-	l.VerifiedTxn(3, 0)
+	require.True(t, l.VerifiedTxn(l.BeginTxnCheck(3), 3, 0))
 	_, err = l.AppendAsLeader(record.AppendEndTxnMarker(nil, 3, 0, record.ControlAbort, 0, 0), 0, record.FromCoordinator)
 	require.NoError(t, err)
 	_, err = l.AppendAsLeader(idemBatch(t, 3, 0, 2, 1, true), 0, record.FromClient)
@@ -328,8 +328,19 @@ func TestTransactionalBatchNeedsConfirmation(t *testing.T) {
 	_, open := l.FirstUnstableOffset()
 	require.False(t, open)
 
+	// The coordinator's answer arrives after a marker was written: the
+	// check was withdrawn while the question was out, and the late batch is
+	// refused even though the coordinator said yes (before the transaction
+	// ended).
+	check := l.BeginTxnCheck(3)
+	_, err = l.AppendAsLeader(record.AppendEndTxnMarker(nil, 3, 0, record.ControlAbort, 0, 0), 0, record.FromCoordinator)
+	require.NoError(t, err)
+	require.False(t, l.VerifiedTxn(check, 3, 0))
+	_, err = l.AppendAsLeader(idemBatch(t, 3, 0, 2, 1, true), 0, record.FromClient)
+	requireCode(t, err, errs.InvalidTxnState)
+
 	// A confirmation for another epoch does not count.
-	l.VerifiedTxn(3, 1)
+	require.True(t, l.VerifiedTxn(l.BeginTxnCheck(3), 3, 1))
 	_, err = l.AppendAsLeader(idemBatch(t, 3, 0, 2, 1, true), 0, record.FromClient)
 	requireCode(t, err, errs.InvalidTxnState)
 	// Coordinators' own transactional writes (offsets) are not checked.
