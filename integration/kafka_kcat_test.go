@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
 	"github.com/sluice-io/sluice/integration/cluster"
 	"github.com/sluice-io/sluice/libs/client"
 	"github.com/sluice-io/sluice/libs/client/record"
@@ -374,6 +375,52 @@ func TestKafkaKcat(t *testing.T) {
 
 		got := e.consumeAll(t, "kcat-from-grpc")
 		require.Equal(t, want, got, "kcat prints what was produced over gRPC")
+
+		// kcat -Q looks offsets up by timestamp (ListOffsets): the first
+		// record of each partition at or after base+50 ms, as the records
+		// say and as the SDK finds it over gRPC; and none (-1, as Kafka
+		// answers) after the last record.
+		for _, after := range []time.Duration{50 * time.Millisecond, time.Hour} {
+			at := base.Add(after).UnixMilli()
+			var queries []string
+			wantQ := map[int32]int64{}
+			for p := range int32(3) {
+				// One query per partition: librdkafka keeps only the
+				// last of several for the same partition.
+				queries = append(queries, "-t", fmt.Sprintf("kcat-from-grpc:%d:%d", p, at))
+				wantQ[p] = -1
+				for _, r := range want {
+					if r.Partition == p && r.Timestamp >= at {
+						wantQ[p] = r.Offset
+						break
+					}
+				}
+				if wantQ[p] >= 0 {
+					tp := client.TopicPartition{Topic: "kcat-from-grpc", Partition: p}
+					viaGRPC, err := e.cl.ListOffsets(ctx, storagev1.OffsetSpec_OFFSET_SPEC_TIMESTAMP, at, tp)
+					require.NoError(t, err)
+					require.Equal(t, wantQ[p], viaGRPC[tp], "offset of partition %d at %d over gRPC", p, at)
+				}
+			}
+			out := e.run(t, "", append([]string{"-Q", "-J"}, queries...)...)
+			var res map[string]map[string]json.RawMessage
+			require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+			gotQ := map[int32]int64{}
+			for k, raw := range res["kcat-from-grpc"] {
+				if k == "topic" {
+					continue
+				}
+				var po struct {
+					Partition int32  `json:"partition"`
+					Offset    int64  `json:"offset"`
+					Error     string `json:"error"`
+				}
+				require.NoError(t, json.Unmarshal(raw, &po), out)
+				require.Empty(t, po.Error, out)
+				gotQ[po.Partition] = po.Offset
+			}
+			require.Equal(t, wantQ, gotQ, "kcat -Q at base+%v: %s", after, out)
+		}
 
 		out := runCLI(t, c, "", "consume", "kcat-from-grpc", "--from-beginning", "--max-messages", "150", "--timeout", "30s", "--format", kcatSluiceFormat)
 		require.Equal(t, got, parseKcatRecords(t, out), "kcat and sluice consume print the same lines")
