@@ -37,12 +37,10 @@ const (
 	kafkaDescribeLogDirsMin, kafkaDescribeLogDirsMax = 0, 4
 )
 
-// Kafka error codes that only exist in the Kafka protocol (fetch sessions,
-// topic ids), so the catalog has no entry for them.
-const (
-	kafkaFetchSessionIDNotFound int16 = 70
-	kafkaUnknownTopicID         int16 = 100
-)
+// kafkaFetchSessionIDNotFound is Kafka's FETCH_SESSION_ID_NOT_FOUND: it
+// exists only in the Kafka protocol (fetch sessions), so the catalog has no
+// entry for it.
+const kafkaFetchSessionIDNotFound int16 = 70
 
 // registerKafka registers the storage node's Kafka APIs on the process's
 // mux: each converts the Kafka request to the gRPC one, runs the same
@@ -64,7 +62,7 @@ func itemCode(e *edpb.Error) (int16, *string) {
 		return 0, nil
 	}
 	msg := e.GetMessage()
-	return errs.Lookup(e.GetCode()).Kafka, &msg
+	return kafka.ErrorCode(errs.FromProto(e)), &msg
 }
 
 // leaderOf returns the current leader a NOT_LEADER_OR_FOLLOWER or

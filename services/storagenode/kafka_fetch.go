@@ -27,7 +27,6 @@ type kafkaFetchPart struct {
 	// refused is the answer of a partition refused before reading
 	// (unknown topic id, bad input); it is never read.
 	refused *edpb.Error
-	refCode int16 // a Kafka-only code for refused, when set
 
 	// One read's outcome.
 	data    *storage.ReadResult
@@ -105,8 +104,7 @@ func (r *StorageNode) kafkaFetchFromRequest(req *kmsg.FetchRequest) (*kafkaFetch
 			// partition.
 			switch {
 			case !known:
-				fp.refCode = kafkaUnknownTopicID
-				fp.refused = errs.New(errs.UnknownTopicOrPartition, "no topic has id %x", t.TopicID).Proto()
+				fp.refused = errs.New(errs.UnknownTopicID, "no topic has id %x", t.TopicID).Proto()
 			case naming.ValidateTopic(name) != nil:
 				fp.refused = errs.New(errs.UnknownTopicOrPartition, "topic %q does not exist: %v", name, naming.ValidateTopic(name)).Proto()
 			case p.Partition < 0:
@@ -183,9 +181,6 @@ func (r *StorageNode) answerKafkaFetch(ctx context.Context, f *kafkaFetch, colle
 		rp := &f.resp.Topics[fp.ti].Partitions[fp.pi]
 		if fp.refused != nil {
 			rp.ErrorCode, _ = itemCode(fp.refused)
-			if fp.refCode != 0 {
-				rp.ErrorCode = fp.refCode
-			}
 			continue
 		}
 		if fp.err != nil {

@@ -446,6 +446,19 @@ func TestKafkaOffsetsAPIs(t *testing.T) {
 	require.EqualValues(t, 6, presp.Topics[1].Partitions[0].ErrorCode)
 }
 
+// Errors only Sluice has are answered with a code Kafka clients retry when
+// they are retriable.
+func TestItemCode(t *testing.T) {
+	code, msg := itemCode(errs.New(errs.NodeNotReady, "stopping").Proto())
+	require.EqualValues(t, 7, code, "REQUEST_TIMED_OUT")
+	require.Equal(t, "stopping", *msg)
+	code, _ = itemCode(errs.New(errs.NotLeaderOrFollower, "x").Proto())
+	require.EqualValues(t, 6, code)
+	code, msg = itemCode(nil)
+	require.Zero(t, code)
+	require.Nil(t, msg)
+}
+
 func TestTopicIDOf(t *testing.T) {
 	id, ok := topicIDOf(testTopicID)
 	require.True(t, ok)
