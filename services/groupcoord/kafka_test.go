@@ -673,3 +673,22 @@ func TestKafkaElsewhereAnswersNotCoordinator(t *testing.T) {
 		}
 	}
 }
+
+// Before v3 LeaveGroup names one member and answers with its outcome as
+// the response's error.
+func TestKafkaLeaveGroupSingleMember(t *testing.T) {
+	h := newKafkaHarness(t)
+	jr := h.do(joinReq("g", "", nil), 1).(*kmsg.JoinGroupResponse)
+	require.Zero(t, jr.ErrorCode)
+	require.Equal(t, int32(1), jr.Generation)
+	lv := kmsg.NewPtrLeaveGroupRequest()
+	lv.Group, lv.MemberID = "g", jr.MemberID
+	require.Zero(t, h.do(lv, 0).(*kmsg.LeaveGroupResponse).ErrorCode)
+	require.Equal(t, codeUnknownMemberID, h.do(lv, 2).(*kmsg.LeaveGroupResponse).ErrorCode)
+	lv.Group = ""
+	require.Equal(t, codeInvalidGroupID, h.do(lv, 1).(*kmsg.LeaveGroupResponse).ErrorCode)
+	// v3+ with no members at all is a bad request, answered in the response.
+	lv = kmsg.NewPtrLeaveGroupRequest()
+	lv.Group = "g"
+	require.Equal(t, codeInvalidRequest, h.do(lv, 5).(*kmsg.LeaveGroupResponse).ErrorCode)
+}
