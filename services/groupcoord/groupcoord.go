@@ -34,6 +34,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
 	client "github.com/sluice-io/sluice/libs/client"
 	"github.com/sluice-io/sluice/libs/client/errs"
@@ -157,6 +158,10 @@ type GroupCoordinator struct {
 	// topics creates the internal topics on the first lookup.
 	topics coordinator.TopicCreator
 	client *client.Client
+	// verifyTxn asks a producer's transaction coordinator whether a
+	// partition of the offsets topic is in its open transaction
+	// (coordinator.VerifyInTransaction; replaced in unit tests).
+	verifyTxn func(ctx context.Context, tid string, pid int64, epoch int16, tp *commonv1.TopicPartition) (err error, busy bool)
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -168,6 +173,9 @@ func New(cfg Config, deps service.Deps) *GroupCoordinator {
 	r := &GroupCoordinator{cfg: cfg, deps: deps, logger: deps.Logger.With(log.Role("group-coordinator")),
 		now: time.Now, shards: map[int32]*shard{}}
 	r.topics = coordinator.TopicCreator{Pool: deps.Pool, Logger: r.logger}
+	r.verifyTxn = func(ctx context.Context, tid string, pid int64, epoch int16, tp *commonv1.TopicPartition) (error, bool) {
+		return coordinator.VerifyInTransaction(ctx, deps.Metadata.Load(), deps.Pool, tid, pid, epoch, tp)
+	}
 	var mp metric.MeterProvider = metricnoop.NewMeterProvider()
 	var tp trace.TracerProvider = tracenoop.NewTracerProvider()
 	if deps.Telemetry != nil {

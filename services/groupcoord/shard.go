@@ -43,6 +43,10 @@ type shard struct {
 	// (txnoffsets.go).
 	txns  map[int64]*openTxn
 	ended map[int64]endedTxn
+	// checks are the producers' transactions being checked with their
+	// transaction coordinator before offsets open them here; a marker
+	// withdraws the producer's (txnoffsets.go).
+	checks map[int64]*txnCheck
 	// nextExpiry is when offsets of empty groups are next checked.
 	nextExpiry time.Time
 }
@@ -61,7 +65,8 @@ func newRemoteShard(c *GroupCoordinator, id int32, revision int64) *shard {
 
 func newShard(c *GroupCoordinator, id int32, l coordinator.Log) *shard {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &shard{c: c, id: id, log: l, ctx: ctx, cancel: cancel, groups: map[string]*group{}, txns: map[int64]*openTxn{}, ended: map[int64]endedTxn{}}
+	s := &shard{c: c, id: id, log: l, ctx: ctx, cancel: cancel, groups: map[string]*group{}, txns: map[int64]*openTxn{}, ended: map[int64]endedTxn{},
+		checks: map[int64]*txnCheck{}}
 	s.writer = &coordinator.Writer{Topic: OffsetsTopic, Partition: id, Log: l, Mu: &s.mu, Ctx: ctx, Now: c.now,
 		Fenced: func(e *errs.Error) {
 			if s.local == nil {
@@ -98,7 +103,7 @@ func (s *shard) unload() {
 			t.idle = nil
 		}
 	}
-	s.txns, s.ended = map[int64]*openTxn{}, map[int64]endedTxn{}
+	s.txns, s.ended, s.checks = map[int64]*openTxn{}, map[int64]endedTxn{}, map[int64]*txnCheck{}
 }
 
 // load replays the partition from its log start to the end the log has

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
 	"github.com/sluice-io/sluice/libs/client/errs"
@@ -180,6 +181,7 @@ func (s *shard) endTxnLocked(pid int64, epoch int16, commit bool, markerOffset i
 // markEndedLocked remembers that the producer's transaction at epoch is
 // over here.
 func (s *shard) markEndedLocked(pid int64, epoch int16) {
+	delete(s.checks, pid)
 	if e, ok := s.ended[pid]; !ok || e.epoch <= epoch {
 		s.ended[pid] = endedTxn{epoch: epoch, at: s.c.now()}
 	}
@@ -254,8 +256,37 @@ func (r *GroupCoordinator) TxnOffsetCommit(ctx context.Context, req *groupv1.Txn
 	s.mu.Lock()
 	g := s.groupLocked(req.GetGroupId(), false)
 	partitionCheck, e := s.validateTxnCommitLocked(g, req)
+	verify := false
 	if e == nil {
-		e = s.checkProducerLocked(pid, epoch, req.GetTransactionalId())
+		verify, e = s.checkProducerLocked(pid, epoch, req.GetTransactionalId())
+	}
+	if e == nil && verify {
+		// KIP-890: offsets open the producer's transaction here only once
+		// its coordinator confirms this partition is in the transaction
+		// (AddOffsetsToTxn put it there). The check is registered first so
+		// that a marker written while the question is out withdraws it.
+		check := &txnCheck{epoch: epoch}
+		s.checks[pid] = check
+		s.mu.Unlock()
+		err, busy := r.verifyTxn(ctx, req.GetTransactionalId(), pid, epoch, &commonv1.TopicPartition{Topic: OffsetsTopic, Partition: s.id})
+		s.mu.Lock()
+		switch {
+		case busy:
+			e = errs.New(errs.CoordinatorNotAvailable, "could not confirm with the transaction coordinator of %q that the group's offsets are in its transaction (%v); retry",
+				req.GetTransactionalId(), err)
+		case err != nil:
+			e = errs.From(err)
+		case s.checks[pid] != check:
+			e = errs.New(errs.InvalidTxnState, "transactional id %q: the transaction of producer %d epoch %d ended while its coordinator was asked whether it includes the group's offsets",
+				req.GetTransactionalId(), pid, epoch)
+		default:
+			delete(s.checks, pid)
+			// The group may have changed while the lock was released.
+			g = s.groupLocked(req.GetGroupId(), false)
+			if partitionCheck, e = s.validateTxnCommitLocked(g, req); e == nil {
+				_, e = s.checkProducerLocked(pid, epoch, req.GetTransactionalId())
+			}
+		}
 	}
 	if e != nil {
 		s.mu.Unlock()
@@ -289,18 +320,31 @@ func (r *GroupCoordinator) TxnOffsetCommit(ctx context.Context, req *groupv1.Txn
 
 // checkProducerLocked refuses a transactional commit from an older epoch
 // than the producer's open transaction here, or for a transaction a marker
-// already ended.
-func (s *shard) checkProducerLocked(pid int64, epoch int16, tid string) *errs.Error {
-	if t := s.txns[pid]; t != nil && epoch < t.epoch {
-		return errs.New(errs.InvalidProducerEpoch, "transactional id %q: producer %d epoch %d is older than its epoch %d in an open transaction; a newer producer took over",
+// already ended at a later epoch. It reports whether the producer's
+// transaction must be confirmed with its coordinator first: always unless
+// the transaction is already open here at this epoch. A commit at the
+// epoch of the producer's last ended transaction is such a case, not a
+// refusal: producers that speak Kafka's EndTxn below v5 run every
+// transaction at one epoch, and only the coordinator knows whether this
+// is their next transaction or a late request of the ended one.
+func (s *shard) checkProducerLocked(pid int64, epoch int16, tid string) (verify bool, _ *errs.Error) {
+	t := s.txns[pid]
+	if t != nil && epoch < t.epoch {
+		return false, errs.New(errs.InvalidProducerEpoch, "transactional id %q: producer %d epoch %d is older than its epoch %d in an open transaction; a newer producer took over",
 			tid, pid, epoch, t.epoch)
 	}
-	if e, ok := s.ended[pid]; ok && epoch <= e.epoch {
-		return errs.New(errs.InvalidTxnState, "transactional id %q: the transaction of producer %d epoch %d has ended; a late request cannot add offsets to it",
+	if e, ok := s.ended[pid]; ok && epoch < e.epoch {
+		return false, errs.New(errs.InvalidTxnState, "transactional id %q: the transaction of producer %d epoch %d has ended; a late request cannot add offsets to it",
 			tid, pid, epoch)
 	}
-	return nil
+	return t == nil || t.epoch != epoch, nil
 }
+
+// txnCheck is one confirmation asked of a transaction coordinator (Kafka's
+// verification guard): valid while it is the producer's entry in
+// shard.checks. (Not zero-sized: pointers to distinct zero-sized values
+// may be equal.)
+type txnCheck struct{ epoch int16 }
 
 // validateTxnCommitLocked applies the member checks of a transactional
 // commit (KIP-447): a producer passes the group metadata of the consumer

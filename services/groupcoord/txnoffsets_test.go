@@ -28,6 +28,15 @@ type txnHarness struct {
 	c   *GroupCoordinator
 	log *coordinator.MemLog
 	ctx context.Context
+	// verify answers the coordinator's question to the transaction
+	// coordinator (is the offsets partition in the producer's open
+	// transaction?); nil answers as a coordinator that bumps the epoch per
+	// transaction: no transaction at or below an epoch a marker ended.
+	verify func(pid int64, epoch int16) error
+	// ended is the epoch of each producer's last marker.
+	ended map[int64]int16
+	// verified counts the questions asked.
+	verified int
 }
 
 func newTxnHarness(t *testing.T) *txnHarness {
@@ -49,7 +58,18 @@ func newTxnHarness(t *testing.T) *txnHarness {
 	c.tracer = noopTracer()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	h := &txnHarness{t: t, c: c, log: &coordinator.MemLog{}, ctx: ctx}
+	h := &txnHarness{t: t, c: c, log: &coordinator.MemLog{}, ctx: ctx, ended: map[int64]int16{}}
+	c.verifyTxn = func(_ context.Context, _ string, pid int64, epoch int16, tp *commonv1.TopicPartition) (error, bool) {
+		require.Equal(t, OffsetsTopic, tp.GetTopic())
+		h.verified++
+		if h.verify != nil {
+			return h.verify(pid, epoch), false
+		}
+		if e, ok := h.ended[pid]; ok && epoch <= e {
+			return errs.New(errs.InvalidTxnState, "producer %d epoch %d has no open transaction", pid, epoch), false
+		}
+		return nil, false
+	}
 	h.reload()
 	return h
 }
@@ -104,6 +124,7 @@ func codeOf(e *edpb.Error) errs.Code {
 // topic and returns the partition's error code.
 func (h *txnHarness) marker(pid int64, epoch int32, commit bool) errs.Code {
 	h.t.Helper()
+	h.ended[pid] = int16(epoch)
 	resp, err := h.c.WriteTxnOffsetMarkers(h.ctx, &groupv1.WriteTxnOffsetMarkersRequest{Markers: []*storagev1.TxnMarker{{
 		ProducerId: pid, ProducerEpoch: epoch, Committed: commit, CoordinatorEpoch: 1,
 		Partitions: []*commonv1.TopicPartition{{Topic: OffsetsTopic, Partition: 0}},
@@ -476,4 +497,55 @@ func TestMarkerEndsOnlyOffsetsBeforeIt(t *testing.T) {
 	require.NotContains(t, s.groups["g"].offsets, topicPartition{"t", 1})
 	require.True(t, s.pendingLocked("g", topicPartition{"t", 1}), "the next transaction's offset is still pending")
 	require.False(t, s.pendingLocked("g", topicPartition{"t", 0}))
+}
+
+// KIP-890 for offsets: a producer's offsets open its transaction here only
+// once its transaction coordinator confirms the offsets partition is in it,
+// asked once per transaction; the coordinator's refusal is the answer; a
+// marker written while the question is out withdraws the confirmation.
+func TestTxnOffsetCommitIsConfirmedWithTheTransactionCoordinator(t *testing.T) {
+	h := newTxnHarness(t)
+	require.Equal(t, []errs.Code{0}, h.commit(txnReq(1, 0, "g", map[int32]int64{0: 10})))
+	require.Equal(t, []errs.Code{0}, h.commit(txnReq(1, 0, "g", map[int32]int64{1: 11})))
+	require.Equal(t, 1, h.verified, "asked once per transaction")
+
+	// Offsets never added to the transaction (no AddOffsetsToTxn).
+	h.verify = func(int64, int16) error {
+		return errs.New(errs.InvalidTxnState, "the offsets partition is not in the transaction")
+	}
+	require.Equal(t, []errs.Code{errs.InvalidTxnState}, h.commit(txnReq(2, 0, "g", map[int32]int64{0: 20})))
+	_, open := h.shard().txns[2]
+	require.False(t, open, "a refused commit opened a transaction")
+
+	// A producer whose EndTxn does not bump the epoch (Kafka's EndTxn below
+	// v5) runs its next transaction at the same epoch: after the marker
+	// the coordinator confirms the new transaction and the commit goes in.
+	h.verify = nil
+	require.Equal(t, errs.Code(0), h.marker(1, 0, true))
+	h.verify = func(int64, int16) error { return nil }
+	require.Equal(t, []errs.Code{0}, h.commit(txnReq(1, 0, "g", map[int32]int64{0: 30})))
+	require.Equal(t, errs.Code(0), h.marker(1, 0, true))
+	off, code := h.fetch("g", 0, true)
+	require.Zero(t, code)
+	require.Equal(t, int64(30), off)
+
+	// The coordinator says yes, but the transaction ended (its marker was
+	// written here) before the answer came back: the late commit is
+	// refused, not opened as a transaction no one ends.
+	h.verify = func(pid int64, epoch int16) error {
+		require.Equal(t, errs.Code(0), h.marker(pid, int32(epoch), false))
+		return nil
+	}
+	require.Equal(t, []errs.Code{errs.InvalidTxnState}, h.commit(txnReq(1, 0, "g", map[int32]int64{0: 40})))
+	_, open = h.shard().txns[1]
+	require.False(t, open)
+	off, _ = h.fetch("g", 0, true)
+	require.Equal(t, int64(30), off)
+
+	// Older epochs than an ended transaction's are refused without asking.
+	h.verify = nil
+	require.Equal(t, errs.Code(0), h.marker(5, 3, false))
+	asked := h.verified
+	require.Equal(t, []errs.Code{errs.InvalidTxnState}, h.commit(txnReq(5, 2, "g", map[int32]int64{0: 50})))
+	require.Equal(t, asked, h.verified)
 }
