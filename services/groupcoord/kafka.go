@@ -2,8 +2,6 @@ package groupcoord
 
 import (
 	"context"
-	"encoding/hex"
-	"strings"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 	grpcmd "google.golang.org/grpc/metadata"
@@ -14,7 +12,6 @@ import (
 	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/kafka"
-	"github.com/sluice-io/sluice/libs/metadata"
 )
 
 // Kafka's wire protocol for groups. Every handler converts the kmsg request
@@ -28,10 +25,11 @@ import (
 // leader's assignment, anything that writes to the offsets topic) answer
 // through kafka.Reply.Wait, so the connection goes on reading meanwhile.
 
+// kafkaUnknownTopicID is UNKNOWN_TOPIC_ID: a topic id no topic has.
+var kafkaUnknownTopicID = errs.Lookup(errs.UnknownTopicID).Kafka
+
 // Kafka error codes the catalog does not carry yet.
 const (
-	// kafkaUnknownTopicID is UNKNOWN_TOPIC_ID: a topic id no topic has.
-	kafkaUnknownTopicID int16 = 100
 	// kafkaInvalidRegularExpression is INVALID_REGULAR_EXPRESSION
 	// (ConsumerGroupHeartbeat v1+).
 	kafkaInvalidRegularExpression int16 = 128
@@ -118,51 +116,6 @@ func orNull(s string) *string {
 		return nil
 	}
 	return &s
-}
-
-// topicIDBytes converts a topic id as metadata keeps it (a UUID string)
-// into Kafka's 16 bytes; ok is false for anything else.
-func topicIDBytes(id string) (out [16]byte, ok bool) {
-	b, err := hex.DecodeString(strings.ReplaceAll(id, "-", ""))
-	if err != nil || len(b) != 16 {
-		return out, false
-	}
-	copy(out[:], b)
-	return out, true
-}
-
-// topicIDs maps topic ids to names and back for one request, from the
-// metadata image the request is served at.
-type topicIDs struct {
-	img    *metadata.Image
-	byID   map[[16]byte]string
-	loaded bool
-}
-
-func newTopicIDs(img *metadata.Image) *topicIDs { return &topicIDs{img: img} }
-
-// name returns the topic with id, or ok false.
-func (t *topicIDs) name(id [16]byte) (string, bool) {
-	if !t.loaded {
-		t.byID = make(map[[16]byte]string, len(t.img.Topics))
-		for name, tt := range t.img.Topics {
-			if b, ok := topicIDBytes(tt.ID); ok {
-				t.byID[b] = name
-			}
-		}
-		t.loaded = true
-	}
-	n, ok := t.byID[id]
-	return n, ok
-}
-
-// id returns the id of topic, or ok false when the topic does not exist.
-func (t *topicIDs) id(topic string) ([16]byte, bool) {
-	tt, ok := t.img.Topics[topic]
-	if !ok {
-		return [16]byte{}, false
-	}
-	return topicIDBytes(tt.ID)
 }
 
 // kafkaJoinGroup serves JoinGroup v0-v9.

@@ -63,12 +63,12 @@ func (r *GroupCoordinator) kafkaConsumerGroupHeartbeat(ctx context.Context, req 
 		// the gRPC request; Kafka clients may leave it out as unchanged.
 		call.InstanceId = r.consumerInstance(in.Group, in.MemberID)
 	}
-	ids := newTopicIDs(r.deps.Metadata.Load())
+	ids := kafka.Topics(r.deps.Metadata.Load())
 	if in.Topics == nil && in.MemberEpoch > 0 {
 		call.OwnedPartitions = r.lastOwned(in.Group, in.MemberID)
 	}
 	for _, t := range in.Topics {
-		name, ok := ids.name(t.TopicID)
+		name, ok := ids.Name(t.TopicID)
 		if !ok {
 			// A topic deleted meanwhile: the member owns nothing of it
 			// that the group still assigns.
@@ -91,7 +91,7 @@ func (r *GroupCoordinator) kafkaConsumerGroupHeartbeat(ctx context.Context, req 
 		ka := kmsg.NewConsumerGroupHeartbeatResponseAssignment()
 		ka.Topics = []kmsg.ConsumerGroupHeartbeatResponseAssignmentTopic{}
 		for _, tp := range a.GetTopicPartitions() {
-			id, ok := ids.id(tp.GetTopic())
+			id, ok := ids.ID(tp.GetTopic())
 			if !ok {
 				continue
 			}
@@ -187,7 +187,7 @@ func (r *GroupCoordinator) describeConsumerGroup(id string) kmsg.ConsumerGroupDe
 	if e != nil {
 		return fail(e)
 	}
-	ids := newTopicIDs(r.deps.Metadata.Load())
+	ids := kafka.Topics(r.deps.Metadata.Load())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	g := s.groupLocked(id, false)
@@ -226,10 +226,10 @@ func (r *GroupCoordinator) describeConsumerGroup(id string) kmsg.ConsumerGroupDe
 
 // kafkaAssignment converts an assignment by topic name into Kafka's by
 // topic id; topics without an id (deleted) are left out.
-func kafkaAssignment(ids *topicIDs, tps []*groupv1.TopicPartitions) kmsg.Assignment {
+func kafkaAssignment(ids *kafka.TopicIndex, tps []*groupv1.TopicPartitions) kmsg.Assignment {
 	a := kmsg.NewAssignment()
 	for _, tp := range tps {
-		id, ok := ids.id(tp.GetTopic())
+		id, ok := ids.ID(tp.GetTopic())
 		if !ok {
 			continue
 		}

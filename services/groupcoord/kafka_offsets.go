@@ -23,14 +23,14 @@ type commitTopic struct {
 // none is given.
 func (r *GroupCoordinator) kafkaOffsetCommit(ctx context.Context, req *kafka.Request) (kafka.Reply, error) {
 	in := req.Msg.(*kmsg.OffsetCommitRequest)
-	ids := newTopicIDs(r.deps.Metadata.Load())
+	ids := kafka.Topics(r.deps.Metadata.Load())
 	topics := make([]commitTopic, len(in.Topics))
 	call := &groupv1.OffsetCommitRequest{GroupId: in.Group, GenerationIdOrMemberEpoch: in.Generation, MemberId: in.MemberID,
 		GroupInstanceId: orEmpty(in.InstanceID)}
 	for i, t := range in.Topics {
 		ct := commitTopic{name: t.Topic, ok: true}
 		if req.Version >= 10 {
-			ct.name, ct.ok = ids.name(t.TopicID)
+			ct.name, ct.ok = ids.Name(t.TopicID)
 		}
 		topics[i] = ct
 		if !ct.ok {
@@ -127,7 +127,7 @@ func groupFetched(parts []*groupv1.OffsetFetchPartition) []fetchedTopic {
 // answers UNSTABLE_OFFSET_COMMIT for offsets a transaction holds.
 func (r *GroupCoordinator) kafkaOffsetFetch(ctx context.Context, req *kafka.Request) (kafka.Reply, error) {
 	in := req.Msg.(*kmsg.OffsetFetchRequest)
-	ids := newTopicIDs(r.deps.Metadata.Load())
+	ids := kafka.Topics(r.deps.Metadata.Load())
 	var groups []fetchGroup
 	if req.Version < 8 {
 		fg := fetchGroup{call: &groupv1.OffsetFetchRequest{GroupId: in.Group, RequireStable: in.RequireStable, MemberEpoch: -1},
@@ -147,7 +147,7 @@ func (r *GroupCoordinator) kafkaOffsetFetch(ctx context.Context, req *kafka.Requ
 			name := t.Topic
 			if req.Version >= 10 {
 				var ok bool
-				if name, ok = ids.name(t.TopicID); !ok {
+				if name, ok = ids.Name(t.TopicID); !ok {
 					if fg.unknownIDs == nil {
 						fg.unknownIDs = map[[16]byte][]int32{}
 					}
@@ -221,7 +221,7 @@ func (r *GroupCoordinator) kafkaOffsetFetch(ctx context.Context, req *kafka.Requ
 				ot := kmsg.NewOffsetFetchResponseGroupTopic()
 				ot.Topic = t.name
 				if req.Version >= 10 {
-					id, ok := ids.id(t.name)
+					id, ok := ids.ID(t.name)
 					if !ok {
 						continue // a deleted topic's offsets have no id to name them by
 					}

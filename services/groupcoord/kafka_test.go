@@ -72,7 +72,7 @@ func (h *kafkaHarness) do(req kmsg.Request, version int16) kmsg.Response {
 }
 
 func topicIDOf(t *testing.T) [16]byte {
-	id, ok := topicIDBytes(testTopicID)
+	id, ok := kafka.TopicID(testTopicID)
 	require.True(t, ok)
 	return id
 }
@@ -589,12 +589,12 @@ func TestOwnedKeyRoundTrip(t *testing.T) {
 }
 
 func TestTopicIDBytes(t *testing.T) {
-	b, ok := topicIDBytes(testTopicID)
+	b, ok := kafka.TopicID(testTopicID)
 	require.True(t, ok)
 	require.Equal(t, byte(0x0f), b[0])
 	require.Equal(t, byte(0xf0), b[15])
 	for _, bad := range []string{"", "xyz", "0f1e2d3c-4b5a-4978-8695"} {
-		_, ok := topicIDBytes(bad)
+		_, ok := kafka.TopicID(bad)
 		require.False(t, ok, bad)
 	}
 }

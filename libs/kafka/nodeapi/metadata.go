@@ -2,14 +2,13 @@ package nodeapi
 
 import (
 	"context"
-	"encoding/hex"
 	"slices"
-	"strings"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/kafka"
 	"github.com/sluice-io/sluice/libs/metadata"
 )
 
@@ -91,39 +90,21 @@ func controllerID(img *metadata.Image, brokers []kafkaBroker) int32 {
 	return -1
 }
 
-// topicID converts a topic id as Sluice keeps it (a UUID string) to Kafka's
-// 16 bytes; a malformed or empty id is the zero UUID, which Kafka clients
-// treat as "no id".
+// topicID is a topic's Kafka id; a malformed or empty id is the zero UUID,
+// which Kafka clients treat as "no id".
 func topicID(s string) [16]byte {
-	var out [16]byte
-	h := strings.ReplaceAll(s, "-", "")
-	if len(h) != 32 {
-		return out
-	}
-	if _, err := hex.Decode(out[:], []byte(h)); err != nil {
-		return [16]byte{}
-	}
-	return out
-}
-
-// topicIDString is the inverse of topicID.
-func topicIDString(id [16]byte) string {
-	h := hex.EncodeToString(id[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+	id, _ := kafka.TopicID(s)
+	return id
 }
 
 // topicByID finds a topic by its Kafka id.
 func topicByID(img *metadata.Image, id [16]byte) (*metadata.Topic, bool) {
-	if id == ([16]byte{}) {
+	name, ok := kafka.Topics(img).Name(id)
+	if !ok {
 		return nil, false
 	}
-	s := topicIDString(id)
-	for _, t := range img.Topics {
-		if strings.EqualFold(t.ID, s) {
-			return t, true
-		}
-	}
-	return nil, false
+	t, ok := img.Topics[name]
+	return t, ok
 }
 
 // metadata answers Metadata from this node's metadata cache, as every Kafka
@@ -206,7 +187,7 @@ func unknownTopicCode(rt kmsg.MetadataRequestTopic) int16 {
 		return c
 	}
 	if rt.Topic == nil {
-		c, _ := kafkaError(errorf(errs.UnknownTopicID, "no topic has id %s", topicIDString(rt.TopicID)))
+		c, _ := kafkaError(errorf(errs.UnknownTopicID, "no topic has id %s", kafka.TopicIDString(rt.TopicID)))
 		return c
 	}
 	c, _ := kafkaError(errorf(errs.UnknownTopicOrPartition, "unknown topic"))

@@ -10,6 +10,7 @@ import (
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/kafka"
 	"github.com/sluice-io/sluice/libs/metadata"
 )
 
@@ -87,7 +88,7 @@ func TestMetadataAllTopics(t *testing.T) {
 	require.Equal(t, "orders", *orders.Topic)
 	require.False(t, orders.IsInternal)
 	require.Equal(t, topicID(ordersID), orders.TopicID)
-	require.Equal(t, ordersID, topicIDString(orders.TopicID))
+	require.Equal(t, ordersID, kafka.TopicIDString(orders.TopicID))
 	require.Len(t, orders.Partitions, 3)
 
 	p0 := orders.Partitions[0]
@@ -138,7 +139,7 @@ func TestMetadataNamedTopics(t *testing.T) {
 func TestTopicIDRoundTrip(t *testing.T) {
 	id := topicID(ordersID)
 	require.NotEqual(t, [16]byte{}, id)
-	require.Equal(t, ordersID, topicIDString(id))
+	require.Equal(t, ordersID, kafka.TopicIDString(id))
 	require.Equal(t, [16]byte{}, topicID(""))
 	require.Equal(t, [16]byte{}, topicID("not-a-uuid"))
 	require.Equal(t, [16]byte{}, topicID("zz1b2c3d-4e5f-4a6b-8c7d-8e9fa0b1c2d3"))

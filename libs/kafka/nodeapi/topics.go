@@ -9,6 +9,7 @@ import (
 
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/kafka"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/metadata"
 	"github.com/sluice-io/sluice/libs/naming"
@@ -222,7 +223,7 @@ func (n *node) deleteTopics(ctx context.Context, req *kmsg.DeleteTopicsRequest) 
 		case t.TopicID != [16]byte{}:
 			tt, ok := topicByID(img, t.TopicID)
 			if !ok {
-				errsAt[i] = errorf(errs.UnknownTopicID, "no topic has id %s", topicIDString(t.TopicID))
+				errsAt[i] = errorf(errs.UnknownTopicID, "no topic has id %s", kafka.TopicIDString(t.TopicID))
 				continue
 			}
 			names[i] = tt.Name
