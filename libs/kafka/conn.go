@@ -53,13 +53,57 @@ type conn struct {
 	closeOnce sync.Once
 }
 
-// slot is the response of one request; done is closed once frame is set
-// or the request failed (fail: the connection closes instead, after the
-// responses before it).
+// slot is the response of one request; done is closed once frame (or
+// pieces) is set or the request failed (fail: the connection closes
+// instead, after the responses before it). Until done the request's
+// goroutine owns the slot; after, whoever holds it (the writer, or a
+// reader that could not queue it) and frees it once.
 type slot struct {
 	done  chan struct{}
 	frame []byte
-	fail  bool
+	// pieces, when set instead of frame, is the frame in pieces, some of
+	// them memory the handler lent (see Reply.Release).
+	pieces net.Buffers
+	size   int // of the frame
+	// buf is the pooled buffer frame or pieces are in, given back by free.
+	buf *[]byte
+	// release is the Reply's Release while the frame points at what it
+	// lends.
+	release func()
+	fail    bool
+}
+
+// free gives the slot's buffer back and calls its Release: the frame is
+// written or will never be.
+func (sl *slot) free(logger *slog.Logger) {
+	if sl.buf != nil {
+		putFrameBuf(sl.buf)
+		sl.buf = nil
+	}
+	sl.frame, sl.pieces = nil, nil
+	callRelease(logger, sl.release)
+	sl.release = nil
+}
+
+// discard frees a slot that will not be written, once its response is done
+// (a Reply.Wait ends soon: its connection's context is canceled).
+func (c *conn) discard(sl *slot) {
+	<-sl.done
+	sl.free(c.logger)
+}
+
+// callRelease calls a Reply.Release (if any), turning a panic into a log
+// line: it runs on a connection's goroutine.
+func callRelease(logger *slog.Logger, release func()) {
+	if release == nil {
+		return
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			logger.Error("Kafka handler's Reply.Release panicked", slog.Any("panic", r))
+		}
+	}()
+	release()
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -217,7 +261,14 @@ func (c *conn) handle(frame []byte) bool {
 			// KIP-511: a client newer than the server learns the
 			// newest ApiVersions served and retries with it.
 			c.s.metrics.request(h.key, outcomeUnsupported, time.Since(start).Seconds())
-			return c.enqueue(&slot{done: closedChan, frame: appendResponse(nil, h.correlationID, false, c.s.unsupportedApiVersions())})
+			buf := getFrameBuf()
+			*buf = appendResponse((*buf)[:0], h.correlationID, false, c.s.unsupportedApiVersions())
+			sl := &slot{done: closedChan, frame: *buf, size: len(*buf), buf: buf}
+			if !c.enqueue(sl) {
+				sl.free(c.logger)
+				return false
+			}
+			return true
 		}
 		c.logger.Warn("unsupported Kafka API key or version, closing the connection",
 			slog.Int("api_key", int(h.key)), slog.String("api", apiName(h.key)), slog.Int("api_version", int(h.version)),
@@ -252,12 +303,14 @@ func (c *conn) handle(frame []byte) bool {
 
 	reply, err := callHandler(ctx, handler, req)
 	if err != nil {
+		callRelease(c.logger, reply.Release)
 		c.logger.Warn("Kafka handler refused the request, closing the connection", log.Err(err),
 			slog.String("api", apiName(h.key)), slog.Int("api_version", int(h.version)), slog.String("client_id", h.clientID))
 		fail(outcomeError, err)
 		return false
 	}
 	if reply.Msg == nil && reply.Wait == nil {
+		callRelease(c.logger, reply.Release)
 		span.End()
 		cancel()
 		c.s.metrics.request(h.key, outcomeNoResponse, time.Since(start).Seconds())
@@ -267,7 +320,12 @@ func (c *conn) handle(frame []byte) bool {
 	finish := func(resp kmsg.Response) {
 		defer close(sl.done)
 		defer release()
-		frame, err := c.encode(h, resp)
+		err := c.encode(h, resp, sl)
+		if sl.pieces != nil {
+			sl.release = reply.Release // the frame points at what it lends
+		} else {
+			callRelease(c.logger, reply.Release) // copied, or nothing to write
+		}
 		if err != nil {
 			c.logger.Error("Kafka handler answered wrongly, closing the connection", log.Err(err),
 				slog.String("api", apiName(h.key)), slog.Int("api_version", int(h.version)))
@@ -275,7 +333,6 @@ func (c *conn) handle(frame []byte) bool {
 			fail(outcomeError, err)
 			return
 		}
-		sl.frame = frame
 		outcome := outcomeOK
 		if c.ctx.Err() != nil {
 			outcome = outcomeCanceled // the connection closed meanwhile: nothing will be written
@@ -295,7 +352,11 @@ func (c *conn) handle(frame []byte) bool {
 			finish(callWait(ctx, reply.Wait))
 		}()
 	}
-	return c.enqueue(sl)
+	if !c.enqueue(sl) {
+		c.discard(sl)
+		return false
+	}
+	return true
 }
 
 // closedChan is the done channel of slots ready when queued.
@@ -314,16 +375,31 @@ func (c *conn) enqueue(sl *slot) bool {
 	}
 }
 
-// encode sets resp's version to the request's and frames it.
-func (c *conn) encode(h header, resp kmsg.Response) ([]byte, error) {
+// encode sets resp's version to the request's and frames it into sl: a
+// Fetch response with large record batches in pieces that point at them
+// (see fetchPieces), any other whole in a pooled buffer.
+func (c *conn) encode(h header, resp kmsg.Response, sl *slot) error {
 	if resp == nil {
-		return nil, errors.New("Reply.Wait returned no response")
+		return errors.New("Reply.Wait returned no response")
 	}
 	if resp.Key() != h.key {
-		return nil, fmt.Errorf("%s response to a %s request", apiName(resp.Key()), apiName(h.key))
+		return fmt.Errorf("%s response to a %s request", apiName(resp.Key()), apiName(h.key))
 	}
 	resp.SetVersion(h.version)
-	return appendResponse(nil, h.correlationID, responseHeaderFlexible(h.key, resp.IsFlexible()), resp), nil
+	flexibleHeader := responseHeaderFlexible(h.key, resp.IsFlexible())
+	if fr, ok := resp.(*kmsg.FetchResponse); ok {
+		if buf, pieces, ok := fetchPieces(h.correlationID, flexibleHeader, fr); ok {
+			sl.buf, sl.pieces = buf, pieces
+			for _, p := range pieces {
+				sl.size += len(p)
+			}
+			return nil
+		}
+	}
+	buf := getFrameBuf()
+	*buf = appendResponse((*buf)[:0], h.correlationID, flexibleHeader, resp)
+	sl.buf, sl.frame, sl.size = buf, *buf, len(*buf)
+	return nil
 }
 
 // callHandler calls h, turning a panic into an error so a handler bug
@@ -350,10 +426,24 @@ func callWait(ctx context.Context, wait func(context.Context) kmsg.Response) (re
 
 // writeLoop writes the responses in request order until the reader has
 // stopped and every queued response is written, or the connection fails;
-// then it closes the connection.
+// then it closes the connection and frees the responses left unwritten.
 func (c *conn) writeLoop() {
 	defer c.s.wg.Done()
-	defer c.close()
+	sl := c.writeAll()
+	c.close() // first: it cancels the Reply.Wait a discard waits for
+	if sl != nil {
+		c.discard(sl)
+	}
+	// The reader ends now (its context is canceled) and closes pending.
+	for sl := range c.pending {
+		c.discard(sl)
+	}
+}
+
+// writeAll writes the queued responses until pending is closed and empty
+// or the connection fails; it returns the slot it took and did not write,
+// if any.
+func (c *conn) writeAll() *slot {
 	bw := bufio.NewWriterSize(c.nc, 64<<10)
 	for sl := range c.pending {
 		select {
@@ -361,30 +451,47 @@ func (c *conn) writeLoop() {
 		default:
 			// Send what is buffered before waiting on a slow response.
 			if !c.flush(bw) {
-				return
+				return sl
 			}
 			select {
 			case <-sl.done:
 			case <-c.ctx.Done():
-				return
+				return sl
 			}
 		}
 		if sl.fail {
 			_ = c.flush(bw) // the responses before the failed one
-			return
+			return sl
 		}
-		_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.IdleTimeout)) // fails only on a closed conn, which Write reports
-		if _, err := bw.Write(sl.frame); err != nil {
+		err := c.write(bw, sl)
+		sl.free(c.logger)
+		if err != nil {
 			c.logger.Debug("writing a Kafka response failed", log.Err(err))
-			return
+			return nil
 		}
-		c.s.metrics.bytesOut.Add(context.Background(), int64(len(sl.frame)))
+		c.s.metrics.bytesOut.Add(context.Background(), int64(sl.size))
 		c.outstanding.Add(-1)
 		if len(c.pending) == 0 && !c.flush(bw) {
-			return
+			return nil
 		}
 	}
 	_ = c.flush(bw)
+	return nil
+}
+
+// write writes one response: a whole frame through bw, a frame in pieces
+// straight to the socket (one writev) after what bw holds.
+func (c *conn) write(bw *bufio.Writer, sl *slot) error {
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.IdleTimeout)) // fails only on a closed conn, which Write reports
+	if sl.pieces == nil {
+		_, err := bw.Write(sl.frame)
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	_, err := sl.pieces.WriteTo(c.nc)
+	return err
 }
 
 func (c *conn) flush(bw *bufio.Writer) bool {

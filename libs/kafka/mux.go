@@ -42,9 +42,22 @@ type Conn struct {
 // request meanwhile (so a produce can wait for replication while the next
 // one appends) and still writes responses in request order. Neither set
 // means no response at all (Produce with acks=0).
+//
+// Release, when set, lets the response point at memory the handler lends
+// (a Fetch's record batches straight from the page cache) instead of
+// copying it: the server calls it exactly once, after Wait (if set) has
+// returned, when it no longer reads the response's bytes: once the
+// response is written to the socket (large record batches of a Fetch
+// response are written from the memory they point at, not copied), or
+// encoded into a copy, or dropped (the response could not be encoded, the
+// connection closed or the server stopped first). It is also called when
+// the handler returns an error alongside it, or when there is no response.
+// Until then the response and every byte it points at must stay unchanged.
+// It runs on a connection's goroutine and must not block.
 type Reply struct {
-	Msg  kmsg.Response
-	Wait func(ctx context.Context) kmsg.Response
+	Msg     kmsg.Response
+	Wait    func(ctx context.Context) kmsg.Response
+	Release func()
 }
 
 // Now is a reply that is ready.
