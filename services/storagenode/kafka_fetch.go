@@ -171,11 +171,14 @@ func (f *kafkaFetch) releaseReads() {
 	}
 }
 
-// answer fills the response from the last read and releases it. The
-// batches are copied, as they are in the page cache, into one buffer the
-// response's partitions share: no batch is decoded or re-encoded.
-func (r *StorageNode) answerKafkaFetch(ctx context.Context, f *kafkaFetch, collected int) *kmsg.FetchResponse {
-	buf := make([]byte, 0, collected)
+// answer fills the response from the last read, which it keeps: a
+// partition's batches are the page cache's own bytes (no batch is copied,
+// decoded or re-encoded), so the reads stay held until the listener has
+// written the response and calls the Reply's Release (f.releaseReads), as
+// the gRPC fetch holds its chunks until the transport has written them. A
+// read that spans segments (several chunks) is the one copied, into one
+// slice.
+func (r *StorageNode) answerKafkaFetch(ctx context.Context, f *kafkaFetch) *kmsg.FetchResponse {
 	var nodes map[int32]bool
 	for _, fp := range f.parts {
 		rp := &f.resp.Topics[fp.ti].Partitions[fp.pi]
@@ -220,12 +223,13 @@ func (r *StorageNode) answerKafkaFetch(ctx context.Context, f *kafkaFetch, colle
 				rp.AbortedTransactions = append(rp.AbortedTransactions, at)
 			}
 		}
-		start := len(buf)
-		buf = fp.data.AppendTo(buf)
-		rp.RecordBatches = buf[start:len(buf):len(buf)]
+		if len(fp.data.Chunks) == 1 {
+			rp.RecordBatches = fp.data.Chunks[0].Data
+		} else {
+			rp.RecordBatches = fp.data.AppendTo(make([]byte, 0, fp.data.Bytes))
+		}
 		r.fetchedBytes.Add(ctx, int64(fp.data.Bytes))
 	}
-	f.releaseReads()
 	if len(nodes) > 0 && f.req.Version >= 16 {
 		img := r.deps.Metadata.Load()
 		for id := range nodes {
@@ -281,9 +285,9 @@ func (r *StorageNode) kafkaFetch(_ context.Context, kr *kafka.Request) (kafka.Re
 		return kafka.Now(f.resp), nil
 	}
 	roles := r.replicas.Changed()
-	collected, ready := r.readKafkaFetch(f)
+	_, ready := r.readKafkaFetch(f)
 	if ready {
-		return kafka.Now(r.answerKafkaFetch(context.Background(), f, collected)), nil
+		return kafka.Reply{Msg: r.answerKafkaFetch(context.Background(), f), Release: f.releaseReads}, nil
 	}
 	// What was read is given back while waiting (a held chunk would hold
 	// up a truncation of its segment); the answer reads again.
@@ -293,12 +297,12 @@ func (r *StorageNode) kafkaFetch(_ context.Context, kr *kafka.Request) (kafka.Re
 			f.wait(ctx, roles, r.replicas.Stopping())
 			f.releaseReads()
 			roles = r.replicas.Changed()
-			collected, ready = r.readKafkaFetch(f)
+			_, ready = r.readKafkaFetch(f)
 			if ready || ctx.Err() != nil || !time.Now().Before(f.deadline) || isClosed(r.replicas.Stopping()) {
-				return r.answerKafkaFetch(ctx, f, collected)
+				return r.answerKafkaFetch(ctx, f)
 			}
 		}
-	}}, nil
+	}, Release: f.releaseReads}, nil
 }
 
 // wait blocks until a partition read has new data, a replica changes

@@ -75,6 +75,11 @@ func call(t *testing.T, h kafka.Handler, msg kmsg.Request) kmsg.Response {
 	defer cancel()
 	reply, err := h(ctx, &kafka.Request{Key: msg.Key(), Version: msg.GetVersion(), Msg: msg})
 	require.NoError(t, err)
+	if reply.Release != nil {
+		// The response may point into what Release gives back (a fetch's
+		// page-cache chunks): it is read until the test ends.
+		t.Cleanup(reply.Release)
+	}
 	if reply.Wait != nil {
 		return reply.Wait(ctx)
 	}
