@@ -482,11 +482,16 @@ func (c *conn) writeAll() *slot {
 // write writes one response: a whole frame through bw, a frame in pieces
 // straight to the socket (one writev) after what bw holds.
 func (c *conn) write(bw *bufio.Writer, sl *slot) error {
-	_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.IdleTimeout)) // fails only on a closed conn, which Write reports
 	if sl.pieces == nil {
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.IdleTimeout)) // fails only on a closed conn, which Write reports
 		_, err := bw.Write(sl.frame)
 		return err
 	}
+	// Lent memory (page-cache chunks) may hold up a log truncation until
+	// released: a client that stops reading gets the request timeout to
+	// take the response, not the idle timeout, before the connection
+	// closes and the memory is given back.
+	_ = c.nc.SetWriteDeadline(time.Now().Add(min(c.s.cfg.IdleTimeout, c.s.cfg.RequestTimeout))) // as above
 	if err := bw.Flush(); err != nil {
 		return err
 	}

@@ -265,3 +265,20 @@ func TestReleaseCalledOnceWhenTheServerStops(t *testing.T) {
 		require.Equal(t, 2, once, "graceful=%v", graceful)
 	}
 }
+
+// A client that stops reading a response written from lent memory gets
+// the request timeout, not the idle timeout, to take it: then the
+// connection closes and the memory is given back.
+func TestLentResponseToAStalledClientIsReleasedAtTheRequestTimeout(t *testing.T) {
+	var rel releases
+	mux := kafka.NewMux()
+	mux.Handle(1, 4, 16, func(_ context.Context, req *kafka.Request) (kafka.Reply, error) {
+		return kafka.Reply{Msg: fetchResponse(req, lent(8<<20)), Release: rel.next(nil)}, nil
+	})
+	s := startServer(t, kafka.Config{RequestTimeout: 200 * time.Millisecond, IdleTimeout: time.Hour}, mux)
+	c := dial(t, s)
+	for range 3 {
+		c.send(kmsg.NewPtrFetchRequest(), 12)
+	}
+	rel.requireAllOnce(t, 3)
+}
