@@ -49,7 +49,7 @@ func TestInitProducerIDRejectsBadInput(t *testing.T) {
 		req  *txnv1.InitProducerIdRequest
 		want errs.Code
 	}{
-		{"negative timeout", &txnv1.InitProducerIdRequest{TransactionTimeoutMs: -1, ProducerId: -1, ProducerEpoch: -1}, errs.InvalidTransactionTimeout},
+		{"negative timeout", &txnv1.InitProducerIdRequest{TransactionalId: "t", TransactionTimeoutMs: -1, ProducerId: -1, ProducerEpoch: -1}, errs.InvalidTransactionTimeout},
 		{"timeout above the maximum", &txnv1.InitProducerIdRequest{TransactionalId: "t", TransactionTimeoutMs: 60001, ProducerId: -1, ProducerEpoch: -1}, errs.InvalidTransactionTimeout},
 		{"transactional without timeout", &txnv1.InitProducerIdRequest{TransactionalId: "t", ProducerId: -1, ProducerEpoch: -1}, errs.InvalidTransactionTimeout},
 		{"oversized transactional id", &txnv1.InitProducerIdRequest{TransactionalId: strings.Repeat("x", 1025), TransactionTimeoutMs: 1000, ProducerId: -1, ProducerEpoch: -1}, errs.InvalidRequest},
@@ -65,4 +65,10 @@ func TestInitProducerIDRejectsBadInput(t *testing.T) {
 		})
 	}
 	require.Zero(t, fc.calls.Load(), "no bad request used up producer ids")
+
+	// An idempotent producer's timeout means nothing (librdkafka sends -1).
+	resp, err := r.InitProducerId(context.Background(), &txnv1.InitProducerIdRequest{TransactionTimeoutMs: -1, ProducerId: -1, ProducerEpoch: -1})
+	require.NoError(t, err)
+	require.Nil(t, resp.GetError())
+	require.GreaterOrEqual(t, resp.GetProducerId(), int64(0))
 }

@@ -297,7 +297,9 @@ func (r *TransactionCoordinator) validateInit(req *txnv1.InitProducerIdRequest) 
 	case len(tid) > coordinator.MaxTransactionalIDBytes:
 		return errs.Invalid(errs.InvalidRequest, "transactional_id", "the transactional id has %d bytes, more than the %d allowed",
 			len(tid), coordinator.MaxTransactionalIDBytes)
-	case timeout < 0:
+	case tid != "" && timeout < 0:
+		// Without a transactional id the timeout means nothing, as in
+		// Kafka: librdkafka's idempotent producer sends -1.
 		return errs.Invalid(errs.InvalidTransactionTimeout, "transaction_timeout_ms", "%d is negative", timeout)
 	case tid != "" && timeout == 0:
 		return errs.Invalid(errs.InvalidTransactionTimeout, "transaction_timeout_ms", "a transactional producer needs a positive transaction timeout")
