@@ -264,8 +264,9 @@ func TestKafkaKcat(t *testing.T) {
 	// producer asks the first broker it is connected to that lists
 	// InitProducerId for a producer id and gives up if none of the
 	// connected ones does, so it runs bootstrapped from every process
-	// (the controller first, as a user may list them) and from the
-	// storage nodes alone.
+	// (the controller first, as a user may list them), from the storage
+	// nodes alone and from the controller-only process alone (in Kafka
+	// any broker is a bootstrap server for an idempotent producer).
 	var storage []string
 	for _, p := range c.StorageNodes() {
 		storage = append(storage, p.KafkaAddr)
@@ -281,6 +282,7 @@ func TestKafkaKcat(t *testing.T) {
 		{"zstd", []string{"-z", "zstd"}, nil},
 		{"idempotent", []string{"-X", "enable.idempotence=true"}, nil},
 		{"idempotent-storage-bootstrap", []string{"-X", "enable.idempotence=true"}, storage},
+		{"idempotent-controller-bootstrap", []string{"-X", "enable.idempotence=true"}, []string{c.Controllers()[0].KafkaAddr}},
 	} {
 		t.Run("produce-"+tc.name, func(t *testing.T) {
 			topic := "kcat-" + tc.name
