@@ -106,7 +106,14 @@ func badMsg(req *kafka.Request) error {
 // kafkaInitProducerID serves InitProducerId (key 22) with and without a
 // transactional id; v3+ carry the producer's current id and epoch
 // (KIP-360) to bump its epoch after an error instead of starting over.
-func (r *TransactionCoordinator) kafkaInitProducerID(_ context.Context, req *kafka.Request) (kafka.Reply, error) {
+func (r *TransactionCoordinator) kafkaInitProducerID(ctx context.Context, req *kafka.Request) (kafka.Reply, error) {
+	return initProducerIDReply(req, r.InitProducerId)
+}
+
+// initProducerIDReply answers a Kafka InitProducerId through call: this
+// role's method, or, on a process without the role, a transaction
+// coordinator's over gRPC.
+func initProducerIDReply(req *kafka.Request, call func(context.Context, *txnv1.InitProducerIdRequest) (*txnv1.InitProducerIdResponse, error)) (kafka.Reply, error) {
 	msg, ok := req.Msg.(*kmsg.InitProducerIDRequest)
 	if !ok {
 		return kafka.Reply{}, badMsg(req)
@@ -130,7 +137,7 @@ func (r *TransactionCoordinator) kafkaInitProducerID(_ context.Context, req *kaf
 		}
 	}
 	return kafka.Reply{Wait: func(ctx context.Context) kmsg.Response {
-		out, err := r.InitProducerId(ctx, preq)
+		out, err := call(ctx, preq)
 		if err != nil {
 			out = &txnv1.InitProducerIdResponse{Error: errs.ItemError(err), ProducerId: -1, ProducerEpoch: -1}
 		}

@@ -123,6 +123,11 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 		// there): advertise the group APIs, answered NOT_COORDINATOR.
 		groupcoord.RegisterKafkaElsewhere(n.kafka, int32(cfg.Node.ID))
 	}
+	if !cfg.Roles.Has(role.TransactionCoordinator) {
+		// Likewise librdkafka's idempotent producer needs InitProducerId
+		// from whichever node it reached first.
+		txncoord.RegisterKafkaElsewhere(n.kafka, int32(cfg.Node.ID), n.cache, n.pool)
+	}
 	if kafkaLis != nil {
 		// Last to start, once every role has registered its handlers;
 		// first to stop, so no Kafka request reaches a stopped role.
