@@ -34,6 +34,12 @@ var kafkaVariants = []kafkaVariant{
 	{"kafka_produce", "produce, franz-go over Kafka"},
 	{"native_consume", "consume, SDK over gRPC"},
 	{"kafka_consume", "consume, franz-go over Kafka"},
+	// The same two readers with 8 MiB per partition per fetch instead of
+	// both clients' default 1 MiB: on one partition franz-go's default
+	// makes one request and answer per MiB, where the SDK's fetch stream
+	// keeps chunks coming without asking.
+	{"native_consume_8m", "consume 8 MiB fetches, SDK over gRPC"},
+	{"kafka_consume_8m", "consume 8 MiB fetches, franz-go over Kafka"},
 }
 
 type kafkaConfig struct {
@@ -122,10 +128,13 @@ func kafkaMain(args []string) error {
 			// same batches.
 			"native_consume": {filepath.Join(c.binDir, "sluice"), "--bootstrap", addr, "-o", "json", "perf", "consume", "--topic", native, "--messages", n},
 			"kafka_consume":  {h.self, "kafka-consume", "--brokers", kafkaAddr, "--topic", native, "--count", n},
+			"native_consume_8m": {filepath.Join(c.binDir, "sluice"), "--bootstrap", addr, "-o", "json", "perf", "consume", "--topic", native, "--messages", n,
+				"--fetch-max-bytes", strconv.Itoa(8 << 20)},
+			"kafka_consume_8m": {h.self, "kafka-consume", "--brokers", kafkaAddr, "--topic", native, "--count", n, "--partition-max-bytes", strconv.Itoa(8 << 20)},
 		}
 		// Produce before consume (the consumers read what was produced);
 		// within each pair the order alternates by round.
-		pairs := [][2]string{{"native_produce", "kafka_produce"}, {"native_consume", "kafka_consume"}}
+		pairs := [][2]string{{"native_produce", "kafka_produce"}, {"native_consume", "kafka_consume"}, {"native_consume_8m", "kafka_consume_8m"}}
 		for _, pair := range pairs {
 			if r%2 == 0 {
 				pair[0], pair[1] = pair[1], pair[0]
@@ -251,13 +260,14 @@ func kafkaConsume(args []string) error {
 	brokers := fs.String("brokers", "127.0.0.1:9092", "Kafka bootstrap addresses, comma-separated")
 	topic := fs.String("topic", "", "topic to read from its start")
 	count := fs.Int64("count", 1_000_000, "records to read")
+	partBytes := fs.Int("partition-max-bytes", 1<<20, "most bytes of one partition per fetch response (fetch.max.partition.bytes; franz-go's default 1 MiB)")
 	_ = fs.Parse(args) // ExitOnError
 	if *topic == "" || *count < 1 {
 		return fmt.Errorf("--topic is required and --count must be positive")
 	}
 	start := time.Now()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(*brokers, ",")...), kgo.ConsumeTopics(*topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxPartitionBytes(int32(*partBytes)))
 	if err != nil {
 		return err
 	}
@@ -347,7 +357,7 @@ func buildKafkaReport(h *harness, c kafkaConfig, d time.Duration, load0, load1 s
 		}
 		return 0, false
 	}
-	for _, way := range []string{"produce", "consume"} {
+	for _, way := range []string{"produce", "consume", "consume_8m"} {
 		k, okK := medOf("kafka_" + way)
 		nat, okN := medOf("native_" + way)
 		known := okK && okN && nat > 0
