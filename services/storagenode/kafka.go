@@ -1,10 +1,6 @@
 package storagenode
 
 import (
-	"encoding/hex"
-	"strings"
-	"sync/atomic"
-
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
@@ -107,43 +103,4 @@ func kafkaNodeOf(img *metadata.Image, id int32) (kafkaNode, bool) {
 		n.rack = &rk
 	}
 	return n, true
-}
-
-// topicIDOf converts a topic id of the metadata image (a UUID in its
-// text form) to Kafka's 16 bytes; ok is false for an id that is not one.
-func topicIDOf(s string) (id [16]byte, ok bool) {
-	h := strings.ReplaceAll(s, "-", "")
-	if len(h) != 32 {
-		return id, false
-	}
-	if _, err := hex.Decode(id[:], []byte(h)); err != nil {
-		return [16]byte{}, false
-	}
-	return id, true
-}
-
-// topicIDs maps Kafka topic ids to names for one metadata image; rebuilt
-// when the image changes, so a fetch by id costs a map lookup.
-type topicIDs struct {
-	img   *metadata.Image
-	names map[[16]byte]string
-	ids   map[string][16]byte
-}
-
-var topicIDCache atomic.Pointer[topicIDs]
-
-// topicIndex returns the id index of img.
-func topicIndex(img *metadata.Image) *topicIDs {
-	if t := topicIDCache.Load(); t != nil && t.img == img {
-		return t
-	}
-	t := &topicIDs{img: img, names: make(map[[16]byte]string, len(img.Topics)), ids: make(map[string][16]byte, len(img.Topics))}
-	for name, tp := range img.Topics {
-		if id, ok := topicIDOf(tp.ID); ok {
-			t.names[id] = name
-			t.ids[name] = id
-		}
-	}
-	topicIDCache.Store(t)
-	return t
 }

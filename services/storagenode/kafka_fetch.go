@@ -66,9 +66,9 @@ func (r *StorageNode) kafkaFetchFromRequest(req *kmsg.FetchRequest) (*kafkaFetch
 	if req.Version < 3 || f.maxBytes <= 0 {
 		f.maxBytes = defaultFetchMaxBytes
 	}
-	var ids *topicIDs
+	var ids *kafka.TopicIndex
 	if req.Version >= 13 {
-		ids = topicIndex(r.deps.Metadata.Load())
+		ids = kafka.Topics(r.deps.Metadata.Load())
 	}
 	seen := map[replica.TP]bool{}
 	for ti, t := range req.Topics {
@@ -77,7 +77,7 @@ func (r *StorageNode) kafkaFetchFromRequest(req *kmsg.FetchRequest) (*kafkaFetch
 		name := t.Topic
 		known := true
 		if ids != nil {
-			name, known = ids.names[t.TopicID]
+			name, known = ids.Name(t.TopicID)
 		}
 		for pi, p := range t.Partitions {
 			rp := kmsg.NewFetchResponseTopicPartition()

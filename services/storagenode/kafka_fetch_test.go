@@ -50,7 +50,7 @@ func TestKafkaFetchLargeBatchesThroughTheListener(t *testing.T) {
 	for i, version := range []int16{4, 11, 12, 16, 12} {
 		req := fetchReq(version, "t", [16]byte{}, 0)
 		if version >= 13 {
-			id, ok := topicIDOf(testTopicID)
+			id, ok := kafka.TopicID(testTopicID)
 			require.True(t, ok)
 			req.Topics[0].TopicID = id
 		}

@@ -159,7 +159,7 @@ func TestKafkaProduceThenFetchSameBytes(t *testing.T) {
 		record.AssignOffsets(b, int64(3*i), 3)
 		want = append(want, b...)
 	}
-	id, ok := topicIDOf(testTopicID)
+	id, ok := kafka.TopicID(testTopicID)
 	require.True(t, ok)
 	for _, version := range []int16{4, 11, 12, 13, 16} {
 		fp := onlyFetch(t, call(t, r.kafkaFetch, fetchReq(version, "t", id, 0)))
@@ -285,7 +285,7 @@ func TestKafkaNotLeaderNamesTheLeader(t *testing.T) {
 	require.EqualValues(t, 9092, resp.Brokers[0].Port)
 	require.Equal(t, "r2", *resp.Brokers[0].Rack)
 
-	id, _ := topicIDOf(otherTopicID)
+	id, _ := kafka.TopicID(otherTopicID)
 	fresp := call(t, r.kafkaFetch, fetchReq(16, "", id, 0)).(*kmsg.FetchResponse)
 	fp := fresp.Topics[0].Partitions[0]
 	require.EqualValues(t, 6, fp.ErrorCode)
@@ -465,11 +465,11 @@ func TestItemCode(t *testing.T) {
 }
 
 func TestTopicIDOf(t *testing.T) {
-	id, ok := topicIDOf(testTopicID)
+	id, ok := kafka.TopicID(testTopicID)
 	require.True(t, ok)
 	require.Equal(t, [16]byte{0x0f, 0x1e, 0x2d, 0x3c, 0x4b, 0x5a, 0x49, 0x78, 0x86, 0x95, 0xa4, 0xb3, 0xc2, 0xd1, 0xe0, 0xf0}, id)
 	for _, bad := range []string{"", "id", "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0fz"} {
-		_, ok := topicIDOf(bad)
+		_, ok := kafka.TopicID(bad)
 		require.False(t, ok, bad)
 	}
 }
