@@ -39,7 +39,7 @@ type Config struct {
 	// KafkaAdvertise is host:port of the node's Kafka-protocol listener,
 	// registered as the endpoint named "kafka"; empty when it has none.
 	KafkaAdvertise string
-	Roles     []string
+	Roles          []string
 	// Controllers lists controller addresses to try when the active one is
 	// not known from metadata.
 	Controllers []string

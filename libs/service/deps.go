@@ -26,7 +26,7 @@ type Deps struct {
 	// keys they serve on it. Never nil (a process without a Kafka listener
 	// registers anyway and nothing is served).
 	Kafka *kafka.Mux
-	Node   config.Node
+	Node  config.Node
 	// Metadata is the process's view of cluster metadata.
 	Metadata *metadata.Cache
 	// Member registers the process with the controller; nil in a process
