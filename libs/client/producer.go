@@ -282,6 +282,11 @@ type prodBatch struct {
 	idGen uint64
 	// seqIdx is the batch's place among those its identity sequenced.
 	seqIdx uint64
+	// stampGen and stampSeq are the identity generation and sequence
+	// whose producer fields data carries with a CRC over them (stampGen 0:
+	// none yet, the CRC is not computed).
+	stampGen uint64
+	stampSeq int32
 }
 
 type prodPartition struct {
@@ -455,13 +460,24 @@ func (p *Producer) sealLocked(pp *prodPartition) {
 		pp.builder.SetTransactional(true)
 	}
 	build := pp.builder.Build
+	var stampGen uint64
+	var stampSeq int32
 	if p.idem {
-		build = pp.builder.BuildUnsealed // idemSequenceLocked stamps the producer fields and the CRC
+		// The producer fields the batch will most likely get at its first
+		// send go in now, so the CRC is computed once while the batch is
+		// in the cache; idemSequenceLocked stamps again only if they
+		// differ (or were not known).
+		if pid, epoch, seq, ok := p.idemPredictLocked(pp); ok {
+			pp.builder.SetProducer(pid, epoch, seq)
+			stampGen, stampSeq = pp.idem.gen, seq
+		} else {
+			build = pp.builder.BuildUnsealed
+		}
 	}
 	data, err := build()
 	recs := pp.open
 	b := &prodBatch{tp: pp.tp, data: data, recs: recs, traced: pp.openTrace, bytes: pp.openBytes, created: pp.openSince, builder: pp.builder,
-		order: pp.sealed, seq: -1}
+		order: pp.sealed, seq: -1, stampGen: stampGen, stampSeq: stampSeq}
 	pp.sealed++
 	pp.open, pp.openTrace, pp.openBytes, pp.lastCount = nil, nil, 0, len(recs)
 	pp.builder = p.builders.Get().(*record.Builder)

@@ -164,8 +164,30 @@ func (p *Producer) idemSequenceLocked(pp *prodPartition, b *prodBatch) {
 	b.idGen, b.seq, b.seqIdx = st.gen, st.nextSeq, st.sequenced
 	st.nextSeq = addSeq(st.nextSeq, len(b.recs))
 	st.sequenced++
-	stampProducer(b.data, st.pid, st.epoch, b.seq)
+	if b.stampGen != st.gen || b.stampSeq != b.seq {
+		stampProducer(b.data, st.pid, st.epoch, b.seq)
+		b.stampGen, b.stampSeq = st.gen, b.seq
+	}
 	st.outstanding = insertByOrder(st.outstanding, b)
+}
+
+// idemPredictLocked returns the producer fields the partition's next sealed
+// batch will most likely be given at its first send: the current identity,
+// and the sequence after the batches that wait for one. ok is false while
+// no identity is settled (none yet, a reset, resends pending, or a newer
+// producer id to move to).
+func (p *Producer) idemPredictLocked(pp *prodPartition) (pid int64, epoch int16, seq int32, ok bool) {
+	st := &pp.idem
+	if st.gen == 0 || st.reset || st.resend > 0 || p.id.gen != st.gen {
+		return 0, 0, 0, false
+	}
+	seq = st.nextSeq
+	for _, b := range pp.ready {
+		if b.seq < 0 {
+			seq = addSeq(seq, len(b.recs))
+		}
+	}
+	return st.pid, st.epoch, seq, true
 }
 
 // stampProducer writes producer id, epoch and base sequence into a built

@@ -169,6 +169,12 @@ func (f *seqNode) answer(req *storagev1.ProduceRequest) *storagev1.ProduceRespon
 			res.Error = errs.New(errs.CorruptMessage, "expected one batch per partition").Proto()
 			continue
 		}
+		if _, err := record.CheckBatch(data, record.ValidateOptions{}); err != nil {
+			// A stale CRC (producer fields stamped without it) fails the
+			// batch for good, and so the test.
+			res.Error = errs.From(err).Proto()
+			continue
+		}
 		n := f.batches
 		f.batches++
 		f.sent = append(f.sent, sentBatch{part: p.GetPartition(), pid: h.ProducerID, epoch: h.ProducerEpoch, seq: h.BaseSequence, count: h.RecordCount})

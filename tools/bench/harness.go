@@ -436,3 +436,36 @@ func (h *harness) rf3Block(ctx context.Context, round int) {
 			"--num-records", strconv.FormatInt(c.recordsRF3, 10), "--record-size", "1024", "--acks", "all",
 			"--batch-size", strconv.Itoa(c.batchSize)}})
 }
+
+// openHarness starts a side benchmark (txn, kafka): it checks binDir holds
+// sluiced and sluice, makes it absolute, and returns a harness with its own
+// temporary directory (named prefix*) and the machine's facts, and a
+// function that stops the harness's processes and removes the directory.
+func openHarness(binDir, tmpParent, prefix string, idle idleGate) (*harness, func(), error) {
+	for _, name := range []string{"sluiced", "sluice"} {
+		if _, err := os.Stat(filepath.Join(binDir, name)); err != nil {
+			return nil, nil, fmt.Errorf("%s not found in %s: run `make build` first", name, binDir)
+		}
+	}
+	abs, err := filepath.Abs(binDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmp, err := os.MkdirTemp(tmpParent, prefix)
+	if err != nil {
+		return nil, nil, err
+	}
+	h := &harness{cfg: config{binDir: abs}, tmp: tmp, procs: &processes{marker: tmp}, idle: idle, servers: map[string]string{}}
+	cleanup := func() {
+		h.procs.stopAll()
+		if err := os.RemoveAll(tmp); err != nil {
+			fmt.Fprintf(os.Stderr, "removing %s: %v\n", tmp, err)
+		}
+	}
+	if h.self, err = os.Executable(); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	h.facts = machineFacts(h.cfg, tmp)
+	return h, cleanup, nil
+}

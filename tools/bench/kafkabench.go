@@ -67,34 +67,16 @@ func kafkaMain(args []string) error {
 	if c.rounds < 1 || c.records < 1 {
 		return fmt.Errorf("--rounds and --records must be at least 1")
 	}
-	for _, name := range []string{"sluiced", "sluice"} {
-		if _, err := os.Stat(filepath.Join(c.binDir, name)); err != nil {
-			return fmt.Errorf("%s not found in %s: run `make build` first", name, c.binDir)
-		}
-	}
-	var err error
-	if c.binDir, err = filepath.Abs(c.binDir); err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	tmp, err := os.MkdirTemp(c.tmpParent, "sluice-bench-kafka-")
+	h, cleanup, err := openHarness(c.binDir, c.tmpParent, "sluice-bench-kafka-", idleGate{threshold: c.idleThreshold, maxWait: c.idleMax, budget: c.idleBudget})
 	if err != nil {
 		return err
 	}
-	h := &harness{cfg: config{binDir: c.binDir}, tmp: tmp, procs: &processes{marker: tmp},
-		idle: idleGate{threshold: c.idleThreshold, maxWait: c.idleMax, budget: c.idleBudget}, servers: map[string]string{}}
-	defer func() {
-		h.procs.stopAll()
-		if err := os.RemoveAll(tmp); err != nil {
-			fmt.Fprintf(os.Stderr, "removing %s: %v\n", tmp, err)
-		}
-	}()
-	if h.self, err = os.Executable(); err != nil {
-		return err
-	}
+	defer cleanup()
+	tmp := h.tmp
+	c.binDir = h.cfg.binDir
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	start := time.Now()
-	h.facts = machineFacts(h.cfg, tmp)
 	loadStart := loadAvg()
 	h.logf("sluice-bench kafka: %d rounds of %d records, data in %s (%s), load average %s", c.rounds, c.records, tmp, h.facts.Disk, loadStart)
 
