@@ -469,3 +469,24 @@ func openHarness(binDir, tmpParent, prefix string, idle idleGate) (*harness, fun
 	h.facts = machineFacts(h.cfg, tmp)
 	return h, cleanup, nil
 }
+
+// writeReport writes a side benchmark's report as <dir>/<date>Z-<suffix>.json
+// (v, indented) and .md (markdown), and returns both paths.
+func writeReport(dir, date, suffix string, v any, markdown string) (string, string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", err
+	}
+	stamp := strings.NewReplacer(" ", "-", ":", "").Replace(strings.TrimSuffix(date, " UTC")) + "Z-" + suffix
+	md, js := filepath.Join(dir, stamp+".md"), filepath.Join(dir, stamp+".json")
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(js, append(b, '\n'), 0o644); err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(md, []byte(markdown), 0o644); err != nil {
+		return "", "", err
+	}
+	return md, js, nil
+}

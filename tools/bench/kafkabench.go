@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"math"
@@ -354,22 +353,7 @@ func buildKafkaReport(h *harness, c kafkaConfig, d time.Duration, load0, load1 s
 }
 
 func (r *kafkaReport) write(dir string) (string, string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", "", err
-	}
-	stamp := strings.NewReplacer(" ", "-", ":", "").Replace(strings.TrimSuffix(r.Date, " UTC")) + "Z-kafka"
-	md, js := filepath.Join(dir, stamp+".md"), filepath.Join(dir, stamp+".json")
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return "", "", err
-	}
-	if err := os.WriteFile(js, append(b, '\n'), 0o644); err != nil {
-		return "", "", err
-	}
-	if err := os.WriteFile(md, []byte(r.markdown()), 0o644); err != nil {
-		return "", "", err
-	}
-	return md, js, nil
+	return writeReport(dir, r.Date, "kafka", r, r.markdown())
 }
 
 func (r *kafkaReport) markdown() string {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"math"
@@ -322,22 +321,7 @@ func buildTxnReport(h *harness, c txnConfig, d time.Duration, load0, load1 strin
 }
 
 func (r *txnReport) write(dir string) (string, string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", "", err
-	}
-	stamp := strings.NewReplacer(" ", "-", ":", "").Replace(strings.TrimSuffix(r.Date, " UTC")) + "Z-txn"
-	md, js := filepath.Join(dir, stamp+".md"), filepath.Join(dir, stamp+".json")
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return "", "", err
-	}
-	if err := os.WriteFile(js, append(b, '\n'), 0o644); err != nil {
-		return "", "", err
-	}
-	if err := os.WriteFile(md, []byte(r.markdown()), 0o644); err != nil {
-		return "", "", err
-	}
-	return md, js, nil
+	return writeReport(dir, r.Date, "txn", r, r.markdown())
 }
 
 func (r *txnReport) markdown() string {
