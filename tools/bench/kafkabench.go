@@ -39,6 +39,13 @@ var kafkaVariants = []kafkaVariant{
 	// keeps chunks coming without asking.
 	{"native_consume_8m", "consume 8 MiB fetches, SDK over gRPC"},
 	{"kafka_consume_8m", "consume 8 MiB fetches, franz-go over Kafka"},
+	// Both clients at their defaults on a topic of several partitions, the
+	// usual shape of a Kafka topic: franz-go asks for 1 MiB of every
+	// partition in one request, the SDK streams each partition.
+	{"native_produce_mp", "produce, N partitions, SDK over gRPC"},
+	{"kafka_produce_mp", "produce, N partitions, franz-go over Kafka"},
+	{"native_consume_mp", "consume, N partitions, SDK over gRPC"},
+	{"kafka_consume_mp", "consume, N partitions, franz-go over Kafka"},
 }
 
 type kafkaConfig struct {
@@ -46,6 +53,7 @@ type kafkaConfig struct {
 	rounds                    int
 	records                   int64
 	batchSize                 int
+	partitions                int
 	idleThreshold             float64
 	idleMax, idleBudget       time.Duration
 }
@@ -59,12 +67,13 @@ func kafkaMain(args []string) error {
 	fs.IntVar(&c.rounds, "rounds", 3, "interleaved rounds of every variant; figures are medians over rounds")
 	fs.Int64Var(&c.records, "records", 1_000_000, "1 KiB records per measurement")
 	fs.IntVar(&c.batchSize, "batch-size", 256<<10, "producer batch size, both clients")
+	fs.IntVar(&c.partitions, "partitions", 4, "partitions of the topics of the *_mp variants")
 	fs.Float64Var(&c.idleThreshold, "idle-threshold", 15, "CPU busy percent below which the machine counts as idle")
 	fs.DurationVar(&c.idleMax, "idle-max", 10*time.Second, "longest wait for an idle CPU before one measurement")
 	fs.DurationVar(&c.idleBudget, "idle-budget", time.Minute, "longest total wait for an idle CPU over the run")
 	_ = fs.Parse(args) // ExitOnError
-	if c.rounds < 1 || c.records < 1 {
-		return fmt.Errorf("--rounds and --records must be at least 1")
+	if c.rounds < 1 || c.records < 1 || c.partitions < 1 {
+		return fmt.Errorf("--rounds, --records and --partitions must be at least 1")
 	}
 	h, cleanup, err := openHarness(c.binDir, c.tmpParent, "sluice-bench-kafka-", idleGate{threshold: c.idleThreshold, maxWait: c.idleMax, budget: c.idleBudget})
 	if err != nil {
@@ -94,10 +103,16 @@ func kafkaMain(args []string) error {
 	bytes := c.records * 1024
 	for r := 1; r <= c.rounds && ctx.Err() == nil; r++ {
 		native, viaKafka := fmt.Sprintf("native-r%d", r), fmt.Sprintf("kafka-r%d", r)
+		nativeMP, viaKafkaMP := fmt.Sprintf("native-mp-r%d", r), fmt.Sprintf("kafka-mp-r%d", r)
 		// Both topics alike: one partition, RF 1, no fsync before the ack
 		// (the page cache), acks=all and idempotence in both clients.
 		for _, topic := range []string{native, viaKafka} {
 			if _, err := admin.CreateTopic(ctx, topic, 1, 1, map[string]string{"sluice.fsync.before.ack": "false"}); err != nil {
+				return fmt.Errorf("creating %s: %w", topic, err)
+			}
+		}
+		for _, topic := range []string{nativeMP, viaKafkaMP} {
+			if _, err := admin.CreateTopic(ctx, topic, int32(c.partitions), 1, map[string]string{"sluice.fsync.before.ack": "false"}); err != nil {
 				return fmt.Errorf("creating %s: %w", topic, err)
 			}
 		}
@@ -112,10 +127,16 @@ func kafkaMain(args []string) error {
 			"native_consume_8m": {filepath.Join(c.binDir, "sluice"), "--bootstrap", addr, "-o", "json", "perf", "consume", "--topic", native, "--messages", n,
 				"--fetch-max-bytes", strconv.Itoa(8 << 20)},
 			"kafka_consume_8m": {h.self, "kafka-consume", "--brokers", kafkaAddr, "--topic", native, "--count", n, "--partition-max-bytes", strconv.Itoa(8 << 20)},
+			"native_produce_mp": {filepath.Join(c.binDir, "sluice"), "--bootstrap", addr, "-o", "json", "perf", "produce", "--topic", nativeMP,
+				"--num-records", n, "--record-size", "1024", "--acks", "all", "--batch-size", batch},
+			"kafka_produce_mp":  {h.self, "kafka-produce", "--brokers", kafkaAddr, "--topic", viaKafkaMP, "--count", n, "--size", "1024", "--batch-size", batch},
+			"native_consume_mp": {filepath.Join(c.binDir, "sluice"), "--bootstrap", addr, "-o", "json", "perf", "consume", "--topic", nativeMP, "--messages", n},
+			"kafka_consume_mp":  {h.self, "kafka-consume", "--brokers", kafkaAddr, "--topic", nativeMP, "--count", n},
 		}
 		// Produce before consume (the consumers read what was produced);
 		// within each pair the order alternates by round.
-		pairs := [][2]string{{"native_produce", "kafka_produce"}, {"native_consume", "kafka_consume"}, {"native_consume_8m", "kafka_consume_8m"}}
+		pairs := [][2]string{{"native_produce", "kafka_produce"}, {"native_consume", "kafka_consume"}, {"native_consume_8m", "kafka_consume_8m"},
+			{"native_produce_mp", "kafka_produce_mp"}, {"native_consume_mp", "kafka_consume_mp"}}
 		for _, pair := range pairs {
 			if r%2 == 0 {
 				pair[0], pair[1] = pair[1], pair[0]
@@ -128,7 +149,7 @@ func kafkaMain(args []string) error {
 					bytes: bytes, argv: argv[id]})
 			}
 		}
-		for _, topic := range []string{native, viaKafka} {
+		for _, topic := range []string{native, viaKafka, nativeMP, viaKafkaMP} {
 			h.deleteTopic(ctx, admin, topic)
 		}
 	}
@@ -304,11 +325,12 @@ func buildKafkaReport(h *harness, c kafkaConfig, d time.Duration, load0, load1 s
 		Date: time.Now().UTC().Format("2006-01-02 15:04:05 UTC"), Minutes: math.Round(d.Minutes()*10) / 10,
 		Facts: h.facts, Servers: h.servers, Samples: h.samples, LoadBefore: load0, LoadAfter: load1, Ratios: map[string]float64{},
 		Plan: map[string]any{"rounds": c.rounds, "records": c.records, "record_size": 1024, "batch_size": c.batchSize,
-			"acks": "all", "idempotent": true, "partitions": 1, "replication_factor": 1, "fsync_before_ack": false,
+			"acks": "all", "idempotent": true, "partitions": 1, "partitions_mp": c.partitions, "replication_factor": 1, "fsync_before_ack": false,
 			"idle_threshold_pct": c.idleThreshold},
 	}
 	for _, v := range kafkaVariants {
-		row := kafkaRow{ID: v.id, Label: v.label, Stats: map[string]stat{}}
+		label := strings.Replace(v.label, "N partitions", fmt.Sprintf("%d partitions", c.partitions), 1)
+		row := kafkaRow{ID: v.id, Label: label, Stats: map[string]stat{}}
 		vals := map[string][]float64{}
 		for _, s := range h.samples {
 			if s.Figure != "kafka."+v.id {
@@ -338,7 +360,7 @@ func buildKafkaReport(h *harness, c kafkaConfig, d time.Duration, load0, load1 s
 		}
 		return 0, false
 	}
-	for _, way := range []string{"produce", "consume", "consume_8m"} {
+	for _, way := range []string{"produce", "consume", "consume_8m", "produce_mp", "consume_mp"} {
 		k, okK := medOf("kafka_" + way)
 		nat, okN := medOf("native_" + way)
 		known := okK && okN && nat > 0
@@ -365,9 +387,10 @@ func (r *kafkaReport) markdown() string {
 	fmt.Fprintf(&b, "One `sluiced --roles=all` with a Kafka listener; per round %v records of 1 KiB produced by the SDK over gRPC "+
 		"(`sluice perf produce`) and by franz-go over Kafka (`sluice-bench kafka-produce`), both idempotent with acks=all and %v-byte batches, "+
 		"to fresh one-partition RF 1 topics without fsync before the ack; then the natively produced topic read by the SDK (`sluice perf consume`) "+
-		"and by franz-go (`sluice-bench kafka-consume`). %v rounds, the order within each pair alternating. Medians over rounds; "+
+		"and by franz-go (`sluice-bench kafka-consume`). The *N partitions* variants do the same on topics of %v partitions, both clients at their "+
+		"default fetch sizes. %v rounds, the order within each pair alternating. Medians over rounds; "+
 		"server CPU is the sluiced process's user+system time over the measurement, per GB of record values moved.\n\n",
-		r.Plan["records"], r.Plan["batch_size"], r.Plan["rounds"])
+		r.Plan["records"], r.Plan["batch_size"], r.Plan["partitions_mp"], r.Plan["rounds"])
 	b.WriteString("| variant | MB/s | ± | records/s | server CPU s/GB | client CPU s |\n|---|---|---|---|---|---|\n")
 	for _, row := range r.Rows {
 		med := func(k string) string {
