@@ -97,7 +97,8 @@ bench-txn: build
 	$(BIN)/sluice-bench txn --bin $(BIN) --out $(ROOT)/bench/results $(TXN_BENCH_ARGS)
 
 ## bench-kafka: franz-go producing and consuming 1 KiB records through the Kafka listener against the
-## SDK over gRPC, on one sluiced, 3 interleaved rounds, MB/s and server CPU per GB for both
+## SDK over gRPC, on one sluiced (one partition at 1 and 8 MiB fetches, four partitions), 3 interleaved
+## rounds, MB/s and server CPU per GB for both
 ## (bench/results/<date>-kafka.md and .json). Extra flags: make bench-kafka KAFKA_BENCH_ARGS='--records 2000000'
 bench-kafka: build
 	$(GO) build -o $(BIN)/sluice-bench $(MOD)/tools/bench
