@@ -15,10 +15,10 @@ import (
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
 	txnv1 "github.com/sluice-io/sluice/gen/go/sluice/txn/v1"
 	"github.com/sluice-io/sluice/integration/cluster"
-	"github.com/sluice-io/sluice/integration/txncheck"
 	"github.com/sluice-io/sluice/libs/client"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/client/record"
+	"github.com/sluice-io/sluice/libs/verify/check"
 )
 
 // endTxnTap remembers the EndTxn requests a producer's client sends, so the
@@ -50,7 +50,7 @@ func (e *endTxnTap) take() *txnv1.EndTxnRequest {
 // producer's next transaction began and wrote. It records every
 // transaction and a final read of every partition at both isolation levels
 // into a history, and returns the checker's result.
-func delayedWorkload(t *testing.T, c *cluster.Options, seed uint64, txns int, pcfg client.ProducerConfig) txncheck.Result {
+func delayedWorkload(t *testing.T, c *cluster.Options, seed uint64, txns int, pcfg client.ProducerConfig) check.Result {
 	cl0 := cluster.Start(t, *c)
 	admin := cluster.Client(t, cl0)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -63,7 +63,7 @@ func delayedWorkload(t *testing.T, c *cluster.Options, seed uint64, txns int, pc
 	require.NoError(t, err)
 	defer conn.Close()
 	storage := storagev1.NewStorageServiceClient(conn)
-	var rec txncheck.Recorder
+	var rec check.Recorder
 	var wg sync.WaitGroup
 	var lateMu sync.Mutex
 	lateAnswers := map[string]int{}
@@ -84,12 +84,12 @@ func delayedWorkload(t *testing.T, c *cluster.Options, seed uint64, txns int, pc
 			for j := 0; j < txns && ctx.Err() == nil; j++ {
 				require.NoError(t, p.BeginTransaction())
 				var mu sync.Mutex
-				var sends []txncheck.Send
+				var sends []check.Send
 				send := func(k int) {
 					part := int32(rng.IntN(int(partitions)))
 					v := fmt.Sprintf("w%d-t%d-%d", w, j, k)
 					i := len(sends)
-					sends = append(sends, txncheck.Send{Topic: topic, Partition: part, Key: v, Value: v, Offset: txncheck.NoOffset})
+					sends = append(sends, check.Send{Topic: topic, Partition: part, Key: v, Value: v, Offset: check.NoOffset})
 					err := p.Produce(ctx, &client.Record{Topic: topic, Partition: part, Key: []byte(v), Value: []byte(v)}, func(r client.Result) {
 						mu.Lock()
 						defer mu.Unlock()
@@ -114,8 +114,8 @@ func delayedWorkload(t *testing.T, c *cluster.Options, seed uint64, txns int, pc
 					mu.Unlock()
 					v := fmt.Sprintf("w%d-t%d-late", w, j-1)
 					perr := lateProduce(ctx, storage, admin, topic, part, tid, late.GetProducerId(), int16(late.GetProducerEpoch()), v)
-					rec.Txn(txncheck.Txn{Process: w, Sends: []txncheck.Send{{Topic: topic, Partition: part, Key: v, Value: v, Offset: txncheck.NoOffset}},
-						Commit: false, Outcome: txncheck.OK})
+					rec.Txn(check.Txn{Process: w, Sends: []check.Send{{Topic: topic, Partition: part, Key: v, Value: v, Offset: check.NoOffset}},
+						Commit: false, Outcome: check.OK})
 					// And the EndTxn of the previous transaction arrives
 					// again.
 					_, _, lerr := admin.EndTxn(ctx, late.GetTransactionalId(), late.GetProducerId(), int16(late.GetProducerEpoch()), late.GetCommit())
@@ -139,13 +139,13 @@ func delayedWorkload(t *testing.T, c *cluster.Options, seed uint64, txns int, pc
 				} else {
 					endErr = p.AbortTransaction(ctx)
 				}
-				outcome := txncheck.OK
+				outcome := check.OK
 				if endErr != nil {
-					outcome = txncheck.Fail
+					outcome = check.Fail
 					t.Logf("%s txn %d: end: %v", tid, j, endErr)
 				}
 				mu.Lock()
-				rec.Txn(txncheck.Txn{Process: w, Sends: sends, Commit: commit, Outcome: outcome})
+				rec.Txn(check.Txn{Process: w, Sends: sends, Commit: commit, Outcome: outcome})
 				mu.Unlock()
 				if commit && endErr == nil && rng.IntN(2) == 0 {
 					late = tap.take()
@@ -169,18 +169,18 @@ func delayedWorkload(t *testing.T, c *cluster.Options, seed uint64, txns int, pc
 	// Final reads of every partition from the start, at both isolation
 	// levels.
 	for i, rc := range []bool{true, false} {
-		iso := txncheck.ReadUncommitted
+		iso := check.ReadUncommitted
 		if rc {
-			iso = txncheck.ReadCommitted
+			iso = check.ReadCommitted
 		}
-		poll := txncheck.Poll{Process: 100 + i, Isolation: iso, Final: true}
+		poll := check.Poll{Process: 100 + i, Isolation: iso, Final: true}
 		k := admin.NewConsumer(client.ConsumerConfig{Reset: client.ResetEarliest, ReadCommitted: rc})
 		for part := range partitions {
 			tp := client.TopicPartition{Topic: topic, Partition: part}
 			hw, err := admin.ListOffset(ctx, topic, part, client.OffsetLatest)
 			require.NoError(t, err)
-			poll.Seeks = append(poll.Seeks, txncheck.Position{Topic: topic, Partition: part, Offset: 0})
-			poll.Ends = append(poll.Ends, txncheck.Position{Topic: topic, Partition: part, Offset: hw})
+			poll.Seeks = append(poll.Seeks, check.Position{Topic: topic, Partition: part, Offset: 0})
+			poll.Ends = append(poll.Ends, check.Position{Topic: topic, Partition: part, Offset: hw})
 			k.Assign(tp)
 			k.Seek(tp, 0)
 			for k.Position(tp) < hw {
@@ -192,14 +192,14 @@ func delayedWorkload(t *testing.T, c *cluster.Options, seed uint64, txns int, pc
 					require.NoError(t, err)
 				}
 				for _, r := range recs {
-					poll.Reads = append(poll.Reads, txncheck.Read{Topic: topic, Partition: r.Partition, Offset: r.Offset, Key: string(r.Key), Value: string(r.Value)})
+					poll.Reads = append(poll.Reads, check.Read{Topic: topic, Partition: r.Partition, Offset: r.Offset, Key: string(r.Key), Value: string(r.Value)})
 				}
 			}
 		}
 		k.Close()
 		rec.Poll(poll)
 	}
-	res, err := txncheck.Check(rec.History())
+	res, err := check.Check(rec.History(), check.Options{})
 	require.NoError(t, err)
 	return res
 }
@@ -231,7 +231,7 @@ func TestDelayedEndTxnCannotTouchTheNextTransaction(t *testing.T) {
 		t.Logf("DELAYED planted: %s", res)
 		require.False(t, res.Valid(), "the checker missed the planted bug: %s", res)
 		counts := res.Counts()
-		require.Positive(t, counts[txncheck.AbortedRead]+counts[txncheck.TornTxn]+counts[txncheck.LostWrite],
+		require.Positive(t, counts[check.AbortedRead]+counts[check.TornTxn]+counts[check.LostWrite],
 			"the planted bug shows as aborted reads, torn transactions or lost writes: %v", counts)
 	})
 }

@@ -1,4 +1,4 @@
-package txncheck
+package check
 
 import (
 	"encoding/json"
@@ -241,10 +241,10 @@ func TestValidHistories(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := Check(tc.h)
+			r, err := Check(tc.h, Options{})
 			require.NoError(t, err)
 			require.True(t, r.Valid(), "%s", r)
-			require.Contains(t, r.String(), "txncheck valid")
+			require.Contains(t, r.String(), "check valid")
 			if tc.check != nil {
 				tc.check(t, r)
 			}
@@ -552,7 +552,7 @@ func TestAnomalies(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := Check(tc.h)
+			r, err := Check(tc.h, Options{})
 			require.NoError(t, err)
 			require.False(t, r.Valid())
 			want := map[Kind]int{}
@@ -566,7 +566,7 @@ func TestAnomalies(t *testing.T) {
 				}
 			}
 			require.Equal(t, want, r.Counts(), "%s", r)
-			require.Contains(t, r.String(), "txncheck INVALID")
+			require.Contains(t, r.String(), "check INVALID")
 			for _, a := range r.Anomalies {
 				require.NotEmpty(t, a.Msg)
 				require.Contains(t, r.String(), string(a.Kind))
@@ -590,7 +590,7 @@ func TestMalformedHistories(t *testing.T) {
 	}
 	for name, h := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, err := Check(h)
+			_, err := Check(h, Options{})
 			require.Error(t, err)
 		})
 	}
@@ -603,7 +603,7 @@ func TestStringBounded(t *testing.T) {
 	for i := range in {
 		in[i] = strconv.Itoa(i)
 	}
-	r, err := Check(History{Copies: []Copy{{Input: in, Output: "out"}}})
+	r, err := Check(History{Copies: []Copy{{Input: in, Output: "out"}}}, Options{})
 	require.NoError(t, err)
 	require.Len(t, r.Of(CopyMissing), 1000)
 	s := r.String()
@@ -621,9 +621,9 @@ func TestHistoryJSON(t *testing.T) {
 	require.NoError(t, err)
 	var back History
 	require.NoError(t, json.Unmarshal(b, &back))
-	want, err := Check(h)
+	want, err := Check(h, Options{})
 	require.NoError(t, err)
-	got, err := Check(back)
+	got, err := Check(back, Options{})
 	require.NoError(t, err)
 	require.Equal(t, want.String(), got.String())
 	require.NotEmpty(t, got.Of(TornTxn))
@@ -648,7 +648,7 @@ func TestRecorder(t *testing.T) {
 	h := rec.History()
 	require.Len(t, h.Txns, 200)
 	require.Len(t, h.Polls, 200)
-	r, err := Check(h)
+	r, err := Check(h, Options{})
 	require.NoError(t, err)
 	require.True(t, r.Valid(), "%s", r)
 	require.Zero(t, r.Unseen)

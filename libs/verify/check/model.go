@@ -1,7 +1,8 @@
-package txncheck
+package check
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 )
@@ -105,7 +106,21 @@ type Txn struct {
 	// Fail only when the transaction certainly did not commit (an abort, a
 	// PRODUCER_FENCED answer), Info when it may have.
 	Outcome Outcome
+	// TransactionalID is the producer's transactional.id; "" for idempotent
+	// and plain producers.
+	TransactionalID string
+	// ProducerID and Epoch are the producer id and epoch as the client saw
+	// them when the transaction began (0 and -1 when unknown).
+	ProducerID int64
+	Epoch      int16
+	// Idempotent says the producer had idempotence on. A value at two
+	// offsets is a Duplicate only for idempotent or transactional sends; a
+	// plain producer's retries may write twice (PlainDuplicate).
+	Idempotent bool
 }
+
+// Transactional says the transaction came from a transactional producer.
+func (t Txn) Transactional() bool { return t.TransactionalID != "" }
 
 // Read is one record a poll returned.
 type Read struct {
@@ -183,11 +198,85 @@ func Numbered(n int) []string {
 	return out
 }
 
+// Init is one InitProducerId call of a transactional producer.
+type Init struct {
+	Process         int
+	TransactionalID string
+	// Start and End are when the call was sent and answered.
+	Start, End int64
+	// ProducerID and Epoch are the answer (meaningful when Outcome is OK).
+	ProducerID int64
+	Epoch      int16
+	Outcome    Outcome
+}
+
+// The group protocols a Generation can come from.
+const (
+	ProtocolClassic  = "classic"
+	ProtocolConsumer = "consumer"
+)
+
+// Generation is a group member's assignment as the member saw it: it owned
+// Partitions from Start (the assignment) to End (the revocation, or the end of
+// the run).
+type Generation struct {
+	Process int
+	Group   string
+	Member  string
+	// Protocol is ProtocolClassic or ProtocolConsumer.
+	Protocol string
+	// Generation is the group generation (classic) or the member epoch
+	// (consumer protocol).
+	Generation int32
+	Partitions []TopicPartition
+	// End 0 means the member still owned the partitions when the run ended.
+	Start, End int64
+}
+
+// The kinds of GroupCommit.
+const (
+	// CommitAcked is an offset commit the group coordinator acknowledged.
+	CommitAcked = "commit"
+	// CommitFetched is a committed offset an OffsetFetch answered.
+	CommitFetched = "fetch"
+)
+
+// GroupCommit is a group's committed offset of one partition, as a consumer
+// committed it (Kind CommitAcked) or as an OffsetFetch returned it (Kind
+// CommitFetched).
+type GroupCommit struct {
+	Process int
+	Group   string
+	TopicPartition
+	Offset int64
+	// Generation is the generation (or member epoch) the commit carried; 0
+	// for a fetch.
+	Generation int32
+	Kind       string
+	// Time is when the answer arrived.
+	Time    int64
+	Outcome Outcome
+}
+
+// Fault is a fault injected during the run, kept for the report and the plot.
+type Fault struct {
+	Kind, Target, Detail string
+	Start, End           int64
+}
+
 // History is everything recorded in one run.
 type History struct {
 	Txns   []Txn
 	Polls  []Poll
 	Copies []Copy
+	// Inits are the InitProducerId calls of transactional producers.
+	Inits []Init
+	// Generations are group members' assignments.
+	Generations []Generation
+	// Commits are group offsets committed or fetched.
+	Commits []GroupCommit
+	// Faults are the faults injected.
+	Faults []Fault
 }
 
 // Recorder collects a history from concurrent clients.
@@ -219,13 +308,46 @@ func (r *Recorder) Copy(c Copy) {
 	r.h.Copies = append(r.h.Copies, c)
 }
 
+// Init records an InitProducerId call once answered.
+func (r *Recorder) Init(i Init) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.h.Inits = append(r.h.Inits, i)
+}
+
+// Generation records a member's assignment; record it at revocation (or at
+// the end of the run) when End is known.
+func (r *Recorder) Generation(g Generation) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.h.Generations = append(r.h.Generations, g)
+}
+
+// GroupCommit records a committed or fetched group offset.
+func (r *Recorder) GroupCommit(c GroupCommit) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.h.Commits = append(r.h.Commits, c)
+}
+
+// Fault records an injected fault.
+func (r *Recorder) Fault(f Fault) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.h.Faults = append(r.h.Faults, f)
+}
+
 // History returns what was recorded so far.
 func (r *Recorder) History() History {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return History{
-		Txns:   append([]Txn(nil), r.h.Txns...),
-		Polls:  append([]Poll(nil), r.h.Polls...),
-		Copies: append([]Copy(nil), r.h.Copies...),
+		Txns:        slices.Clone(r.h.Txns),
+		Polls:       slices.Clone(r.h.Polls),
+		Copies:      slices.Clone(r.h.Copies),
+		Inits:       slices.Clone(r.h.Inits),
+		Generations: slices.Clone(r.h.Generations),
+		Commits:     slices.Clone(r.h.Commits),
+		Faults:      slices.Clone(r.h.Faults),
 	}
 }

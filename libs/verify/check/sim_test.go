@@ -1,4 +1,4 @@
-package txncheck
+package check
 
 import (
 	"fmt"
@@ -359,7 +359,7 @@ func TestSimulatedValidHistories(t *testing.T) {
 	var txns, indeterminateSeen, abortedRU, values int
 	for seed := range uint64(300) {
 		s := simulate(seed, smallSim, noFault)
-		r, err := Check(s.h)
+		r, err := Check(s.h, Options{})
 		require.NoError(t, err)
 		require.True(t, r.Valid(), "seed %d: %s", seed, r)
 		// The final read_committed read sees every committed value.
@@ -404,7 +404,7 @@ func TestSimulatedPlantedFaults(t *testing.T) {
 					continue
 				}
 				planted++
-				r, err := Check(s.h)
+				r, err := Check(s.h, Options{})
 				require.NoError(t, err)
 				require.NotEmpty(t, r.Of(tc.want), "seed %d: %s", seed, r)
 				for _, a := range r.Anomalies {
@@ -424,7 +424,7 @@ func TestLargeHistory(t *testing.T) {
 		pollOneIn: 50, seekOneIn: 200}
 	s := simulate(1, cfg, noFault)
 	start := time.Now()
-	r, err := Check(s.h)
+	r, err := Check(s.h, Options{})
 	took := time.Since(start)
 	require.NoError(t, err)
 	require.True(t, r.Valid(), "%s", r)
@@ -432,7 +432,7 @@ func TestLargeHistory(t *testing.T) {
 	t.Logf("checked in %v: %s", took, r)
 
 	s = simulate(1, cfg, dropCommitted)
-	r, err = Check(s.h)
+	r, err = Check(s.h, Options{})
 	require.NoError(t, err)
 	require.NotEmpty(t, r.Of(LostWrite))
 }

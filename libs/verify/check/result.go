@@ -1,4 +1,4 @@
-package txncheck
+package check
 
 import (
 	"fmt"
@@ -127,7 +127,7 @@ func (r Result) String() string {
 	if !r.Valid() {
 		verdict = "INVALID"
 	}
-	fmt.Fprintf(&b, "txncheck %s: %d txns (%d committed, %d aborted, %d indeterminate of which %d seen), "+
+	fmt.Fprintf(&b, "check %s: %d txns (%d committed, %d aborted, %d indeterminate of which %d seen), "+
 		"%d values, %d reads in %d polls, %d unseen, %d aborted values read uncommitted",
 		verdict, r.Txns, r.Committed, r.Aborted, r.Indeterminate, r.IndeterminateSeen,
 		r.Values, r.Reads, r.Polls, r.Unseen, r.AbortedSeenUncommitted)

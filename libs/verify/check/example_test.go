@@ -1,33 +1,33 @@
-package txncheck_test
+package check_test
 
 import (
 	"fmt"
 
-	"github.com/sluice-io/sluice/integration/txncheck"
+	"github.com/sluice-io/sluice/libs/verify/check"
 )
 
 // A transaction over two partitions commits; a read_committed consumer that
 // read both partitions from the start saw only half of it.
 func Example() {
-	var rec txncheck.Recorder
-	rec.Txn(txncheck.Txn{
+	var rec check.Recorder
+	rec.Txn(check.Txn{
 		Process: 1,
-		Sends: []txncheck.Send{
+		Sends: []check.Send{
 			{Topic: "t", Partition: 0, Key: "a", Value: "a", Acked: true, Offset: 0},
 			{Topic: "t", Partition: 1, Key: "b", Value: "b", Acked: true, Offset: 0},
 		},
 		Commit:  true,
-		Outcome: txncheck.OK,
+		Outcome: check.OK,
 	})
-	rec.Poll(txncheck.Poll{
+	rec.Poll(check.Poll{
 		Process:   10,
-		Isolation: txncheck.ReadCommitted,
-		Seeks:     []txncheck.Position{{Topic: "t", Partition: 0}, {Topic: "t", Partition: 1}},
-		Reads:     []txncheck.Read{{Topic: "t", Partition: 0, Offset: 0, Key: "a", Value: "a"}},
-		Ends:      []txncheck.Position{{Topic: "t", Partition: 0, Offset: 2}, {Topic: "t", Partition: 1, Offset: 2}},
+		Isolation: check.ReadCommitted,
+		Seeks:     []check.Position{{Topic: "t", Partition: 0}, {Topic: "t", Partition: 1}},
+		Reads:     []check.Read{{Topic: "t", Partition: 0, Offset: 0, Key: "a", Value: "a"}},
+		Ends:      []check.Position{{Topic: "t", Partition: 0, Offset: 2}, {Topic: "t", Partition: 1, Offset: 2}},
 		Final:     true,
 	})
-	res, err := txncheck.Check(rec.History())
+	res, err := check.Check(rec.History(), check.Options{})
 	if err != nil {
 		panic(err)
 	}

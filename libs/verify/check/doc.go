@@ -1,4 +1,4 @@
-// Package txncheck checks histories of a Kafka-style transactional workload
+// Package check checks histories of a Kafka-style transactional workload
 // for the anomalies Jepsen's Kafka queue workload looks for, adapted to
 // Sluice's transactions and read_committed consumers.
 //
@@ -77,4 +77,4 @@
 // visibility is all-or-nothing. Each check above is therefore a direct
 // comparison of sets and maps keyed by offset and value, exact and linear in
 // the history's size, with no search that could explode on 100,000 records.
-package txncheck
+package check

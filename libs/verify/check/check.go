@@ -1,4 +1,4 @@
-package txncheck
+package check
 
 import (
 	"cmp"
@@ -105,8 +105,12 @@ type aggKey struct {
 }
 
 // Check checks a history. The error reports a malformed history (a missing
-// outcome or isolation, a value sent twice); anomalies are in the Result.
-func Check(h History) (Result, error) {
+// outcome or isolation, a value sent twice) or bad options; anomalies are in
+// the Result.
+func Check(h History, o Options) (Result, error) {
+	if err := o.validate(); err != nil {
+		return Result{}, err
+	}
 	sends := 0
 	for _, t := range h.Txns {
 		sends += len(t.Sends)
