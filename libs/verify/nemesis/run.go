@@ -1,0 +1,215 @@
+package nemesis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sluice-io/sluice/libs/verify/check"
+)
+
+// Victim is the process a step hit and why it was chosen.
+type Victim struct {
+	// Name is the process name, such as "storage-2".
+	Name string
+	// Why says which role it played, such as "leader of t/1" or "active
+	// controller"; "" when the role could not be found and any process of
+	// the kind was taken.
+	Why string
+}
+
+// Target is the cluster a schedule runs against. ClusterTarget implements
+// it over libs/devcluster; tests use fakes.
+type Target interface {
+	// Resolve picks the process that plays role now.
+	Resolve(ctx context.Context, role Role, rng *rand.Rand) (Victim, error)
+	// Kill sends SIGKILL and waits for the exit.
+	Kill(ctx context.Context, name string) error
+	// Start starts a process that exited and waits until it is healthy.
+	Start(ctx context.Context, name string) error
+	// Pause sends SIGSTOP; Resume sends SIGCONT.
+	Pause(ctx context.Context, name string) error
+	Resume(ctx context.Context, name string) error
+	// Crash makes the process drop its unsynced bytes (if dropUnsynced)
+	// and exit at once.
+	Crash(ctx context.Context, name string, dropUnsynced bool) error
+	// Peers returns the names of every other process.
+	Peers(name string) []string
+	// Isolate drops all traffic between name and the processes in from;
+	// Heal lifts it.
+	Isolate(ctx context.Context, name string, from []string) error
+	Heal(ctx context.Context, name string) error
+	// Disk injects a disk fault ("enospc" or "slow-sync") for d.
+	Disk(ctx context.Context, name, detail string, d time.Duration) error
+	// Clock shifts the process's clock by offset.
+	Clock(ctx context.Context, name string, offset time.Duration) error
+	// Clear removes every injected fault of the process.
+	Clear(ctx context.Context, name string) error
+	// Move reassigns one workload partition so another replica leads it and
+	// says which.
+	Move(ctx context.Context, rng *rand.Rand) (string, error)
+}
+
+// Log collects the faults a run injected. It implements
+// verify.FaultSource: hand it to verify.Config.Faults, and pass its Add to
+// Run.
+type Log struct {
+	mu     sync.Mutex
+	faults []check.Fault
+}
+
+// Add records a fault.
+func (l *Log) Add(f check.Fault) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.faults = append(l.faults, f)
+}
+
+// Faults returns the faults recorded so far, in the order they ended.
+func (l *Log) Faults() []check.Fault {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.faults)
+}
+
+// undoTimeout bounds undoing a fault after the run was cancelled.
+const undoTimeout = 90 * time.Second
+
+// Run executes steps against target, each at its At from now, one after
+// the other: a step whose time has passed (the previous one ran long)
+// starts at once. Every fault is undone at the end of its Duration, and
+// also when ctx ends, so the cluster is whole when Run returns. log gets
+// each fault when it has been undone, with its start and end times. Run
+// goes on after a step fails and returns every failure joined; a fault
+// that could not be undone (a process that did not come back) is among
+// them.
+func Run(ctx context.Context, steps []Step, target Target, log func(check.Fault)) error {
+	for _, s := range steps {
+		if err := s.Validate(); err != nil {
+			return err
+		}
+	}
+	steps = Sorted(steps)
+	// Role resolution draws from a generator seeded by the schedule, so a
+	// replayed schedule picks the same partitions.
+	h := fnv.New64a()
+	for _, s := range steps {
+		fmt.Fprint(h, s.String())
+	}
+	rng := rand.New(rand.NewPCG(h.Sum64(), 0x746172676574))
+	start := time.Now()
+	var errs []error
+	for i, s := range steps {
+		if wait := time.Until(start.Add(s.At)); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return errors.Join(errs...)
+			case <-time.After(wait):
+			}
+		} else if ctx.Err() != nil {
+			return errors.Join(errs...)
+		}
+		if err := runStep(ctx, s, target, rng, log); err != nil {
+			errs = append(errs, fmt.Errorf("step %d (%s): %w", i+1, s, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// runStep injects one fault, waits its duration (or until ctx ends) and
+// undoes it.
+func runStep(ctx context.Context, s Step, t Target, rng *rand.Rand, log func(check.Fault)) error {
+	f := check.Fault{Kind: string(s.Kind), Detail: string(s.Target)}
+	if s.Detail != "" {
+		f.Detail += "; " + s.Detail
+	}
+	if s.Kind == Move {
+		f.Start = time.Now().UnixNano()
+		what, err := t.Move(ctx, rng)
+		f.End = time.Now().UnixNano()
+		if err != nil {
+			return err
+		}
+		f.Target, f.Detail = what, string(s.Target)
+		log(f)
+		return nil
+	}
+	v, err := t.Resolve(ctx, s.Target, rng)
+	if err != nil {
+		return fmt.Errorf("finding the %s: %w", s.Target, err)
+	}
+	f.Target = v.Name
+	if v.Why != "" {
+		f.Detail = v.Why
+		if s.Detail != "" {
+			f.Detail += "; " + s.Detail
+		}
+	}
+	var undo func(context.Context) error
+	f.Start = time.Now().UnixNano()
+	switch s.Kind {
+	case Kill:
+		err = t.Kill(ctx, v.Name)
+		undo = func(ctx context.Context) error { return t.Start(ctx, v.Name) }
+	case Crash:
+		err = t.Crash(ctx, v.Name, s.Detail == "drop-unsynced")
+		undo = func(ctx context.Context) error { return t.Start(ctx, v.Name) }
+	case Pause:
+		err = t.Pause(ctx, v.Name)
+		undo = func(ctx context.Context) error { return t.Resume(ctx, v.Name) }
+	case Partition:
+		from := t.Peers(v.Name)
+		if s.Detail == "subset" && len(from) > 1 {
+			rng.Shuffle(len(from), func(i, j int) { from[i], from[j] = from[j], from[i] })
+			from = from[:1+rng.IntN(len(from)-1)]
+			slices.Sort(from)
+		}
+		f.Detail += fmt.Sprintf("; cut from %v", from)
+		err = t.Isolate(ctx, v.Name, from)
+		undo = func(ctx context.Context) error { return t.Heal(ctx, v.Name) }
+	case Disk:
+		err = t.Disk(ctx, v.Name, s.Detail, s.Duration)
+		undo = func(ctx context.Context) error { return t.Clear(ctx, v.Name) }
+	case Clock:
+		off, _ := time.ParseDuration(s.Detail) // checked by Validate
+		err = t.Clock(ctx, v.Name, off)
+		undo = func(ctx context.Context) error { return t.Clock(ctx, v.Name, 0) }
+	default:
+		return fmt.Errorf("kind %q cannot be run", s.Kind)
+	}
+	if err != nil {
+		// A half-applied fault (a crash request that killed the process
+		// but answered an error) is undone all the same.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+		defer cancel()
+		uerr := undo(uctx)
+		f.End = time.Now().UnixNano()
+		f.Detail += "; failed: " + err.Error()
+		log(f)
+		if uerr != nil {
+			return errors.Join(err, fmt.Errorf("undoing: %w", uerr))
+		}
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(s.Duration):
+	}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	uerr := undo(uctx)
+	f.End = time.Now().UnixNano()
+	if uerr != nil {
+		f.Detail += "; undo failed: " + uerr.Error()
+	}
+	log(f)
+	if uerr != nil {
+		return fmt.Errorf("undoing %s on %s: %w", s.Kind, v.Name, uerr)
+	}
+	return nil
+}

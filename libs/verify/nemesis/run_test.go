@@ -1,0 +1,121 @@
+package nemesis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-io/sluice/libs/verify/check"
+)
+
+// fakeTarget records the actions a run takes.
+type fakeTarget struct {
+	mu      sync.Mutex
+	calls   []string
+	failOn  string
+	running map[string]bool
+}
+
+func (f *fakeTarget) do(call string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, call)
+	if call == f.failOn {
+		return errors.New("refused")
+	}
+	return nil
+}
+
+func (f *fakeTarget) Resolve(_ context.Context, r Role, _ *rand.Rand) (Victim, error) {
+	return Victim{Name: "p-" + string(r), Why: "the " + string(r)}, nil
+}
+func (f *fakeTarget) Kill(_ context.Context, n string) error   { return f.do("kill " + n) }
+func (f *fakeTarget) Start(_ context.Context, n string) error  { return f.do("start " + n) }
+func (f *fakeTarget) Pause(_ context.Context, n string) error  { return f.do("pause " + n) }
+func (f *fakeTarget) Resume(_ context.Context, n string) error { return f.do("resume " + n) }
+func (f *fakeTarget) Crash(_ context.Context, n string, drop bool) error {
+	return f.do(fmt.Sprintf("crash %s %v", n, drop))
+}
+func (f *fakeTarget) Peers(string) []string { return []string{"a", "b", "c"} }
+func (f *fakeTarget) Isolate(_ context.Context, n string, from []string) error {
+	return f.do(fmt.Sprintf("isolate %s %v", n, from))
+}
+func (f *fakeTarget) Heal(_ context.Context, n string) error { return f.do("heal " + n) }
+func (f *fakeTarget) Disk(_ context.Context, n, d string, _ time.Duration) error {
+	return f.do("disk " + n + " " + d)
+}
+func (f *fakeTarget) Clock(_ context.Context, n string, o time.Duration) error {
+	return f.do(fmt.Sprintf("clock %s %v", n, o))
+}
+func (f *fakeTarget) Clear(_ context.Context, n string) error { return f.do("clear " + n) }
+func (f *fakeTarget) Move(context.Context, *rand.Rand) (string, error) {
+	return "t/0", f.do("move")
+}
+
+func TestRunAppliesAndUndoesEachStep(t *testing.T) {
+	steps := []Step{
+		{At: 30 * time.Millisecond, Kind: Pause, Target: StorageLeader, Duration: 20 * time.Millisecond},
+		{At: 0, Kind: Kill, Target: Controller, Duration: 10 * time.Millisecond},
+		{At: 60 * time.Millisecond, Kind: Partition, Target: StorageFollower, Duration: 10 * time.Millisecond, Detail: "isolate"},
+		{At: 80 * time.Millisecond, Kind: Clock, Target: AnyProcess, Duration: time.Millisecond, Detail: "-30s"},
+		{At: 90 * time.Millisecond, Kind: Crash, Target: StorageLeader, Duration: time.Millisecond, Detail: "drop-unsynced"},
+		{At: 95 * time.Millisecond, Kind: Move, Target: StorageLeader},
+	}
+	ft := &fakeTarget{}
+	var log Log
+	require.NoError(t, Run(context.Background(), steps, ft, log.Add))
+	require.Equal(t, []string{
+		"kill p-controller", "start p-controller",
+		"pause p-storage-leader", "resume p-storage-leader",
+		"isolate p-storage-follower [a b c]", "heal p-storage-follower",
+		"clock p-any -30s", "clock p-any 0s",
+		"crash p-storage-leader true", "start p-storage-leader",
+		"move",
+	}, ft.calls)
+	faults := log.Faults()
+	require.Len(t, faults, 6)
+	require.Equal(t, check.Fault{Kind: "kill", Target: "p-controller", Detail: "the controller", Start: faults[0].Start, End: faults[0].End}, faults[0])
+	for _, f := range faults[:5] {
+		require.Less(t, f.Start, f.End, "%+v", f)
+	}
+	require.GreaterOrEqual(t, faults[1].End-faults[1].Start, int64(20*time.Millisecond), "the pause lasts its duration")
+}
+
+func TestRunUndoesTheFaultInProgressWhenCancelled(t *testing.T) {
+	ft := &fakeTarget{}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	var log Log
+	start := time.Now()
+	err := Run(ctx, []Step{
+		{Kind: Pause, Target: StorageLeader, Duration: time.Hour},
+		{At: time.Hour, Kind: Kill, Target: Controller, Duration: time.Second},
+	}, ft, log.Add)
+	require.NoError(t, err)
+	require.Less(t, time.Since(start), 10*time.Second)
+	require.Equal(t, []string{"pause p-storage-leader", "resume p-storage-leader"}, ft.calls)
+	require.Len(t, log.Faults(), 1)
+}
+
+func TestRunReportsFailuresAndGoesOn(t *testing.T) {
+	ft := &fakeTarget{failOn: "start p-controller"}
+	var log Log
+	err := Run(context.Background(), []Step{
+		{Kind: Kill, Target: Controller, Duration: time.Millisecond},
+		{At: time.Millisecond, Kind: Pause, Target: StorageLeader, Duration: time.Millisecond},
+	}, ft, log.Add)
+	require.ErrorContains(t, err, "undoing kill on p-controller")
+	require.Contains(t, ft.calls, "resume p-storage-leader", "the next step still ran")
+	require.Contains(t, log.Faults()[0].Detail, "undo failed")
+}
+
+func TestRunRejectsInvalidSteps(t *testing.T) {
+	err := Run(context.Background(), []Step{{Kind: Partition, Target: StorageLeader}}, &fakeTarget{}, func(check.Fault) {})
+	require.ErrorContains(t, err, "isolate or subset")
+}
