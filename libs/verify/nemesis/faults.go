@@ -12,7 +12,9 @@ import (
 // HTTPFaults returns the fault endpoint of a process started with
 // --unsafe.fault-injection, reached on its HTTP listener
 // (ClusterTarget.Faults).
-func HTTPFaults(p *devcluster.Process) FaultAPI { return httpFaults{c: faultapi.Client{HTTPAddr: p.HTTPAddr}} }
+func HTTPFaults(p *devcluster.Process) FaultAPI {
+	return httpFaults{c: faultapi.Client{HTTPAddr: p.HTTPAddr}}
+}
 
 type httpFaults struct{ c faultapi.Client }
 
