@@ -2,6 +2,7 @@ package storage
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -48,3 +49,23 @@ func (c *ManualClock) Set(t time.Time) {
 	defer c.mu.Unlock()
 	c.now = t
 }
+
+// ShiftedClock is the wall clock moved by an offset that can change at any
+// time, for fault injection: a process told its clock jumped (NTP step,
+// a VM restored from a snapshot) sees retention, segment.ms and
+// LogAppendTime follow the jump. Safe for concurrent use.
+type ShiftedClock struct {
+	offset atomic.Int64 // nanoseconds
+}
+
+// NewShiftedClock returns a ShiftedClock at offset zero.
+func NewShiftedClock() *ShiftedClock { return &ShiftedClock{} }
+
+// Now returns the wall clock plus the offset.
+func (c *ShiftedClock) Now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
+
+// SetOffset sets the offset from the wall clock (negative runs behind).
+func (c *ShiftedClock) SetOffset(d time.Duration) { c.offset.Store(int64(d)) }
+
+// Offset returns the offset from the wall clock.
+func (c *ShiftedClock) Offset() time.Duration { return time.Duration(c.offset.Load()) }

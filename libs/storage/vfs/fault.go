@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Op names a file system operation, for fault injection.
@@ -45,8 +46,15 @@ type Fault struct {
 	// PathSuffix restricts the fault to paths ending with it ("" matches
 	// every path), such as ".log" or "leader-epoch-checkpoint".
 	PathSuffix string
-	// Err is the error returned, such as syscall.EIO or syscall.ENOSPC.
+	// PathContains restricts the fault to paths containing it ("" matches
+	// every path), such as a replica's directory name.
+	PathContains string
+	// Err is the error returned, such as syscall.EIO or syscall.ENOSPC;
+	// nil makes a fault that only adds Latency.
 	Err error
+	// Latency delays each matching operation (before it fails with Err,
+	// or runs), as a slow or overloaded device does.
+	Latency time.Duration
 	// After lets this many matching operations succeed first.
 	After int
 	// Times is how many operations fail; 0 means every one from then on.
@@ -177,7 +185,7 @@ func (f *FaultFS) Count(op Op) int {
 func (f *FaultFS) check(op Op, path string) *activeFault {
 	f.counts[op]++
 	for _, af := range f.faults {
-		if af.Op != op || !strings.HasSuffix(path, af.PathSuffix) {
+		if af.Op != op || !strings.HasSuffix(path, af.PathSuffix) || !strings.Contains(path, af.PathContains) {
 			continue
 		}
 		af.seen++
@@ -195,11 +203,24 @@ func (f *FaultFS) check(op Op, path string) *activeFault {
 
 func (f *FaultFS) fail(op Op, path string) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if af := f.check(op, path); af != nil {
-		return &os.PathError{Op: op.String(), Path: path, Err: af.Err}
+	af := f.check(op, path)
+	f.mu.Unlock()
+	return af.apply(op, path)
+}
+
+// apply waits the fault's latency (outside f.mu) and returns its error, if
+// it has one. A nil fault does nothing.
+func (af *activeFault) apply(op Op, path string) error {
+	if af == nil {
+		return nil
 	}
-	return nil
+	if af.Latency > 0 {
+		time.Sleep(af.Latency)
+	}
+	if af.Err == nil {
+		return nil
+	}
+	return &os.PathError{Op: op.String(), Path: path, Err: af.Err}
 }
 
 // state returns the tracked state of path, starting to track it with its
@@ -219,11 +240,11 @@ func (f *FaultFS) state(path string) *fileState {
 
 // OpenFile implements FS.
 func (f *FaultFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	if err := f.fail(OpOpen, name); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if af := f.check(OpOpen, name); af != nil {
-		return nil, &os.PathError{Op: "open", Path: name, Err: af.Err}
-	}
 	_, statErr := f.inner.Stat(name)
 	existed := statErr == nil
 	inner, err := f.inner.OpenFile(name, flag, perm)
@@ -426,12 +447,15 @@ type faultFile struct {
 // begin checks that the handle is from the current boot and applies faults.
 func (h *faultFile) begin(op Op) (*activeFault, error) {
 	h.fs.mu.Lock()
-	defer h.fs.mu.Unlock()
 	if h.gen != h.fs.gen {
+		h.fs.mu.Unlock()
 		return nil, &os.PathError{Op: op.String(), Path: h.st.path, Err: ErrCrashed}
 	}
-	if af := h.fs.check(op, h.st.path); af != nil {
-		return af, &os.PathError{Op: op.String(), Path: h.st.path, Err: af.Err}
+	af := h.fs.check(op, h.st.path)
+	path := h.st.path
+	h.fs.mu.Unlock()
+	if err := af.apply(op, path); err != nil {
+		return af, err
 	}
 	return nil, nil
 }

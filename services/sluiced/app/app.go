@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/membership"
 	"github.com/sluice-io/sluice/libs/metadata"
+	"github.com/sluice-io/sluice/libs/planted"
 	"github.com/sluice-io/sluice/libs/replica"
 	"github.com/sluice-io/sluice/libs/role"
 	"github.com/sluice-io/sluice/libs/service"
@@ -48,6 +49,10 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 		return err
 	}
 	logger = logger.With(log.Node(int32(cfg.Node.ID)))
+	if err := planted.Err(); err != nil {
+		return err
+	}
+	kit := setupUnsafe(cfg, logger)
 
 	cfg.Telemetry.Service = ServiceName(cfg.Roles)
 	tel, err := telemetry.Setup(ctx, cfg.Telemetry, fmt.Sprintf("node-%d", cfg.Node.ID))
@@ -91,8 +96,11 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 	m := service.NewManager(logger, srv)
 	m.Add(service.Func{N: "telemetry", StopFn: tel.Shutdown})
 	m.Add(service.Func{N: "connections", StopFn: func(context.Context) error { return n.pool.Close() }})
+	var httpMux *http.ServeMux
 	if httpLis != nil {
-		m.Add(httpService(httpLis, tel, logger))
+		var hs service.Service
+		hs, httpMux = httpService(httpLis, tel, logger)
+		m.Add(hs)
 	}
 	m.Add(grpcService(srv, lis, logger))
 	if cfg.Roles.Has(role.Controller) {
@@ -108,11 +116,16 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 		}, n.pool.Get, n.cache, logger)
 		m.Add(n.member)
 		if cfg.Roles.Has(role.StorageNode) {
-			n.replicas = replica.NewManager(cfg.StorageNode.ReplicaConfig(cfg.Node), int32(cfg.Node.ID), n.cache, n.member, n.pool, logger)
+			n.replicas = replica.NewManager(kit.replicaConfig(cfg.StorageNode.ReplicaConfig(cfg.Node)), int32(cfg.Node.ID), n.cache, n.member, n.pool, logger)
 		}
 		for _, r := range others {
 			m.Add(served.add(r, n.newRole(r)))
 		}
+	}
+	if httpMux != nil {
+		// Served from the start, like /metrics; the handler reads the
+		// replicas only when called.
+		kit.register(httpMux, n.replicas, logger)
 	}
 	// The Kafka APIs every process answers, whatever its roles (Metadata,
 	// FindCoordinator, the admin APIs).
@@ -275,8 +288,9 @@ func grpcService(srv *grpcx.Server, lis net.Listener, logger *slog.Logger) servi
 	}
 }
 
-// httpService serves Prometheus metrics and pprof profiles.
-func httpService(lis net.Listener, tel *telemetry.Providers, logger *slog.Logger) service.Service {
+// httpService serves Prometheus metrics and pprof profiles; it returns its
+// mux so fault injection can add its endpoints.
+func httpService(lis net.Listener, tel *telemetry.Providers, logger *slog.Logger) (service.Service, *http.ServeMux) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(tel.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -296,5 +310,5 @@ func httpService(lis net.Listener, tel *telemetry.Providers, logger *slog.Logger
 			return nil
 		},
 		StopFn: hs.Shutdown,
-	}
+	}, mux
 }

@@ -27,6 +27,7 @@ type Config struct {
 	Telemetry telemetry.Config
 	GRPC      grpcx.ServerConfig
 	Kafka     kafka.Config
+	Unsafe    UnsafeConfig
 
 	Controller             controller.Config
 	StorageNode            storagenode.Config
@@ -48,7 +49,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 }
 
 func (c *Config) components() []config.Component {
-	return []config.Component{&c.Node, &c.Log, &c.Telemetry, &c.GRPC, &c.Kafka}
+	return []config.Component{&c.Node, &c.Log, &c.Telemetry, &c.GRPC, &c.Kafka, &c.Unsafe}
 }
 
 func (c *Config) roleComponents() map[role.Role]config.Component {
