@@ -114,7 +114,7 @@ func delayedWorkload(t *testing.T, c *cluster.Options, seed uint64, txns int, pc
 					mu.Unlock()
 					v := fmt.Sprintf("w%d-t%d-late", w, j-1)
 					perr := lateProduce(ctx, storage, admin, topic, part, tid, late.GetProducerId(), int16(late.GetProducerEpoch()), v)
-					rec.Txn(check.Txn{Process: w, Sends: []check.Send{{Topic: topic, Partition: part, Key: v, Value: v, Offset: check.NoOffset}},
+					rec.Txn(check.Txn{Process: w, TransactionalID: tid, Sends: []check.Send{{Topic: topic, Partition: part, Key: v, Value: v, Offset: check.NoOffset}},
 						Commit: false, Outcome: check.OK})
 					// And the EndTxn of the previous transaction arrives
 					// again.
@@ -145,7 +145,7 @@ func delayedWorkload(t *testing.T, c *cluster.Options, seed uint64, txns int, pc
 					t.Logf("%s txn %d: end: %v", tid, j, endErr)
 				}
 				mu.Lock()
-				rec.Txn(check.Txn{Process: w, Sends: sends, Commit: commit, Outcome: outcome})
+				rec.Txn(check.Txn{Process: w, TransactionalID: tid, Sends: sends, Commit: commit, Outcome: outcome})
 				mu.Unlock()
 				if commit && endErr == nil && rng.IntN(2) == 0 {
 					late = tap.take()

@@ -78,10 +78,13 @@ type tpOffset struct {
 }
 
 type checker struct {
-	h    History
-	res  Result
-	ids  map[vkey]vid
-	vals []vinfo
+	h   History
+	o   Options
+	res Result
+	// warnings collects Unseen and PlainDuplicate reports.
+	warnings []Anomaly
+	ids      map[vkey]vid
+	vals     []vinfo
 	// topics with at least one recorded send.
 	written map[string]bool
 	status  []status
@@ -97,6 +100,11 @@ type checker struct {
 	// agg merges anomalies about one value (one per kind and value, listing
 	// every consumer involved).
 	agg map[aggKey]int
+	// known holds, per partition, the values of transactions not known to
+	// have aborted whose offset is known, sorted by offset.
+	known map[TopicPartition][]candidate
+	// seenTxn says a read_committed reader returned a value of the txn.
+	seenTxn []bool
 }
 
 type aggKey struct {
@@ -115,8 +123,12 @@ func Check(h History, o Options) (Result, error) {
 	for _, t := range h.Txns {
 		sends += len(t.Sends)
 	}
+	if err := validate(h); err != nil {
+		return Result{}, err
+	}
 	c := &checker{
 		h:          h,
+		o:          o,
 		ids:        make(map[vkey]vid, sends),
 		vals:       make([]vinfo, 0, sends),
 		written:    map[string]bool{},
@@ -139,12 +151,44 @@ func Check(h History, o Options) (Result, error) {
 	if err := c.checkCopies(); err != nil {
 		return Result{}, err
 	}
-	slices.SortStableFunc(c.res.Anomalies, func(a, b Anomaly) int {
-		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Topic, b.Topic),
+	c.checkG1c()
+	c.checkOwnership()
+	c.checkGroupCommits()
+	c.checkZombies()
+	c.res.Anomalies, c.res.AnomalyCounts = bound(c.res.Anomalies, o.maxExamples())
+	c.res.Warnings, c.res.WarningCounts = bound(c.warnings, o.maxExamples())
+	return c.res, nil
+}
+
+// bound sorts anomalies, counts them per kind and keeps at most n per kind.
+func bound(list []Anomaly, n int) ([]Anomaly, map[Kind]int) {
+	slices.SortStableFunc(list, func(a, b Anomaly) int {
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Group, b.Group), cmp.Compare(a.Topic, b.Topic),
 			cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Offset, b.Offset),
 			cmp.Compare(a.Value, b.Value), cmp.Compare(a.Txn, b.Txn))
 	})
-	return c.res, nil
+	counts := map[Kind]int{}
+	kept := list[:0]
+	for _, a := range list {
+		counts[a.Kind]++
+		if counts[a.Kind] <= n {
+			kept = append(kept, a)
+		}
+	}
+	if kept == nil {
+		kept = []Anomaly{}
+	}
+	return kept, counts
+}
+
+// warn records a warning; an Unseen one is an anomaly with
+// Options.FailUnseen.
+func (c *checker) warn(a Anomaly) {
+	if a.Kind == Unseen && c.o.FailUnseen {
+		c.add(a)
+		return
+	}
+	c.warnings = append(c.warnings, a)
 }
 
 // id returns the number of a value, numbering it if new.
@@ -431,10 +475,20 @@ func (c *checker) checkOffsets() {
 			where[i] = fmt.Sprintf("%s@%d", at.tp, at.offset)
 		}
 		k := c.vals[v].key
-		c.add(Anomaly{Kind: Duplicate, Topic: k.topic, Partition: ats[0].tp.Partition, Offset: ats[0].offset,
+		a := Anomaly{Kind: Duplicate, Topic: k.topic, Partition: ats[0].tp.Partition, Offset: ats[0].offset,
 			Offsets: offs, Value: k.value, Txn: c.vals[v].txn, Poll: -1,
 			Msg: fmt.Sprintf("value %q of topic %s is at %d offsets: %s", k.value, k.topic, len(ats),
-				strings.Join(where, ", "))})
+				strings.Join(where, ", "))}
+		if t := c.vals[v].txn; t >= 0 && !c.h.Txns[t].Idempotent && !c.h.Txns[t].Transactional() {
+			// A plain producer's retry may append a batch twice.
+			a.Kind = PlainDuplicate
+			a.Processes = []int{c.h.Txns[t].Process}
+			a.Msg += fmt.Sprintf(" (plain producer %d: retries without idempotence may write twice)",
+				c.h.Txns[t].Process)
+			c.warn(a)
+			continue
+		}
+		c.add(a)
 	}
 }
 
@@ -475,6 +529,7 @@ type candidate struct {
 // lost writes and torn transactions.
 func (c *checker) checkCoverage() {
 	seenTxn := make([]bool, len(c.h.Txns))
+	c.seenTxn = seenTxn
 	for _, w := range c.vals {
 		if w.rcSeen && w.txn >= 0 {
 			seenTxn[w.txn] = true
@@ -514,20 +569,24 @@ func (c *checker) checkCoverage() {
 			known[tp] = append(known[tp], candidate{off, v, w.txn})
 		}
 		if (c.status[w.txn] == committed || seenTxn[w.txn]) && !w.rcSeen {
-			c.res.Unseen++
-			if len(c.res.UnseenValues) < 100 {
-				c.res.UnseenValues = append(c.res.UnseenValues, w.key.value)
+			c.res.Unread++
+			if len(c.res.UnreadValues) < 100 {
+				c.res.UnreadValues = append(c.res.UnreadValues, w.key.value)
 			}
 		}
 	}
 	for _, cs := range known {
 		slices.SortFunc(cs, func(a, b candidate) int { return cmp.Compare(a.offset, b.offset) })
 	}
-	sort.Strings(c.res.UnseenValues)
+	c.known = known
+	sort.Strings(c.res.UnreadValues)
+	// covered marks values a read_committed segment read past or returned.
+	covered := make([]bool, len(c.vals))
 
 	type txnProc struct{ txn, process int }
 	missed := map[txnProc]map[vid]int64{}
 	miss := func(s *segment, cd candidate) {
+		covered[cd.v] = true
 		if _, ok := s.values[cd.v]; ok {
 			return
 		}
@@ -611,6 +670,7 @@ func (c *checker) checkCoverage() {
 			}
 		}
 	}
+	c.checkUnseen(known, unknown, covered)
 	// Name every consumer in lost-write messages, now that all are known.
 	for i := range c.res.Anomalies {
 		a := &c.res.Anomalies[i]
@@ -794,4 +854,31 @@ func (c *checker) checkCopies() error {
 		c.res.Copies = append(c.res.Copies, res)
 	}
 	return nil
+}
+
+// checkUnseen warns about values of committed transactions that no
+// read_committed reader returned or read past: nothing judged them.
+func (c *checker) checkUnseen(known, unknown map[TopicPartition][]candidate, covered []bool) {
+	report := func(cd candidate, tp TopicPartition) {
+		w := c.vals[cd.v]
+		if covered[cd.v] || w.rcSeen || !(c.status[cd.txn] == committed || c.seenTxn[cd.txn]) {
+			return
+		}
+		t := c.h.Txns[cd.txn]
+		c.warn(Anomaly{Kind: Unseen, Topic: tp.Topic, Partition: tp.Partition, Offset: cd.offset, Value: w.key.value,
+			Txn: cd.txn, Poll: -1, Processes: []int{t.Process},
+			Msg: fmt.Sprintf("value %q of txn %d (process %d, %s) at %s offset %s: no read_committed reader returned it "+
+				"or read past it, so nothing shows whether it survived; a final read of %s from offset 0 judges it",
+				w.key.value, cd.txn, t.Process, describe(c.status[cd.txn]), tp, offsetString(cd.offset), tp)})
+	}
+	for tp, cs := range known {
+		for _, cd := range cs {
+			report(cd, tp)
+		}
+	}
+	for tp, cs := range unknown {
+		for _, cd := range cs {
+			report(cd, tp)
+		}
+	}
 }

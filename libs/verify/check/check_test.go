@@ -20,16 +20,19 @@ func ack(p int32, v string, off int64) Send {
 	return s
 }
 
+// tid is the transactional id of the builders' producer proc.
+func tid(proc int) string { return "tx-" + strconv.Itoa(proc) }
+
 func commitOK(proc int, sends ...Send) Txn {
-	return Txn{Process: proc, Sends: sends, Commit: true, Outcome: OK}
+	return Txn{Process: proc, TransactionalID: tid(proc), Sends: sends, Commit: true, Outcome: OK}
 }
 
 func abortOK(proc int, sends ...Send) Txn {
-	return Txn{Process: proc, Sends: sends, Commit: false, Outcome: OK}
+	return Txn{Process: proc, TransactionalID: tid(proc), Sends: sends, Commit: false, Outcome: OK}
 }
 
 func txnInfo(proc int, sends ...Send) Txn {
-	return Txn{Process: proc, Sends: sends, Commit: true, Outcome: Info}
+	return Txn{Process: proc, TransactionalID: tid(proc), Sends: sends, Commit: true, Outcome: Info}
 }
 
 func rd(p int32, off int64, v string) Read {
@@ -80,7 +83,7 @@ func TestValidHistories(t *testing.T) {
 			check: func(t *testing.T, r Result) {
 				require.Equal(t, 1, r.Committed)
 				require.Equal(t, 2, r.Reads)
-				require.Zero(t, r.Unseen)
+				require.Zero(t, r.Unread)
 			},
 		},
 		{
@@ -126,7 +129,7 @@ func TestValidHistories(t *testing.T) {
 			},
 			check: func(t *testing.T, r Result) {
 				require.Zero(t, r.IndeterminateSeen)
-				require.Zero(t, r.Unseen)
+				require.Zero(t, r.Unread)
 			},
 		},
 		{
@@ -189,8 +192,8 @@ func TestValidHistories(t *testing.T) {
 				Polls: []Poll{seek(rc(10, rd(0, 0, "a")), pos(0, 0))},
 			},
 			check: func(t *testing.T, r Result) {
-				require.Equal(t, 1, r.Unseen)
-				require.Equal(t, []string{"b"}, r.UnseenValues)
+				require.Equal(t, 1, r.Unread)
+				require.Equal(t, []string{"b"}, r.UnreadValues)
 			},
 		},
 		{
@@ -651,5 +654,5 @@ func TestRecorder(t *testing.T) {
 	r, err := Check(h, Options{})
 	require.NoError(t, err)
 	require.True(t, r.Valid(), "%s", r)
-	require.Zero(t, r.Unseen)
+	require.Zero(t, r.Unread)
 }

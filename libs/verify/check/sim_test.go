@@ -114,7 +114,7 @@ func (s *sim) tick() int64 { s.now++; return s.now }
 
 func (s *sim) newTxn(proc int) *simTxn {
 	n := 1 + s.rng.IntN(s.cfg.maxSends)
-	t := &simTxn{rec: Txn{Process: proc, Start: s.tick()}}
+	t := &simTxn{rec: Txn{Process: proc, TransactionalID: tid(proc), Start: s.tick()}}
 	for range n {
 		t.plan = append(t.plan, int32(s.rng.IntN(s.cfg.partitions)))
 	}
@@ -363,7 +363,7 @@ func TestSimulatedValidHistories(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, r.Valid(), "seed %d: %s", seed, r)
 		// The final read_committed read sees every committed value.
-		require.Zero(t, r.Unseen, "seed %d", seed)
+		require.Zero(t, r.Unread, "seed %d", seed)
 		txns += r.Txns
 		indeterminateSeen += r.IndeterminateSeen
 		abortedRU += r.AbortedSeenUncommitted
