@@ -30,9 +30,11 @@ var (
 	// kafkaCopierProgram is the franz-go exactly-once copier of the Kafka
 	// transaction tests.
 	kafkaCopierProgram = &program{env: "KAFKACOPIER", pkg: "github.com/sluice-io/sluice/integration/cmd/kafkacopier", name: "kafkacopier"}
-	// plantedSluiced is sluiced with the transaction protocol's bug before
-	// KIP-890 planted (no epoch bump at the end of a transaction).
-	plantedSluiced = &program{pkg: "github.com/sluice-io/sluice/services/sluiced", name: "sluiced-planted-no-epoch-bump", tags: "sluice_planted_no_epoch_bump"}
+	// plantedSluiced is sluiced built with the tag sluice_planted: the
+	// bugs of libs/planted that SLUICE_PLANTED names in its environment
+	// are on (see plantedEnv). The Makefile's bin/sluiced-planted is the
+	// same build (env SLUICED_PLANTED).
+	plantedSluiced = &program{env: "SLUICED_PLANTED", pkg: "github.com/sluice-io/sluice/services/sluiced", name: "sluiced-planted", tags: "sluice_planted"}
 )
 
 func (p *program) get(t *testing.T) string {

@@ -226,7 +226,8 @@ func TestDelayedEndTxnCannotTouchTheNextTransaction(t *testing.T) {
 		// Fewer transactions, and a short delivery timeout: with the bug,
 		// batches after a late commit wait for a transaction the
 		// coordinator already ended until they time out.
-		res := delayedWorkload(t, &cluster.Options{StorageNodes: 1, Sluiced: plantedSluiced.get(t)}, seed, 8,
+		res := delayedWorkload(t, &cluster.Options{StorageNodes: 1, Sluiced: plantedSluiced.get(t),
+			Env: []string{"SLUICE_PLANTED=no_epoch_bump"}}, seed, 8,
 			client.ProducerConfig{DeliveryTimeout: 5 * time.Second, RequestTimeout: 2 * time.Second})
 		t.Logf("DELAYED planted: %s", res)
 		require.False(t, res.Valid(), "the checker missed the planted bug: %s", res)

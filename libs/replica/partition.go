@@ -190,6 +190,15 @@ func (p *Partition) applyState(ps *commonv1.PartitionState, settings topicSettin
 		p.leaderID, p.leaderEpoch = ps.GetLeaderId(), ps.GetLeaderEpoch()
 		p.partitionEpoch, p.isr = ps.GetPartitionEpoch(), ps.GetIsr()
 		changed = true
+		if plantedTruncateToHW() && p.log.LogEndOffset() > p.hw {
+			// Planted bug (before KIP-101): drop everything above the
+			// local high watermark on a leader change, though the new
+			// leader may lack it too or the tail may be acknowledged.
+			p.m.logger.Warn("planted truncate_to_hw: truncating to the high watermark", log.TopicPartition(p.tp.Topic, p.tp.Partition), log.Offset(p.hw))
+			if err := p.log.TruncateTo(p.hw); err != nil {
+				p.m.logger.Warn("planted truncate_to_hw failed", log.Err(err))
+			}
+		}
 	}
 	if changed {
 		p.wakeLocked()
@@ -383,6 +392,9 @@ func (p *Partition) AwaitAck(ctx context.Context, res storage.AppendResult, epoc
 	if acks != AcksAll {
 		return nil
 	}
+	if plantedAckBeforeReplication() {
+		return nil // planted bug: answer acks=all as if it were acks=1
+	}
 	p.mu.Lock()
 	fsync := p.fsync
 	p.mu.Unlock()
@@ -469,6 +481,9 @@ func (p *Partition) ReadIsolated(offset int64, maxBytes int, callerEpoch, lastFe
 	upTo := v.HighWatermark
 	if readCommitted {
 		upTo = v.LastStable
+		if plantedLSOOffByOne() && upTo < v.HighWatermark {
+			upTo++ // planted bug: the batch at the LSO (an open transaction's) is served too
+		}
 	}
 	res, err := p.log.Read(offset, upTo, maxBytes)
 	return res, v, nil, err

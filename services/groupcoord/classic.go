@@ -16,6 +16,7 @@ import (
 
 	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
 	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/planted"
 )
 
 // Classic group states, Kafka's names.
@@ -700,7 +701,7 @@ func (s *shard) classicMemberLocked(g *group, memberID, instanceID string, gener
 	if m == nil {
 		return nil, errs.New(errs.UnknownMemberID, "group %q has no member %q; join again with an empty member id", g.id, memberID)
 	}
-	if generation != c.generation {
+	if generation != c.generation && !(generation < c.generation && planted.On(planted.StaleGenerationAccepted)) {
 		return nil, errs.New(errs.IllegalGeneration, "group %q is at generation %d, not %d; join again", g.id, c.generation, generation)
 	}
 	return m, nil

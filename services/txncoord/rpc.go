@@ -317,7 +317,7 @@ func (r *TransactionCoordinator) endTxn(ctx context.Context, req *txnv1.EndTxnRe
 		case s.pending[tid]:
 			out = fail(concurrent(tid))
 			return false
-		case !plantedNoEpochBump && m.lastProducerID >= 0 && req.GetProducerId() == m.lastProducerID && req.GetProducerEpoch() == int32(m.lastEpoch) &&
+		case !plantedNoEpochBump() && m.lastProducerID >= 0 && req.GetProducerId() == m.lastProducerID && req.GetProducerEpoch() == int32(m.lastEpoch) &&
 			!(m.state == kmsg.TransactionStateOngoing && m.lastProducerID == m.producerID && m.lastEpoch == m.epoch):
 			// Names the transaction that ended last, unless that one
 			// ended without a bump and the same epoch runs the open one.

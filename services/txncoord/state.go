@@ -90,7 +90,7 @@ func (m *txnMeta) end(commit, bumpEpoch bool, now time.Time, newPID func() int64
 	if bumpEpoch {
 		n.producerID, n.epoch = bump(m.producerID, m.epoch, newPID)
 	}
-	if plantedNoEpochBump {
+	if plantedNoEpochBump() {
 		n.producerID, n.epoch = m.producerID, m.epoch
 	}
 	n.state = kmsg.TransactionStatePrepareAbort
