@@ -72,6 +72,9 @@ type ClusterTarget struct {
 	// Faults returns the fault-injection endpoint of a process; nil means
 	// crash, disk and clock faults are unavailable.
 	Faults func(p *devcluster.Process) FaultAPI
+	// ClientFaults are the workload clients' interceptors; nil means
+	// client-side faults are unavailable.
+	ClientFaults *ClientFaults
 	// ReadyTimeout bounds the wait for a restarted process to be healthy
 	// (default 90 s).
 	ReadyTimeout time.Duration
@@ -484,4 +487,31 @@ func (t *ClusterTarget) Move(ctx context.Context, rng *rand.Rand) (string, error
 		}
 	}
 	return what, nil
+}
+
+// StartClientFault implements Target.
+func (t *ClusterTarget) StartClientFault(_ context.Context, k Kind, d time.Duration) error {
+	if t.ClientFaults == nil {
+		return errors.New("client-side faults need ClusterTarget.ClientFaults on the workload's clients")
+	}
+	t.logf("nemesis: client fault %s for %v", k, d)
+	switch k {
+	case LateEndTxn:
+		t.ClientFaults.StartLateEndTxn(d)
+	case StallMember:
+		t.ClientFaults.StartStallMember(d)
+	default:
+		return fmt.Errorf("%s is not a client-side fault", k)
+	}
+	return nil
+}
+
+// StopClientFault implements Target.
+func (t *ClusterTarget) StopClientFault(k Kind) string {
+	if t.ClientFaults == nil {
+		return ""
+	}
+	d := t.ClientFaults.Stop(k)
+	t.logf("nemesis: client fault %s over: %s", k, d)
+	return d
 }

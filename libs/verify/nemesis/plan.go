@@ -40,10 +40,17 @@ const (
 	// so another replica becomes the preferred leader) and runs a preferred
 	// election: membership change through the admin API.
 	Move Kind = "move"
+	// LateEndTxn delivers a second copy of each committed EndTxn late,
+	// after the producer's next transaction began (client side; see
+	// ClientFaults).
+	LateEndTxn Kind = "late-endtxn"
+	// StallMember holds one group member's heartbeats past its session
+	// timeout while it goes on committing (client side; see ClientFaults).
+	StallMember Kind = "stall-member"
 )
 
 // Kinds lists every kind in a fixed order.
-var Kinds = []Kind{Kill, Pause, Crash, Partition, Disk, Clock, Move}
+var Kinds = []Kind{Kill, Pause, Crash, Partition, Disk, Clock, Move, LateEndTxn, StallMember}
 
 // ParseKind returns the kind named s.
 func ParseKind(s string) (Kind, error) {
@@ -89,10 +96,12 @@ const (
 	TxnCoordinator Role = "txn-coordinator"
 	// AnyProcess is any process.
 	AnyProcess Role = "any"
+	// Clients are the workload's clients (client-side faults).
+	Clients Role = "client"
 )
 
 // Roles lists every role in a fixed order.
-var Roles = []Role{Controller, StandbyController, StorageLeader, StorageFollower, ReplicationWorker, GroupCoordinator, TxnCoordinator, AnyProcess}
+var Roles = []Role{Controller, StandbyController, StorageLeader, StorageFollower, ReplicationWorker, GroupCoordinator, TxnCoordinator, AnyProcess, Clients}
 
 // ParseRole returns the role named s.
 func ParseRole(s string) (Role, error) {
@@ -152,6 +161,10 @@ func (s Step) Validate() error {
 	case Disk:
 		if s.Detail != "enospc" && s.Detail != "slow-sync" {
 			return fmt.Errorf("step %q: a disk fault's detail is enospc or slow-sync", s)
+		}
+	case LateEndTxn, StallMember:
+		if s.Target != Clients {
+			return fmt.Errorf("step %q: a client-side fault targets %s", s, Clients)
 		}
 	case Clock:
 		if _, err := time.ParseDuration(s.Detail); err != nil {
@@ -280,6 +293,9 @@ func Plan(seed int64, o PlanOptions) ([]Step, error) {
 		case Move:
 			s.Target = StorageLeader
 			s.Duration = 0
+		case LateEndTxn, StallMember:
+			s.Target = Clients
+			s.Duration = o.SessionTimeout + between(time.Second, 3*time.Second)
 		default:
 			s.Duration = between(o.MinFault, o.MaxFault)
 		}

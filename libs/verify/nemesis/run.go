@@ -53,6 +53,11 @@ type Target interface {
 	// Move reassigns one workload partition so another replica leads it and
 	// says which.
 	Move(ctx context.Context, rng *rand.Rand) (string, error)
+	// StartClientFault turns on a client-side fault (LateEndTxn,
+	// StallMember) for d; StopClientFault turns it off and describes what
+	// it did.
+	StartClientFault(ctx context.Context, k Kind, d time.Duration) error
+	StopClientFault(k Kind) string
 }
 
 // Log collects the faults a run injected. It implements
@@ -80,14 +85,14 @@ func (l *Log) Faults() []check.Fault {
 // undoTimeout bounds undoing a fault after the run was cancelled.
 const undoTimeout = 90 * time.Second
 
-// Run executes steps against target, each at its At from now, one after
-// the other: a step whose time has passed (the previous one ran long)
-// starts at once. Every fault is undone at the end of its Duration, and
-// also when ctx ends, so the cluster is whole when Run returns. log gets
-// each fault when it has been undone, with its start and end times. Run
-// goes on after a step fails and returns every failure joined; a fault
-// that could not be undone (a process that did not come back) is among
-// them.
+// Run executes steps against target, each at its At from now. Steps that
+// overlap in time run at the same time (Plan never makes such schedules;
+// hand-written ones may, such as a second leader killed while the first
+// is down). Every fault is undone at the end of its Duration, and also when
+// ctx ends, so the cluster is whole when Run returns. log gets each fault
+// when it has been undone, with its start and end times. Run goes on after
+// a step fails and returns every failure joined; a fault that could not be
+// undone (a process that did not come back) is among them.
 func Run(ctx context.Context, steps []Step, target Target, log func(check.Fault)) error {
 	for _, s := range steps {
 		if err := s.Validate(); err != nil {
@@ -95,29 +100,37 @@ func Run(ctx context.Context, steps []Step, target Target, log func(check.Fault)
 		}
 	}
 	steps = Sorted(steps)
-	// Role resolution draws from a generator seeded by the schedule, so a
+	// Role resolution draws from generators seeded by the schedule, so a
 	// replayed schedule picks the same partitions.
 	h := fnv.New64a()
 	for _, s := range steps {
 		fmt.Fprint(h, s.String())
 	}
-	rng := rand.New(rand.NewPCG(h.Sum64(), 0x746172676574))
+	seed := h.Sum64()
 	start := time.Now()
+	var mu sync.Mutex
 	var errs []error
+	var wg sync.WaitGroup
 	for i, s := range steps {
 		if wait := time.Until(start.Add(s.At)); wait > 0 {
 			select {
 			case <-ctx.Done():
-				return errors.Join(errs...)
 			case <-time.After(wait):
 			}
-		} else if ctx.Err() != nil {
-			return errors.Join(errs...)
 		}
-		if err := runStep(ctx, s, target, rng, log); err != nil {
-			errs = append(errs, fmt.Errorf("step %d (%s): %w", i+1, s, err))
+		if ctx.Err() != nil {
+			break
 		}
+		rng := rand.New(rand.NewPCG(seed, uint64(i)))
+		wg.Go(func() {
+			if err := runStep(ctx, s, target, rng, log); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("step %d (%s): %w", i+1, s, err))
+				mu.Unlock()
+			}
+		})
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 
@@ -136,6 +149,21 @@ func runStep(ctx context.Context, s Step, t Target, rng *rand.Rand, log func(che
 			return err
 		}
 		f.Target, f.Detail = what, string(s.Target)
+		log(f)
+		return nil
+	}
+	if s.Target == Clients {
+		f.Target = string(Clients)
+		f.Start = time.Now().UnixNano()
+		if err := t.StartClientFault(ctx, s.Kind, s.Duration); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(s.Duration):
+		}
+		f.Detail = t.StopClientFault(s.Kind)
+		f.End = time.Now().UnixNano()
 		log(f)
 		return nil
 	}

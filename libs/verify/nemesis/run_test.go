@@ -58,14 +58,23 @@ func (f *fakeTarget) Move(context.Context, *rand.Rand) (string, error) {
 	return "t/0", f.do("move")
 }
 
+func (f *fakeTarget) StartClientFault(_ context.Context, k Kind, _ time.Duration) error {
+	return f.do("start " + string(k))
+}
+func (f *fakeTarget) StopClientFault(k Kind) string {
+	_ = f.do("stop " + string(k))
+	return "done"
+}
+
 func TestRunAppliesAndUndoesEachStep(t *testing.T) {
 	steps := []Step{
-		{At: 30 * time.Millisecond, Kind: Pause, Target: StorageLeader, Duration: 20 * time.Millisecond},
-		{At: 0, Kind: Kill, Target: Controller, Duration: 10 * time.Millisecond},
-		{At: 60 * time.Millisecond, Kind: Partition, Target: StorageFollower, Duration: 10 * time.Millisecond, Detail: "isolate"},
-		{At: 80 * time.Millisecond, Kind: Clock, Target: AnyProcess, Duration: time.Millisecond, Detail: "-30s"},
-		{At: 90 * time.Millisecond, Kind: Crash, Target: StorageLeader, Duration: time.Millisecond, Detail: "drop-unsynced"},
-		{At: 95 * time.Millisecond, Kind: Move, Target: StorageLeader},
+		{At: 100 * time.Millisecond, Kind: Pause, Target: StorageLeader, Duration: 50 * time.Millisecond},
+		{At: 0, Kind: Kill, Target: Controller, Duration: 50 * time.Millisecond},
+		{At: 200 * time.Millisecond, Kind: Partition, Target: StorageFollower, Duration: 50 * time.Millisecond, Detail: "isolate"},
+		{At: 300 * time.Millisecond, Kind: Clock, Target: AnyProcess, Duration: 50 * time.Millisecond, Detail: "-30s"},
+		{At: 400 * time.Millisecond, Kind: Crash, Target: StorageLeader, Duration: 50 * time.Millisecond, Detail: "drop-unsynced"},
+		{At: 500 * time.Millisecond, Kind: Move, Target: StorageLeader},
+		{At: 600 * time.Millisecond, Kind: LateEndTxn, Target: Clients, Duration: 50 * time.Millisecond},
 	}
 	ft := &fakeTarget{}
 	var log Log
@@ -77,14 +86,26 @@ func TestRunAppliesAndUndoesEachStep(t *testing.T) {
 		"clock p-any -30s", "clock p-any 0s",
 		"crash p-storage-leader true", "start p-storage-leader",
 		"move",
+		"start late-endtxn", "stop late-endtxn",
 	}, ft.calls)
 	faults := log.Faults()
-	require.Len(t, faults, 6)
+	require.Len(t, faults, 7)
+	require.Equal(t, "done", faults[6].Detail)
 	require.Equal(t, check.Fault{Kind: "kill", Target: "p-controller", Detail: "the controller", Start: faults[0].Start, End: faults[0].End}, faults[0])
 	for _, f := range faults[:5] {
 		require.Less(t, f.Start, f.End, "%+v", f)
 	}
-	require.GreaterOrEqual(t, faults[1].End-faults[1].Start, int64(20*time.Millisecond), "the pause lasts its duration")
+	require.GreaterOrEqual(t, faults[1].End-faults[1].Start, int64(50*time.Millisecond), "the pause lasts its duration")
+}
+
+func TestRunOverlapsStepsThatOverlap(t *testing.T) {
+	ft := &fakeTarget{}
+	var log Log
+	require.NoError(t, Run(context.Background(), []Step{
+		{Kind: Kill, Target: StorageLeader, Duration: 200 * time.Millisecond},
+		{At: 50 * time.Millisecond, Kind: Kill, Target: StorageFollower, Duration: 50 * time.Millisecond},
+	}, ft, log.Add))
+	require.Equal(t, []string{"kill p-storage-leader", "kill p-storage-follower", "start p-storage-follower", "start p-storage-leader"}, ft.calls)
 }
 
 func TestRunUndoesTheFaultInProgressWhenCancelled(t *testing.T) {
@@ -108,7 +129,7 @@ func TestRunReportsFailuresAndGoesOn(t *testing.T) {
 	var log Log
 	err := Run(context.Background(), []Step{
 		{Kind: Kill, Target: Controller, Duration: time.Millisecond},
-		{At: time.Millisecond, Kind: Pause, Target: StorageLeader, Duration: time.Millisecond},
+		{At: 50 * time.Millisecond, Kind: Pause, Target: StorageLeader, Duration: time.Millisecond},
 	}, ft, log.Add)
 	require.ErrorContains(t, err, "undoing kill on p-controller")
 	require.Contains(t, ft.calls, "resume p-storage-leader", "the next step still ran")
