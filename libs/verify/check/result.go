@@ -173,7 +173,11 @@ func (r Result) Summary() string {
 		for _, n := range r.AnomalyCounts {
 			total += n
 		}
-		fmt.Fprintf(&b, "INVALID: %d anomalies (%s)", total, strings.Join(sortedKinds(r.AnomalyCounts), ", "))
+		noun := "anomalies"
+		if total == 1 {
+			noun = "anomaly"
+		}
+		fmt.Fprintf(&b, "INVALID: %d %s (%s)", total, noun, strings.Join(sortedKinds(r.AnomalyCounts), ", "))
 	}
 	fmt.Fprintf(&b, "\ntransactions: %d (%d committed, %d aborted, %d indeterminate of which %d seen committed)",
 		r.Txns, r.Committed, r.Aborted, r.Indeterminate, r.IndeterminateSeen)
