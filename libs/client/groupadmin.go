@@ -154,7 +154,22 @@ func (c *Client) DeleteGroups(ctx context.Context, ids ...string) ([]*groupv1.De
 // A partition without a committed offset has offset -1. The map holds every
 // partition answered; the error joins per-partition errors, if any.
 func (c *Client) FetchOffsets(ctx context.Context, group string, tps ...TopicPartition) (map[TopicPartition]*groupv1.OffsetFetchPartition, error) {
-	req := &groupv1.OffsetFetchRequest{GroupId: group, MemberEpoch: -1}
+	return c.fetchOffsets(ctx, group, false, tps)
+}
+
+// FetchStableOffsets is FetchOffsets with require_stable (KIP-447): a
+// partition whose transactional offset commit is not settled yet (its
+// transaction is open, or committed with the marker not yet at the group
+// coordinator) answers UNSTABLE_OFFSET_COMMIT in its per-partition error
+// instead of the offset committed before. So an answer to a fetch sent
+// after a transaction's commit was acknowledged never holds an offset
+// older than the transaction's.
+func (c *Client) FetchStableOffsets(ctx context.Context, group string, tps ...TopicPartition) (map[TopicPartition]*groupv1.OffsetFetchPartition, error) {
+	return c.fetchOffsets(ctx, group, true, tps)
+}
+
+func (c *Client) fetchOffsets(ctx context.Context, group string, stable bool, tps []TopicPartition) (map[TopicPartition]*groupv1.OffsetFetchPartition, error) {
+	req := &groupv1.OffsetFetchRequest{GroupId: group, MemberEpoch: -1, RequireStable: stable}
 	for _, tp := range tps {
 		req.Partitions = append(req.Partitions, &commonv1.TopicPartition{Topic: tp.Topic, Partition: tp.Partition})
 	}

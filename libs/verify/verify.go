@@ -1,8 +1,6 @@
 package verify
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -130,6 +128,8 @@ type Report struct {
 	// Faults injected during the run (from Config.Faults).
 	Faults []check.Fault `json:"faults"`
 	Files  Files         `json:"files"`
+
+	history check.History // for the timeline
 }
 
 // Valid reports whether the checker found no anomaly.
@@ -216,17 +216,4 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, fmt.Errorf("verify: invalid config: %s", strings.Join(problems, "; "))
 	}
 	return cfg, nil
-}
-
-// Run runs the workload against the cluster for cfg.Duration, then the
-// quiet phase and the final reads, checks the history and writes the
-// report files in cfg.Out. The error is about the run (bad config, cluster
-// unreachable, files not written); anomalies are in the Report.
-func Run(ctx context.Context, cfg Config) (*Report, error) {
-	cfg, err := cfg.withDefaults()
-	if err != nil {
-		return nil, err
-	}
-	_ = ctx
-	return nil, errors.New("verify: not built yet")
 }

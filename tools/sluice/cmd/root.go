@@ -40,6 +40,19 @@ func Execute() int {
 	root, g := newRoot()
 	err := root.ExecuteContext(ctx)
 	g.tracing.end(err)
+	var exit *exitError
+	if errors.As(err, &exit) {
+		if exit.err != nil {
+			// The command's own words, with the context it wrapped around
+			// the cluster's answer.
+			msg := exit.err.Error()
+			if errs.CodeOf(exit.err) == errs.NodeUnreachable {
+				msg += " (is a cluster running? start one with `make run` or `sluice dev`)"
+			}
+			fmt.Fprintf(os.Stderr, "sluice: %s\n", msg)
+		}
+		return exit.code
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "sluice: %s\n", describeErr(err))
 		return 1
@@ -72,7 +85,7 @@ func newRoot() (*cobra.Command, *globals) {
 	root.PersistentFlags().DurationVar(&g.timeout, "request-timeout", 30*time.Second,
 		"How long a call to the cluster may take, retries included (default.api.timeout.ms); when it ends, the last error the cluster answered with is shown.")
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "text", "Output format: text or json.")
-	root.AddCommand(newClusterCmd(g), newTopicCmd(g), newPartitionCmd(g), newProduceCmd(g), newConsumeCmd(g), newGroupCmd(g), newTxnCmd(g), newProducersCmd(g), newDevCmd(g), newPerfCmd(g))
+	root.AddCommand(newClusterCmd(g), newTopicCmd(g), newPartitionCmd(g), newProduceCmd(g), newConsumeCmd(g), newGroupCmd(g), newTxnCmd(g), newProducersCmd(g), newDevCmd(g), newPerfCmd(g), newVerifyCmd(g))
 	return root, g
 }
 
