@@ -15,15 +15,15 @@ const (
 	wr                     // the second's process read a value of the first before it began
 )
 
-// edge is one dependency with what shows it: for ww the partition and the two
-// offsets, for wr the poll and the read.
+// edge is one dependency with what shows it: for ww the partition (an index
+// into the sorted partitions) and the two offsets, for wr the poll and the
+// index of the read in it.
 type edge struct {
 	from, to int32 // node numbers
 	kind     edgeKind
-	tp       TopicPartition
-	a, b     int64 // ww: the two offsets; wr: the read's offset, unused
-	poll     int
-	value    string
+	tp       int32 // ww only
+	poll     int32 // wr only
+	a, b     int64 // ww: the two offsets; wr: b is the read's index
 }
 
 // checkG1c finds cycles of ww and wr dependencies among the transactions
@@ -43,7 +43,7 @@ func (c *checker) checkG1c() {
 	if len(txnOf) < 2 {
 		return
 	}
-	var edges []edge
+	edges := make([]edge, 0, len(c.vals))
 	// ww: in each partition, consecutive writes of different transactions
 	// (the order of the partition is total, so consecutive pairs keep every
 	// path of the full relation).
@@ -54,14 +54,14 @@ func (c *checker) checkG1c() {
 	slices.SortFunc(tps, func(a, b TopicPartition) int {
 		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
 	})
-	for _, tp := range tps {
+	for tpi, tp := range tps {
 		prev := candidate{txn: -1}
 		for _, cd := range c.known[tp] {
 			if node[cd.txn] < 0 {
 				continue
 			}
 			if prev.txn >= 0 && prev.txn != cd.txn {
-				edges = append(edges, edge{from: node[prev.txn], to: node[cd.txn], kind: ww, tp: tp,
+				edges = append(edges, edge{from: node[prev.txn], to: node[cd.txn], kind: ww, tp: int32(tpi),
 					a: prev.offset, b: cd.offset, poll: -1})
 			}
 			prev = cd
@@ -90,7 +90,7 @@ func (c *checker) checkG1c() {
 			continue
 		}
 		t2 := ts[j]
-		for _, r := range p.Reads {
+		for ri, r := range p.Reads {
 			v, ok := c.ids[vkey{r.Topic, r.Value}]
 			if !ok {
 				continue
@@ -99,8 +99,7 @@ func (c *checker) checkG1c() {
 			if t1 < 0 || t1 == t2 || node[t1] < 0 {
 				continue
 			}
-			edges = append(edges, edge{from: node[t1], to: node[t2], kind: wr, tp: r.TP(), a: r.Offset, poll: pi,
-				value: r.Value})
+			edges = append(edges, edge{from: node[t1], to: node[t2], kind: wr, poll: int32(pi), b: int64(ri)})
 		}
 	}
 	if len(edges) == 0 {
@@ -132,7 +131,7 @@ func (c *checker) checkG1c() {
 		reported[comp[e.from]] = true
 		path := shortestPath(e.to, e.from, comp, start, edges)
 		cycle := append([]int{ei}, path...)
-		c.reportCycle(cycle, edges, txnOf)
+		c.reportCycle(cycle, edges, txnOf, tps)
 	}
 }
 
@@ -232,8 +231,9 @@ func shortestPath(from, to int32, comp []int32, start []int32, edges []edge) []i
 // maxCycleSteps bounds the steps a G1c message spells out.
 const maxCycleSteps = 8
 
-func (c *checker) reportCycle(cycle []int, edges []edge, txnOf []int) {
+func (c *checker) reportCycle(cycle []int, edges []edge, txnOf []int, tps []TopicPartition) {
 	first := edges[cycle[0]]
+	firstRead := c.h.Polls[first.poll].Reads[first.b]
 	txns := make([]int, 0, len(cycle))
 	var procs []int
 	var b strings.Builder
@@ -253,11 +253,12 @@ func (c *checker) reportCycle(cycle []int, edges []edge, txnOf []int) {
 		next := txnOf[e.to]
 		switch e.kind {
 		case wr:
+			r := c.h.Polls[e.poll].Reads[e.b]
 			fmt.Fprintf(&b, " -wr-> txn %d (process %d) [its poll %d read %q at %s offset %d before it began]",
-				next, c.h.Txns[next].Process, e.poll, e.value, e.tp, e.a)
+				next, c.h.Txns[next].Process, e.poll, r.Value, r.TP(), r.Offset)
 		default:
 			fmt.Fprintf(&b, " -ww-> txn %d (process %d) [%s offset %d before offset %d]",
-				next, c.h.Txns[next].Process, e.tp, e.a, e.b)
+				next, c.h.Txns[next].Process, tps[e.tp], e.a, e.b)
 		}
 	}
 	for _, ei := range cycle[min(len(cycle), maxCycleSteps+1):] {
@@ -270,6 +271,6 @@ func (c *checker) reportCycle(cycle []int, edges []edge, txnOf []int) {
 	b.WriteString(": each transaction depends on the one before it, so no serial order explains what the " +
 		"readers saw; look for a read_committed fetch that returned records of a transaction that had not committed " +
 		"yet, or a write appended out of its transaction's order")
-	c.add(Anomaly{Kind: G1c, Topic: first.tp.Topic, Partition: first.tp.Partition, Offset: first.a,
-		Value: first.value, Txn: t0, Poll: first.poll, Processes: procs, Cycle: txns, Msg: b.String()})
+	c.add(Anomaly{Kind: G1c, Topic: firstRead.Topic, Partition: firstRead.Partition, Offset: firstRead.Offset,
+		Value: firstRead.Value, Txn: t0, Poll: int(first.poll), Processes: procs, Cycle: txns, Msg: b.String()})
 }
