@@ -172,6 +172,8 @@ func TestCommitRegression(t *testing.T) {
 	// have landed; an allowed reset lies between; a failed fetch says nothing.
 	require.True(t, check(Options{}, gcommit(3, CommitAcked, 4, 5, 6, OK), gcommit(2, CommitFetched, 4, 7, 8, OK)).Valid())
 	require.True(t, check(Options{}, gcommit(3, CommitAcked, 4, 2, 9, Info), gcommit(2, CommitFetched, 4, 6, 7, OK)).Valid())
+	require.True(t, check(Options{}, gcommit(3, CommitAcked, 4, 0, 9, Info), gcommit(2, CommitFetched, 4, 6, 7, OK)).Valid())
+	require.False(t, check(Options{}, gcommit(3, CommitAcked, 4, 8, 9, Info), gcommit(2, CommitFetched, 4, 6, 7, OK)).Valid())
 	require.True(t, check(Options{Resets: []Reset{{Group: "g", Topic: "t", Partition: -1, Time: 6}}},
 		gcommit(2, CommitFetched, 4, 6, 7, OK)).Valid())
 	require.True(t, check(Options{}, gcommit(2, CommitFetched, 4, 6, 7, Fail)).Valid())

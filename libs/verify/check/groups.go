@@ -143,7 +143,13 @@ func (c *checker) checkGroupCommits() {
 	}
 	for i, gc := range c.h.Commits {
 		start := gc.Start
-		if start == 0 {
+		switch {
+		case start != 0:
+		case gc.Kind == CommitAcked && gc.Outcome == Info:
+			// An unanswered commit sent at an unknown time may have landed
+			// before any fetch was answered.
+			start = math.MinInt64
+		default:
 			start = gc.Time
 		}
 		e := gcEvent{start: start, time: gc.Time, offset: gc.Offset, process: gc.Process,
