@@ -123,6 +123,7 @@ func writeTimeline(w io.Writer, h check.History, start time.Time) error {
 	for _, sec := range secs {
 		maxRate = max(maxRate, sec.ok+sec.fail+sec.info)
 	}
+	maxRate = int(niceCeil(float64(maxRate)))
 	axes(s, panel1, n, float64(maxRate), "records/s", x)
 	barW := math.Max(innerW/float64(n)-1, 1)
 	y1 := func(v float64) float64 { return panel1 + panelH - v/float64(maxRate)*panelH }
@@ -151,6 +152,7 @@ func writeTimeline(w io.Writer, h check.History, start time.Time) error {
 		p50[i], p99[i] = percentile(secs[i].lat, 0.5), percentile(secs[i].lat, 0.99)
 		maxLat = math.Max(maxLat, p99[i])
 	}
+	maxLat = niceCeil(maxLat)
 	axes(s, panel2, n, maxLat, "write latency ms", x)
 	y2 := func(v float64) float64 { return panel2 + panelH - v/maxLat*panelH }
 	for _, line := range []struct {
@@ -201,6 +203,21 @@ func legend(s *svgWriter, y0 float64, pairs []string) {
 			xx, y0+4, pairs[i], xx+14, y0+13, pairs[i+1])
 		xx += 60
 	}
+}
+
+// niceCeil rounds v up to 1, 2, 4 or 5 times a power of ten, so the four
+// y ticks are round numbers.
+func niceCeil(v float64) float64 {
+	if v <= 0 {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(v)))
+	for _, m := range []float64{1, 2, 4, 5, 10} {
+		if v <= m*p {
+			return m * p
+		}
+	}
+	return 10 * p
 }
 
 func tick(v float64) string {
