@@ -1,0 +1,206 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/sluice-io/sluice/libs/verify"
+	"github.com/sluice-io/sluice/libs/verify/check"
+	"github.com/sluice-io/sluice/libs/verify/nemesis"
+)
+
+// chaosCase is one run: a topology, a workload and a fault schedule, all
+// fixed by the case (PR tier, planted bugs) or drawn from the seed (soak).
+type chaosCase struct {
+	Name     string
+	Seed     int64
+	Topology string
+	Workload string
+	// Duration is how long the workload runs (the quiet phase and final
+	// reads come after).
+	Duration time.Duration
+	// Steps is the fault schedule; nil draws one with nemesis.Plan.
+	Steps []nemesis.Step
+	// Plan shapes a drawn schedule (Duration set by the runner).
+	Plan nemesis.PlanOptions
+	// Planted names the bug this case is built to catch; Expect lists the
+	// anomaly kinds that count as catching it.
+	Planted string
+	Expect  []check.Kind
+	// Why says what the case exercises.
+	Why string
+}
+
+// The workloads: mixes of producers and consumers for verify.Run.
+var workloads = []string{"default", "txn", "groups", "produce"}
+
+func workloadConfig(name string) (verify.Config, error) {
+	switch name {
+	case "default":
+		return verify.Config{}, nil
+	case "txn":
+		// Transactions with read_committed readers watching them while
+		// they are open.
+		return verify.Config{Producers: verify.Producers{Idempotent: 1, Transactional: 3},
+			Consumers: verify.Consumers{AssignCommitted: 2, AssignUncommitted: 1, ClassicGroup: 1}}, nil
+	case "groups":
+		return verify.Config{Producers: verify.Producers{Idempotent: 2},
+			Consumers: verify.Consumers{AssignCommitted: 1, ClassicGroup: 3, ConsumerGroup: 3}}, nil
+	case "produce":
+		// acks=all producers only, for the replication path, at a rate that
+		// keeps requests in flight when a leader dies.
+		return verify.Config{Producers: verify.Producers{Plain: 1, Idempotent: 3},
+			Consumers: verify.Consumers{AssignCommitted: 1, AssignUncommitted: 1}, Rate: 1500}, nil
+	}
+	return verify.Config{}, fmt.Errorf("unknown workload %q (known: default, txn, groups, produce)", name)
+}
+
+func sec(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+func step(at float64, k nemesis.Kind, r nemesis.Role, d float64, detail string) nemesis.Step {
+	return nemesis.Step{At: sec(at), Kind: k, Target: r, Duration: sec(d), Detail: detail}
+}
+
+// sessionTimeout is the controller session timeout the cluster runs with
+// (serverArgs); pauses and partitions outlast it.
+const sessionTimeout = 3 * time.Second
+
+// prCases is the PR tier: every kind of process fault the platform must
+// survive, each on the shortest run that still sees it under load. The
+// whole tier is meant to stay within 6 minutes on 2 cores.
+var prCases = []chaosCase{
+	{Name: "leader-kills", Seed: 101, Topology: "dev3", Workload: "default", Duration: sec(24),
+		Why: "SIGKILL of two storage leaders under acks=all load, then a partition moved to another leader",
+		Steps: []nemesis.Step{
+			step(5, nemesis.Kill, nemesis.StorageLeader, 3, ""),
+			step(12, nemesis.Kill, nemesis.StorageLeader, 3, ""),
+			step(19, nemesis.Move, nemesis.StorageLeader, 0, ""),
+		}},
+	{Name: "controller-and-pause", Seed: 102, Topology: "dev3", Workload: "txn", Duration: sec(24),
+		Why: "SIGKILL of the active controller, then a storage leader paused past the session timeout (comes back a zombie)",
+		Steps: []nemesis.Step{
+			step(5, nemesis.Kill, nemesis.Controller, 3, ""),
+			step(12, nemesis.Pause, nemesis.StorageLeader, 5, ""),
+		}},
+	{Name: "partition", Seed: 103, Topology: "dev3", Workload: "default", Duration: sec(24),
+		Why: "a storage leader cut off from every other process, then the active controller from some of them",
+		Steps: []nemesis.Step{
+			step(5, nemesis.Partition, nemesis.StorageLeader, 6, "isolate"),
+			step(15, nemesis.Partition, nemesis.Controller, 5, "subset"),
+		}},
+	{Name: "crash-unsynced", Seed: 104, Topology: "dev3", Workload: "produce", Duration: sec(20),
+		Why: "storage leader and follower crash and lose every byte they had not fsynced",
+		Steps: []nemesis.Step{
+			step(5, nemesis.Crash, nemesis.StorageLeader, 3, "drop-unsynced"),
+			step(12, nemesis.Crash, nemesis.StorageFollower, 3, "drop-unsynced"),
+		}},
+	{Name: "split-coordinators", Seed: 105, Topology: "split", Workload: "groups", Duration: sec(24),
+		Why: "roles in processes of their own: a group coordinator, the replication worker and a transaction coordinator killed",
+		Steps: []nemesis.Step{
+			step(5, nemesis.Kill, nemesis.GroupCoordinator, 3, ""),
+			step(12, nemesis.Kill, nemesis.ReplicationWorker, 3, ""),
+			step(18, nemesis.Kill, nemesis.TxnCoordinator, 3, ""),
+		}},
+}
+
+// plantedCases are the shortest runs that catch each planted bug of a
+// sluice_planted build (libs/planted).
+var plantedCases = []chaosCase{
+	{Name: "planted-ack-before-replication", Seed: 201, Topology: "dev3", Workload: "produce", Duration: sec(20),
+		Planted: "ack_before_replication", Expect: []check.Kind{check.LostWrite},
+		Why: "leaders answer acks=all before followers have the records; SIGKILL of leaders under load loses what only they had",
+		Steps: []nemesis.Step{
+			step(4, nemesis.Kill, nemesis.StorageLeader, 3, ""),
+			step(10, nemesis.Kill, nemesis.StorageLeader, 3, ""),
+			step(16, nemesis.Kill, nemesis.StorageLeader, 2, ""),
+		}},
+	{Name: "planted-truncate-to-hw", Seed: 202, Topology: "dev3", Workload: "produce", Duration: sec(22),
+		Planted: "truncate_to_hw", Expect: []check.Kind{check.LostWrite},
+		Why: "a leader killed, then the new leader killed while the third replica has just truncated to its high watermark: it leads without the acknowledged tail",
+		Steps: []nemesis.Step{
+			step(4, nemesis.Kill, nemesis.StorageLeader, 6, ""),
+			step(5, nemesis.Kill, nemesis.StorageLeader, 3, ""),
+			step(13, nemesis.Kill, nemesis.StorageLeader, 6, ""),
+			step(14, nemesis.Kill, nemesis.StorageLeader, 3, ""),
+		}},
+	{Name: "planted-no-dedup-window", Seed: 203, Topology: "dev3", Workload: "produce", Duration: sec(18),
+		Planted: "no_dedup_window", Expect: []check.Kind{check.Duplicate},
+		Why: "leaders killed with idempotent batches in flight: the retries reach a new leader that has the first copy and must not append it again",
+		Steps: []nemesis.Step{
+			step(4, nemesis.Kill, nemesis.StorageLeader, 3, ""),
+			step(10, nemesis.Kill, nemesis.StorageLeader, 3, ""),
+		}},
+	{Name: "planted-lso-off-by-one", Seed: 204, Topology: "all-in-one", Workload: "txn", Duration: sec(12),
+		Planted: "lso_off_by_one", Expect: []check.Kind{check.AbortedRead, check.PrecommittedRead, check.TornTxn},
+		Why: "read_committed readers polling while transactions are open see the first record of one, which may then abort"},
+	{Name: "planted-no-epoch-bump", Seed: 205, Topology: "all-in-one", Workload: "txn", Duration: sec(15),
+		Planted: "no_epoch_bump", Expect: []check.Kind{check.AbortedRead, check.TornTxn, check.LostWrite},
+		Why: "each committed EndTxn delivered again after the producer's next transaction wrote: without the epoch bump it ends that transaction",
+		Steps: []nemesis.Step{
+			step(3, nemesis.LateEndTxn, nemesis.Clients, 10, ""),
+		}},
+	{Name: "planted-stale-generation", Seed: 206, Topology: "all-in-one", Workload: "groups", Duration: sec(20),
+		Planted: "stale_generation_accepted", Expect: []check.Kind{check.CommitRegression, check.DoubleOwnership},
+		Why: "one member's heartbeats held past its session while it keeps committing, as the group rebalances without it",
+		Steps: []nemesis.Step{
+			step(5, nemesis.StallMember, nemesis.Clients, 6, ""),
+			step(13, nemesis.StallMember, nemesis.Clients, 5, ""),
+		}},
+}
+
+// plantedCase returns the case of a planted bug.
+func plantedCase(name string) (chaosCase, error) {
+	var names []string
+	for _, c := range plantedCases {
+		if c.Planted == name {
+			return c, nil
+		}
+		names = append(names, c.Planted)
+	}
+	return chaosCase{}, fmt.Errorf("no case for planted bug %q (known: %v)", name, names)
+}
+
+// soakDuration is the workload length of a soak case.
+const soakDuration = 45 * time.Second
+
+// seedCase returns the case of a seed: a PR-tier or planted case with that
+// seed, or else a soak case drawn from it (topology, workload and
+// schedule), so `make chaos SEED=n` replays either.
+func seedCase(seed int64) chaosCase {
+	for _, c := range slices.Concat(prCases, plantedCases) {
+		if c.Seed == seed {
+			return c
+		}
+	}
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x736f616b))
+	c := chaosCase{Name: fmt.Sprintf("soak-%d", seed), Seed: seed, Duration: soakDuration}
+	switch n := rng.IntN(20); {
+	case n < 12:
+		c.Topology = "dev3"
+	case n < 17:
+		c.Topology = "split"
+	default:
+		c.Topology = "all-in-one"
+	}
+	c.Workload = []string{"default", "default", "txn", "groups", "produce"}[rng.IntN(5)]
+	c.Plan = nemesis.PlanOptions{SessionTimeout: sessionTimeout, Partitions: true}
+	switch c.Topology {
+	case "all-in-one":
+		// One process: no peers to cut it from, and a crash that drops
+		// unsynced bytes of the only replica loses what fsync policy
+		// allows, which is not a bug.
+		c.Plan.Partitions = false
+		c.Plan.Kinds = []nemesis.Kind{nemesis.Kill, nemesis.Pause, nemesis.Clock, nemesis.Disk, nemesis.LateEndTxn}
+		c.Plan.Targets = []nemesis.Role{nemesis.AnyProcess}
+	case "dev3":
+		c.Plan.Kinds = []nemesis.Kind{nemesis.Kill, nemesis.Kill, nemesis.Pause, nemesis.Crash, nemesis.Partition, nemesis.Partition,
+			nemesis.Disk, nemesis.Clock, nemesis.Move, nemesis.LateEndTxn, nemesis.StallMember}
+		c.Plan.Targets = []nemesis.Role{nemesis.StorageLeader, nemesis.StorageLeader, nemesis.StorageFollower, nemesis.Controller, nemesis.StandbyController}
+	case "split":
+		c.Plan.Kinds = []nemesis.Kind{nemesis.Kill, nemesis.Kill, nemesis.Pause, nemesis.Crash, nemesis.Partition, nemesis.Move, nemesis.StallMember}
+		c.Plan.Targets = []nemesis.Role{nemesis.StorageLeader, nemesis.Controller, nemesis.ReplicationWorker, nemesis.GroupCoordinator, nemesis.TxnCoordinator}
+	}
+	return c
+}
