@@ -17,7 +17,7 @@ BUILDTOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/g
 # default (CI runs on main, where comparing with main itself proves nothing).
 BUF_BREAKING_AGAINST ?= .git\#ref=HEAD~1
 
-.PHONY: all build run dev test unit integration gen check-gen lint bench bench-txn bench-kafka bench-groups clean tools image
+.PHONY: all build run dev test unit integration gen check-gen lint bench bench-txn bench-kafka bench-groups clean tools image chaos chaos-planted planted
 
 all: build
 
@@ -41,8 +41,10 @@ test: build unit integration
 unit:
 	$(GO) test -race -count=1 -timeout 15m $(UNIT_PKGS)
 
-integration: build
-	SLUICED=$(BIN)/sluiced SLUICE=$(BIN)/sluice $(GO) test -count=1 -timeout 35m $(MOD)/integration/...
+integration: build planted
+	$(GO) build -o $(BIN)/sluice-chaos $(MOD)/tools/chaos
+	SLUICED=$(BIN)/sluiced SLUICE=$(BIN)/sluice SLUICED_PLANTED=$(BIN)/sluiced-planted SLUICE_CHAOS=$(BIN)/sluice-chaos \
+		$(GO) test -count=1 -timeout 45m $(MOD)/integration/...
 
 # Build tools come from tools/buildtools (kept out of go.work so their
 # dependencies never reach the runtime build). Rebuilt when its go.mod changes.
@@ -111,6 +113,27 @@ bench-kafka: build
 bench-groups: build
 	SLUICED=$(BIN)/sluiced SLUICE=$(BIN)/sluice $(GO) test -count=1 -timeout 60m -run '^$$' \
 		-bench 'BenchmarkRebalance|BenchmarkGroupCatchUp' -benchtime 1x $(MOD)/integration -args $(GROUPS_BENCH_ARGS)
+
+## chaos: the checked workload (sluice verify) against real clusters while faults are injected (sluice-chaos):
+## the PR tier by default (a fixed list of cases, about 3 minutes); `make chaos SOAK=1h` runs random seeds for an
+## hour and prints fault totals; `make chaos SEED=n` replays the one case of a seed (printed for every failure).
+## Reports and process logs go to CHAOS_OUT (default data/chaos/<time>). Partitions need root, iproute2 and nftables.
+CHAOS_OUT ?= $(ROOT)/data/chaos/$(shell date -u +%Y%m%d-%H%M%S)
+chaos: build
+	$(GO) build -o $(BIN)/sluice-chaos $(MOD)/tools/chaos
+	$(BIN)/sluice-chaos run --sluiced $(BIN)/sluiced --out $(CHAOS_OUT) \
+		$(if $(SEED),--seed $(SEED),$(if $(SOAK),--tier soak --duration $(SOAK),--tier pr)) $(CHAOS_ARGS)
+
+## planted: build sluiced with the planted bugs compiled in (-tags sluice_planted) into bin/sluiced-planted;
+## each is off unless SLUICE_PLANTED=<name> is set in its environment (libs/planted).
+planted:
+	$(GO) build -tags sluice_planted -o $(BIN)/sluiced-planted $(MOD)/services/sluiced
+
+## chaos-planted: run the case built for each planted bug against bin/sluiced-planted and require the checker
+## to catch every one with the anomaly kind it expects (about 2 minutes).
+chaos-planted: planted
+	$(GO) build -o $(BIN)/sluice-chaos $(MOD)/tools/chaos
+	$(BIN)/sluice-chaos run --sluiced $(BIN)/sluiced-planted --out $(CHAOS_OUT) --planted $(or $(PLANTED),all) $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(BIN) $(ROOT)/data $(ROOT)/.cache
