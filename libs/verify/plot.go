@@ -159,11 +159,17 @@ func writeTimeline(w io.Writer, h check.History, start time.Time) error {
 		v     []float64
 		color string
 	}{{p99, "#e76f51"}, {p50, "#264653"}} {
-		s.printf(`<polyline fill="none" stroke="%s" stroke-width="1.5" points="`, line.color)
+		// A second without writes breaks the line, so an outage shows as
+		// a gap rather than a slope.
+		s.printf(`<path fill="none" stroke="%s" stroke-width="1.5" d="`, line.color)
+		cmd := "M"
 		for i, v := range line.v {
-			if len(secs[i].lat) > 0 {
-				s.printf("%.1f,%.1f ", x(float64(i)+0.5), y2(v))
+			if len(secs[i].lat) == 0 {
+				cmd = "M"
+				continue
 			}
+			s.printf("%s%.1f,%.1f ", cmd, x(float64(i)+0.5), y2(v))
+			cmd = "L"
 		}
 		s.printf("\"/>\n")
 	}
