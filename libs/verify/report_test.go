@@ -203,7 +203,7 @@ type svgDoc struct {
 		Fill  string `xml:"fill,attr"`
 		Title string `xml:"title"`
 	} `xml:"rect"`
-	Texts     []string `xml:"text"`
+	Texts []string `xml:"text"`
 	Paths []struct {
 		D string `xml:"d,attr"`
 	} `xml:"path"`
