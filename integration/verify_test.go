@@ -82,7 +82,7 @@ func TestVerifyAgainstCluster(t *testing.T) {
 	require.NoError(t, w.Close())
 	code, stdout = runVerifyCLI(t, "--check-only", bad)
 	require.Equal(t, 1, code, stdout)
-	require.Regexp(t, `^INVALID: \d+ anomalies \(.*aborted-read.*\)\n`, stdout)
+	require.Regexp(t, `^INVALID: \d+ anomal(y|ies) \(.*aborted-read.*\)\n`, stdout)
 
 	// Usage errors exit with 2.
 	code, _ = runVerifyCLI(t, "--check-only", filepath.Join(t.TempDir(), "missing.json"))

@@ -273,6 +273,7 @@ func (g *group) maybeCommit(ctx context.Context, force bool) {
 	g.lastCommit = time.Now()
 	g.mu.Unlock()
 	gen := g.gc.Generation()
+	sent := g.r.now()
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	err := g.gc.CommitSync(cctx, offsets)
 	cancel()
@@ -280,7 +281,7 @@ func (g *group) maybeCommit(ctx context.Context, force bool) {
 	for tp, off := range offsets {
 		g.r.rec.GroupCommit(check.GroupCommit{Process: g.proc, Group: g.name,
 			TopicPartition: check.TopicPartition{Topic: tp.Topic, Partition: tp.Partition},
-			Offset:         off, Generation: gen, Kind: check.CommitAcked, Time: at, Outcome: outcome})
+			Offset:         off, Generation: gen, Kind: check.CommitAcked, Start: sent, Time: at, Outcome: outcome})
 	}
 	if err != nil && ctx.Err() == nil {
 		g.log.Warn("offset commit failed", slog.Any("err", err))
@@ -322,9 +323,9 @@ func (r *runner) runGroup(ctx context.Context, name string, protocol client.Grou
 }
 
 // watchOffsets fetches the committed offsets of every group once a second
-// until ctx ends, recording each answer. A fetch's Time is when it was
-// sent: a fetch sent after a commit was acknowledged must see that commit
-// (or a later one).
+// until ctx ends, recording each answer with when it was sent (Start) and
+// answered (Time): a fetch sent after a commit was acknowledged must see
+// that commit or a later one.
 func (r *runner) watchOffsets(ctx context.Context, proc int, groups []string) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -346,13 +347,14 @@ func (r *runner) watchOffsets(ctx context.Context, proc int, groups []string) {
 func (r *runner) fetchOffsets(ctx context.Context, proc int, name string) (map[client.TopicPartition]int64, error) {
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	at := r.now()
+	sent := r.now()
 	// Stable offsets only: a fetch without require_stable may answer the
 	// offset from before a transaction whose commit was acknowledged but
 	// whose marker has not reached the group coordinator yet, as Kafka's
 	// does; partitions in that state answer UNSTABLE_OFFSET_COMMIT and are
 	// left out.
 	res, err := r.cl.FetchStableOffsets(fctx, name)
+	at := r.now()
 	if err != nil && ctx.Err() == nil {
 		r.cfg.Logger.Debug("offset fetch failed", slog.String("group", name), slog.Any("err", err))
 	}
@@ -364,7 +366,7 @@ func (r *runner) fetchOffsets(ctx context.Context, proc int, name string) (map[c
 		out[tp] = p.GetOffset()
 		r.rec.GroupCommit(check.GroupCommit{Process: proc, Group: name,
 			TopicPartition: check.TopicPartition{Topic: tp.Topic, Partition: tp.Partition},
-			Offset:         p.GetOffset(), Kind: check.CommitFetched, Time: at, Outcome: check.OK})
+			Offset:         p.GetOffset(), Kind: check.CommitFetched, Start: sent, Time: at, Outcome: check.OK})
 	}
 	return out, err
 }

@@ -25,18 +25,8 @@ const (
 // Verdict is the first line of the summary: "VALID", or "INVALID: N
 // anomalies (kinds)".
 func (r *Report) Verdict() string {
-	if r.Valid() {
-		return "VALID"
-	}
-	counts := r.Result.Counts()
-	kinds := make([]string, 0, len(counts))
-	n := 0
-	for k, c := range counts {
-		kinds = append(kinds, string(k))
-		n += c
-	}
-	sort.Strings(kinds)
-	return fmt.Sprintf("INVALID: %d anomalies (%s)", n, strings.Join(kinds, ", "))
+	v, _, _ := strings.Cut(r.Result.Summary(), "\n")
+	return v
 }
 
 // writeOps are the operation kinds that write records.
@@ -245,7 +235,9 @@ func (r *Report) Summary() string {
 			fmt.Fprintln(&b)
 		}
 	}
-	fmt.Fprintf(&b, "\n%s\n", r.Result.String())
+	// The checker's counts and examples, after its verdict line.
+	_, findings, _ := strings.Cut(r.Result.Summary(), "\n")
+	fmt.Fprintf(&b, "\n%s\n", findings)
 	return b.String()
 }
 

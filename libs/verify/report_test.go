@@ -146,7 +146,7 @@ func TestReportVerdictNamesAnomalies(t *testing.T) {
 	rep, err := checkHistory(h, 1, time.Time{}, time.Time{})
 	require.NoError(t, err)
 	require.False(t, rep.Valid())
-	require.Regexp(t, `^INVALID: \d+ anomalies \(.*aborted-read.*\)$`, rep.Verdict())
+	require.Regexp(t, `^INVALID: \d+ anomal(y|ies) \(.*aborted-read.*\)$`, rep.Verdict())
 	require.True(t, strings.HasPrefix(rep.Summary(), rep.Verdict()+"\n"))
 }
 

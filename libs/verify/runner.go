@@ -81,7 +81,8 @@ func (e *ConnectError) Unwrap() error { return e.Err }
 
 // setup connects, picks the replication factor and creates the topics.
 func (r *runner) setup(ctx context.Context) error {
-	cl, err := client.New(client.Config{Bootstrap: r.cfg.Bootstrap, RequestTimeout: 15 * time.Second})
+	cl, err := client.New(client.Config{Bootstrap: r.cfg.Bootstrap, RequestTimeout: 15 * time.Second,
+		DialOptions: r.cfg.DialOptions})
 	if err != nil {
 		return &ConnectError{Err: fmt.Errorf("client: %w", err)}
 	}
@@ -269,7 +270,7 @@ func (r *runner) progress(ctx context.Context, start time.Time) {
 		h := r.rec.History()
 		ops := countOps(h)
 		var ok, failed, info int
-		for _, k := range []string{OpProducePlain, OpProduceIdempotent, OpTxn} {
+		for _, k := range writeOps {
 			ok, failed, info = ok+ops[k].OK, failed+ops[k].Fail, info+ops[k].Info
 		}
 		r.cfg.Logger.Info("verify: progress", slog.Duration("elapsed", time.Since(start).Round(time.Second)),

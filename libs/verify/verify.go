@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/sluice-io/sluice/libs/verify/check"
 )
 
@@ -73,6 +75,10 @@ type Config struct {
 	// Faults, when set, lists the faults injected during the run; they are
 	// copied into the history and drawn in the timeline.
 	Faults FaultSource
+	// DialOptions are added to the SDK client every producer, consumer and
+	// admin call of the run uses (the nemesis injects client-side faults
+	// through interceptors: a late EndTxn, a member's held heartbeats).
+	DialOptions []grpc.DialOption
 }
 
 // FaultSource lists the faults injected so far (the nemesis implements it).
