@@ -482,7 +482,13 @@ func (p *Partition) ReadIsolated(offset int64, maxBytes int, callerEpoch, lastFe
 	if readCommitted {
 		upTo = v.LastStable
 		if plantedLSOOffByOne() && upTo < v.HighWatermark {
-			upTo++ // planted bug: the batch at the LSO (an open transaction's) is served too
+			// Planted bug: the bound is one past the LSO, so the first
+			// batch of the oldest open transaction is served too (reads
+			// return whole batches: the bound moves to that batch's end).
+			if first, err := p.log.Read(upTo, v.HighWatermark, 1); err == nil {
+				upTo = max(upTo+1, first.NextOffset)
+				first.Release()
+			}
 		}
 	}
 	res, err := p.log.Read(offset, upTo, maxBytes)
