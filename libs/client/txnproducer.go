@@ -149,6 +149,20 @@ func (p *Producer) addPartitions() {
 		cancel()
 
 		p.mu.Lock()
+		if p.id != id {
+			// The transaction this request was for ended while it was
+			// out (an abort does not wait for partitions being added),
+			// and its EndTxn gave a new epoch: whatever the coordinator
+			// answered, PRODUCER_FENCED by that very epoch included, is
+			// about a transaction that is over. A batch of the next
+			// transaction asks for its partition again.
+			for _, k := range keys {
+				delete(t.adding, k)
+			}
+			p.mu.Unlock()
+			p.kick()
+			continue
+		}
 		if err == nil {
 			for _, k := range keys {
 				t.added[k] = true
