@@ -229,7 +229,20 @@ func (r *runner) runCase(ctx context.Context, c chaosCase, res *caseResult) erro
 
 	nctx, ncancel := context.WithCancel(ctx)
 	nemesisDone := make(chan error, 1)
-	go func() { nemesisDone <- nemesis.Run(nctx, steps, target, flog.Add) }()
+	topics := cfg.Topics
+	if topics == 0 {
+		topics = 3 // verify's default
+	}
+	if r.faultsOnly {
+		topics = 1
+	}
+	go func() {
+		// The schedule's times count from the moment the workload's topics
+		// have leaders, so the first fault hits a running workload rather
+		// than topic creation.
+		waitTopics(nctx, sdk, prefix, topics)
+		nemesisDone <- nemesis.Run(nctx, steps, target, flog.Add)
+	}()
 	if r.faultsOnly {
 		// The schedule alone, to try the fault machinery: create a topic
 		// for the roles to be found in, wait out the duration.
@@ -361,4 +374,35 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// waitTopics waits (up to a minute) until n topics named prefix* exist and
+// every partition of them has a leader.
+func waitTopics(ctx context.Context, sdk *client.Client, prefix string, n int) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for ctx.Err() == nil {
+		if md, err := sdk.Metadata(ctx); err == nil {
+			ready := 0
+			for _, ti := range md.GetTopics() {
+				if !strings.HasPrefix(ti.GetName(), prefix) || len(ti.GetPartitions()) == 0 {
+					continue
+				}
+				led := true
+				for _, ps := range ti.GetPartitions() {
+					led = led && ps.GetLeaderId() >= 0
+				}
+				if led {
+					ready++
+				}
+			}
+			if ready >= n {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

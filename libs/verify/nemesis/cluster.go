@@ -107,10 +107,10 @@ func (t *ClusterTarget) byID(id int32) *devcluster.Process {
 
 // withRole returns the running processes with r, or, if only is set, the
 // ones whose only role is r.
-func (t *ClusterTarget) withRole(r role.Role, only bool) []*devcluster.Process {
+func (t *ClusterTarget) withRole(r role.Role, only bool, busy map[string]bool) []*devcluster.Process {
 	var out []*devcluster.Process
 	for _, p := range t.Cluster.Processes() {
-		if !p.Running() || !p.Roles.Has(r) || (only && len(p.Roles) != 1) {
+		if !p.Running() || busy[p.Name] || !p.Roles.Has(r) || (only && len(p.Roles) != 1) {
 			continue
 		}
 		out = append(out, p)
@@ -129,21 +129,21 @@ func pick(ps []*devcluster.Process, rng *rand.Rand) *devcluster.Process {
 const lookupTimeout = 5 * time.Second
 
 // Resolve implements Target.
-func (t *ClusterTarget) Resolve(ctx context.Context, r Role, rng *rand.Rand) (Victim, error) {
+func (t *ClusterTarget) Resolve(ctx context.Context, r Role, busy map[string]bool, rng *rand.Rand) (Victim, error) {
 	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 	defer cancel()
 	var v Victim
 	var fallback []*devcluster.Process
 	switch r {
 	case Controller, StandbyController:
-		fallback = t.withRole(role.Controller, false)
+		fallback = t.withRole(role.Controller, false, busy)
 		dc, err := t.Client.DescribeCluster(ctx)
 		if err != nil {
 			t.logf("nemesis: cannot find the active controller (%v); taking any controller", err)
 			break
 		}
 		active := t.byID(dc.GetControllerId())
-		if active == nil || !active.Running() {
+		if active == nil || !active.Running() || (r == Controller && busy[active.Name]) {
 			break
 		}
 		if r == Controller {
@@ -155,8 +155,12 @@ func (t *ClusterTarget) Resolve(ctx context.Context, r Role, rng *rand.Rand) (Vi
 			v = Victim{Name: p.Name, Why: "standby controller"}
 		}
 	case StorageLeader, StorageFollower:
-		fallback = t.withRole(role.StorageNode, false)
-		ps, err := t.workloadPartition(ctx, rng)
+		fallback = t.withRole(role.StorageNode, false, busy)
+		usable := func(ps *commonv1.PartitionState) bool {
+			p := t.byID(ps.GetLeaderId())
+			return r == StorageFollower || (p != nil && p.Running() && !busy[p.Name])
+		}
+		ps, err := t.workloadPartition(ctx, rng, usable)
 		if err != nil {
 			t.logf("nemesis: cannot find a workload partition (%v); taking any storage node", err)
 			break
@@ -170,7 +174,7 @@ func (t *ClusterTarget) Resolve(ctx context.Context, r Role, rng *rand.Rand) (Vi
 		}
 		var followers []*devcluster.Process
 		for _, id := range ps.GetReplicas() {
-			if p := t.byID(id); p != nil && p.Running() && id != ps.GetLeaderId() {
+			if p := t.byID(id); p != nil && p.Running() && !busy[p.Name] && id != ps.GetLeaderId() {
 				followers = append(followers, p)
 			}
 		}
@@ -178,14 +182,14 @@ func (t *ClusterTarget) Resolve(ctx context.Context, r Role, rng *rand.Rand) (Vi
 			v = Victim{Name: p.Name, Why: "follower of " + tp}
 		}
 	case ReplicationWorker:
-		fallback = t.withRole(role.Replication, true)
+		fallback = t.withRole(role.Replication, true, busy)
 		if len(fallback) > 0 {
 			v = Victim{Name: pick(fallback, rng).Name, Why: "replication worker"}
 		} else {
-			fallback = t.withRole(role.Replication, false)
+			fallback = t.withRole(role.Replication, false, busy)
 		}
 	case GroupCoordinator:
-		fallback = t.withRole(role.GroupCoordinator, false)
+		fallback = t.withRole(role.GroupCoordinator, false, busy)
 		groups, err := t.Client.ListGroups(ctx, nil, nil)
 		if err != nil {
 			t.logf("nemesis: cannot list groups (%v); taking any group coordinator", err)
@@ -206,17 +210,17 @@ func (t *ClusterTarget) Resolve(ctx context.Context, r Role, rng *rand.Rand) (Vi
 		if err != nil {
 			break
 		}
-		if p := t.byID(id); p != nil && p.Running() {
+		if p := t.byID(id); p != nil && p.Running() && !busy[p.Name] {
 			v = Victim{Name: p.Name, Why: "coordinator of group " + g}
 		}
 	case TxnCoordinator:
-		fallback = t.withRole(role.TransactionCoordinator, false)
-		if only := t.withRole(role.TransactionCoordinator, true); len(only) > 0 {
+		fallback = t.withRole(role.TransactionCoordinator, false, busy)
+		if only := t.withRole(role.TransactionCoordinator, true, busy); len(only) > 0 {
 			fallback = only
 		}
 	case AnyProcess:
 		for _, p := range t.Cluster.Processes() {
-			if p.Running() {
+			if p.Running() && !busy[p.Name] {
 				fallback = append(fallback, p)
 			}
 		}
@@ -234,8 +238,8 @@ func (t *ClusterTarget) Resolve(ctx context.Context, r Role, rng *rand.Rand) (Vi
 }
 
 // workloadPartition picks a partition of a workload topic that has a
-// leader.
-func (t *ClusterTarget) workloadPartition(ctx context.Context, rng *rand.Rand) (*commonv1.PartitionState, error) {
+// leader (and passes ok, if set).
+func (t *ClusterTarget) workloadPartition(ctx context.Context, rng *rand.Rand, ok func(*commonv1.PartitionState) bool) (*commonv1.PartitionState, error) {
 	md, err := t.Client.Metadata(ctx)
 	if err != nil {
 		return nil, err
@@ -246,7 +250,7 @@ func (t *ClusterTarget) workloadPartition(ctx context.Context, rng *rand.Rand) (
 			continue
 		}
 		for _, ps := range ti.GetPartitions() {
-			if ps.GetLeaderId() >= 0 {
+			if ps.GetLeaderId() >= 0 && (ok == nil || ok(ps)) {
 				cands = append(cands, ps)
 			}
 		}
@@ -353,10 +357,10 @@ func (t *ClusterTarget) index(name string) (int, error) {
 }
 
 // Peers implements Target.
-func (t *ClusterTarget) Peers(name string) []string {
+func (t *ClusterTarget) Peers(name string, storageOnly bool) []string {
 	var out []string
 	for _, p := range t.Cluster.Processes() {
-		if p.Name != name {
+		if p.Name != name && (!storageOnly || p.Roles.Has(role.StorageNode)) {
 			out = append(out, p.Name)
 		}
 	}
@@ -444,7 +448,7 @@ func (t *ClusterTarget) Clear(ctx context.Context, name string) error {
 func (t *ClusterTarget) Move(ctx context.Context, rng *rand.Rand) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	ps, err := t.workloadPartition(ctx, rng)
+	ps, err := t.workloadPartition(ctx, rng, nil)
 	if err != nil {
 		return "", err
 	}

@@ -25,8 +25,10 @@ const (
 	// and starts it again.
 	Crash Kind = "crash"
 	// Partition drops every packet between the target and the other
-	// processes (Detail "isolate") or a random subset of them (Detail
-	// "subset") with nftables in its network namespace, then heals.
+	// processes (Detail "isolate"), a random subset of them (Detail
+	// "subset") or the other storage nodes (Detail "storage": it still
+	// hears the controller) with nftables in its network namespace, then
+	// heals.
 	// Clients (on the bridge) still reach every process.
 	Partition Kind = "partition"
 	// Disk makes the target's writes fail with ENOSPC or its fsyncs slow
@@ -155,8 +157,8 @@ func (s Step) Validate() error {
 	}
 	switch s.Kind {
 	case Partition:
-		if s.Detail != "isolate" && s.Detail != "subset" {
-			return fmt.Errorf("step %q: a partition's detail is isolate or subset", s)
+		if s.Detail != "isolate" && s.Detail != "subset" && s.Detail != "storage" {
+			return fmt.Errorf("step %q: a partition's detail is isolate, subset or storage", s)
 		}
 	case Disk:
 		if s.Detail != "enospc" && s.Detail != "slow-sync" {

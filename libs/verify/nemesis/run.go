@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -26,8 +27,9 @@ type Victim struct {
 // Target is the cluster a schedule runs against. ClusterTarget implements
 // it over libs/devcluster; tests use fakes.
 type Target interface {
-	// Resolve picks the process that plays role now.
-	Resolve(ctx context.Context, role Role, rng *rand.Rand) (Victim, error)
+	// Resolve picks the process that plays role now, passing over the
+	// processes in busy (under another fault at the moment) where it can.
+	Resolve(ctx context.Context, role Role, busy map[string]bool, rng *rand.Rand) (Victim, error)
 	// Kill sends SIGKILL and waits for the exit.
 	Kill(ctx context.Context, name string) error
 	// Start starts a process that exited and waits until it is healthy.
@@ -38,8 +40,9 @@ type Target interface {
 	// Crash makes the process drop its unsynced bytes (if dropUnsynced)
 	// and exit at once.
 	Crash(ctx context.Context, name string, dropUnsynced bool) error
-	// Peers returns the names of every other process.
-	Peers(name string) []string
+	// Peers returns the names of every other process, or with storageOnly
+	// of the other storage nodes.
+	Peers(name string, storageOnly bool) []string
 	// Isolate drops all traffic between name and the processes in from;
 	// Heal lifts it.
 	Isolate(ctx context.Context, name string, from []string) error
@@ -111,6 +114,7 @@ func Run(ctx context.Context, steps []Step, target Target, log func(check.Fault)
 	var mu sync.Mutex
 	var errs []error
 	var wg sync.WaitGroup
+	b := &busySet{names: map[string]bool{}}
 	for i, s := range steps {
 		if wait := time.Until(start.Add(s.At)); wait > 0 {
 			select {
@@ -123,7 +127,7 @@ func Run(ctx context.Context, steps []Step, target Target, log func(check.Fault)
 		}
 		rng := rand.New(rand.NewPCG(seed, uint64(i)))
 		wg.Go(func() {
-			if err := runStep(ctx, s, target, rng, log); err != nil {
+			if err := runStep(ctx, s, target, b, rng, log); err != nil {
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("step %d (%s): %w", i+1, s, err))
 				mu.Unlock()
@@ -136,7 +140,7 @@ func Run(ctx context.Context, steps []Step, target Target, log func(check.Fault)
 
 // runStep injects one fault, waits its duration (or until ctx ends) and
 // undoes it.
-func runStep(ctx context.Context, s Step, t Target, rng *rand.Rand, log func(check.Fault)) error {
+func runStep(ctx context.Context, s Step, t Target, busy *busySet, rng *rand.Rand, log func(check.Fault)) error {
 	f := check.Fault{Kind: string(s.Kind), Detail: string(s.Target)}
 	if s.Detail != "" {
 		f.Detail += "; " + s.Detail
@@ -167,10 +171,11 @@ func runStep(ctx context.Context, s Step, t Target, rng *rand.Rand, log func(che
 		log(f)
 		return nil
 	}
-	v, err := t.Resolve(ctx, s.Target, rng)
+	v, err := busy.resolve(ctx, t, s.Target, rng)
 	if err != nil {
 		return fmt.Errorf("finding the %s: %w", s.Target, err)
 	}
+	defer busy.release(v.Name)
 	f.Target = v.Name
 	if v.Why != "" {
 		f.Detail = v.Why
@@ -191,7 +196,7 @@ func runStep(ctx context.Context, s Step, t Target, rng *rand.Rand, log func(che
 		err = t.Pause(ctx, v.Name)
 		undo = func(ctx context.Context) error { return t.Resume(ctx, v.Name) }
 	case Partition:
-		from := t.Peers(v.Name)
+		from := t.Peers(v.Name, s.Detail == "storage")
 		if s.Detail == "subset" && len(from) > 1 {
 			rng.Shuffle(len(from), func(i, j int) { from[i], from[j] = from[j], from[i] })
 			from = from[:1+rng.IntN(len(from)-1)]
@@ -240,4 +245,33 @@ func runStep(ctx context.Context, s Step, t Target, rng *rand.Rand, log func(che
 		return fmt.Errorf("undoing %s on %s: %w", s.Kind, v.Name, uerr)
 	}
 	return nil
+}
+
+// busySet holds the processes under a fault, so overlapping steps hit
+// different processes.
+type busySet struct {
+	mu    sync.Mutex
+	names map[string]bool
+}
+
+// resolve resolves a role passing over busy processes and marks the one
+// chosen busy.
+func (b *busySet) resolve(ctx context.Context, t Target, r Role, rng *rand.Rand) (Victim, error) {
+	b.mu.Lock()
+	avoid := maps.Clone(b.names)
+	b.mu.Unlock()
+	v, err := t.Resolve(ctx, r, avoid, rng)
+	if err != nil {
+		return v, err
+	}
+	b.mu.Lock()
+	b.names[v.Name] = true
+	b.mu.Unlock()
+	return v, nil
+}
+
+func (b *busySet) release(name string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.names, name)
 }

@@ -32,8 +32,12 @@ func (f *fakeTarget) do(call string) error {
 	return nil
 }
 
-func (f *fakeTarget) Resolve(_ context.Context, r Role, _ *rand.Rand) (Victim, error) {
-	return Victim{Name: "p-" + string(r), Why: "the " + string(r)}, nil
+func (f *fakeTarget) Resolve(_ context.Context, r Role, busy map[string]bool, _ *rand.Rand) (Victim, error) {
+	name := "p-" + string(r)
+	if busy[name] {
+		name += "-2"
+	}
+	return Victim{Name: name, Why: "the " + string(r)}, nil
 }
 func (f *fakeTarget) Kill(_ context.Context, n string) error   { return f.do("kill " + n) }
 func (f *fakeTarget) Start(_ context.Context, n string) error  { return f.do("start " + n) }
@@ -42,7 +46,12 @@ func (f *fakeTarget) Resume(_ context.Context, n string) error { return f.do("re
 func (f *fakeTarget) Crash(_ context.Context, n string, drop bool) error {
 	return f.do(fmt.Sprintf("crash %s %v", n, drop))
 }
-func (f *fakeTarget) Peers(string) []string { return []string{"a", "b", "c"} }
+func (f *fakeTarget) Peers(_ string, storageOnly bool) []string {
+	if storageOnly {
+		return []string{"a"}
+	}
+	return []string{"a", "b", "c"}
+}
 func (f *fakeTarget) Isolate(_ context.Context, n string, from []string) error {
 	return f.do(fmt.Sprintf("isolate %s %v", n, from))
 }
@@ -108,6 +117,18 @@ func TestRunOverlapsStepsThatOverlap(t *testing.T) {
 	require.Equal(t, []string{"kill p-storage-leader", "kill p-storage-follower", "start p-storage-follower", "start p-storage-leader"}, ft.calls)
 }
 
+func TestRunPassesOverBusyProcesses(t *testing.T) {
+	ft := &fakeTarget{}
+	var log Log
+	require.NoError(t, Run(context.Background(), []Step{
+		{Kind: Partition, Target: StorageLeader, Duration: 200 * time.Millisecond, Detail: "storage"},
+		{At: 50 * time.Millisecond, Kind: Kill, Target: StorageLeader, Duration: 50 * time.Millisecond},
+		{At: 300 * time.Millisecond, Kind: Kill, Target: StorageLeader, Duration: 10 * time.Millisecond},
+	}, ft, log.Add))
+	require.Equal(t, []string{"isolate p-storage-leader [a]", "kill p-storage-leader-2", "start p-storage-leader-2",
+		"heal p-storage-leader", "kill p-storage-leader", "start p-storage-leader"}, ft.calls)
+}
+
 func TestRunUndoesTheFaultInProgressWhenCancelled(t *testing.T) {
 	ft := &fakeTarget{}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
@@ -138,5 +159,5 @@ func TestRunReportsFailuresAndGoesOn(t *testing.T) {
 
 func TestRunRejectsInvalidSteps(t *testing.T) {
 	err := Run(context.Background(), []Step{{Kind: Partition, Target: StorageLeader}}, &fakeTarget{}, func(check.Fault) {})
-	require.ErrorContains(t, err, "isolate or subset")
+	require.ErrorContains(t, err, "isolate, subset or storage")
 }
