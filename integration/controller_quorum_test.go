@@ -79,20 +79,16 @@ func TestActiveControllerSurvivesEtcdLeaderPause(t *testing.T) {
 		}
 	}
 	// Record the active controller every 100 ms, as each running
-	// controller sees it.
-	type sample struct {
-		at     time.Duration
-		active int32
-		epoch  int64
-	}
-	var samples []sample
+	// controller sees it, one sequence per controller: two controllers
+	// answering differently at one moment is not a change of controller.
+	samples := map[string][]activeSample{}
 	record := func(start time.Time) {
 		for _, p := range others {
 			resp, err := describeAt(ctx, pool, p, time.Second)
 			if err != nil {
 				continue
 			}
-			samples = append(samples, sample{time.Since(start), resp.GetControllerId(), resp.GetControllerEpoch()})
+			samples[p.Name] = append(samples[p.Name], activeSample{time.Since(start), resp.GetControllerId(), resp.GetControllerEpoch()})
 		}
 	}
 	require.NoError(t, raftLeader.Pause())
@@ -109,25 +105,74 @@ func TestActiveControllerSurvivesEtcdLeaderPause(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	require.NotEmpty(t, samples)
-	var changes []string
-	last := before.GetControllerId()
 	maxEpoch := before.GetControllerEpoch()
-	for _, s := range samples {
-		maxEpoch = max(maxEpoch, s.epoch)
+	for _, p := range others {
+		seq := samples[p.Name]
+		require.NotEmpty(t, seq, "%s never answered", p.Name)
+		changes := activeChanges(before, seq)
+		for _, s := range seq {
+			maxEpoch = max(maxEpoch, s.epoch)
+		}
+		t.Logf("%s: %d samples; active controller changes: %v", p.Name, len(seq), changes)
+		require.NoError(t, checkActiveChanges(changes), "as seen by %s", p.Name)
+	}
+	t.Logf("controller epoch %d -> %d", before.GetControllerEpoch(), maxEpoch)
+	require.LessOrEqual(t, maxEpoch-before.GetControllerEpoch(), int64(1), "the active controller changed more than once")
+}
+
+// activeSample is one controller's answer to "which controller is active".
+type activeSample struct {
+	at     time.Duration
+	active int32
+	epoch  int64
+}
+
+// activeChange is a change in the active controller one controller reports.
+type activeChange struct {
+	at       time.Duration
+	from, to int32
+	epoch    int64 // the epoch reported with the new answer
+}
+
+func (c activeChange) String() string {
+	return fmt.Sprintf("%v: %d -> %d (epoch %d)", c.at.Round(time.Millisecond), c.from, c.to, c.epoch)
+}
+
+// activeChanges lists the changes in one controller's sequence of answers,
+// starting from the answer seen before the fault.
+func activeChanges(before *controllerv1.DescribeClusterResponse, seq []activeSample) []activeChange {
+	var out []activeChange
+	last := before.GetControllerId()
+	for _, s := range seq {
 		if s.active != last {
-			changes = append(changes, fmt.Sprintf("%v: %d -> %d (epoch %d)", s.at.Round(time.Millisecond), last, s.active, s.epoch))
+			out = append(out, activeChange{s.at, last, s.active, s.epoch})
 			last = s.active
 		}
 	}
-	t.Logf("%d samples; active controller changes: %v; controller epoch %d -> %d", len(samples), changes, before.GetControllerEpoch(), maxEpoch)
-	require.LessOrEqual(t, maxEpoch-before.GetControllerEpoch(), int64(1), "the active controller changed more than once: %v", changes)
-	// "No active controller" (-1) between two holders counts as a change
-	// too, so a lost-and-won-back term shows up here.
-	require.LessOrEqual(t, len(changes), 2, "the active controller changed more than once: %v", changes)
-	if len(changes) == 2 {
-		require.Contains(t, changes[0], "-> -1", "the active controller changed more than once: %v", changes)
+	return out
+}
+
+// checkActiveChanges fails one controller's changes when they show the
+// active controller changing more than once: at most one handover, which
+// may pass through "no active controller" (-1), so a term lost and won back
+// is one change too. An answer of -1 between two answers naming the same
+// controller in the same epoch is an error of its own: the term went on,
+// and the controller failed to name the active controller meanwhile.
+func checkActiveChanges(changes []activeChange) error {
+	for i := 0; i+1 < len(changes); i++ {
+		gap, back := changes[i], changes[i+1]
+		if gap.to == -1 && back.to == gap.from && back.epoch <= gap.epoch {
+			return fmt.Errorf("named no active controller from %v to %v although controller %d stayed active in epoch %d: %v",
+				gap.at.Round(time.Millisecond), back.at.Round(time.Millisecond), back.to, back.epoch, changes)
+		}
 	}
+	switch {
+	case len(changes) <= 1:
+		return nil
+	case len(changes) == 2 && changes[0].to == -1:
+		return nil
+	}
+	return fmt.Errorf("the active controller changed more than once: %v", changes)
 }
 
 // controllerStates maps node id to the state DescribeCluster reports.
@@ -297,4 +342,21 @@ func TestControllerQuorumLossIsReported(t *testing.T) {
 	require.NoError(t, cctx.Err(), "the CLI outlived its API timeout")
 	require.Contains(t, out, "CONTROLLER_QUORUM_UNAVAILABLE")
 	require.Contains(t, out, want)
+}
+
+// The check of one controller's answers: a handover, a term lost and won
+// back, and a -1 gap inside one term (the controller could not name the
+// active controller during a raft election).
+func TestCheckActiveChanges(t *testing.T) {
+	ch := func(at time.Duration, from, to int32, epoch int64) activeChange {
+		return activeChange{at: at, from: from, to: to, epoch: epoch}
+	}
+	require.NoError(t, checkActiveChanges(nil))
+	require.NoError(t, checkActiveChanges([]activeChange{ch(time.Second, 2, 3, 2)}))
+	require.NoError(t, checkActiveChanges([]activeChange{ch(time.Second, 2, -1, 1), ch(2*time.Second, -1, 3, 2)}))
+	require.NoError(t, checkActiveChanges([]activeChange{ch(time.Second, 2, -1, 1), ch(2*time.Second, -1, 2, 2)}), "lost and won back")
+	err := checkActiveChanges([]activeChange{ch(2191*time.Millisecond, 2, -1, 1), ch(3287*time.Millisecond, -1, 2, 1)})
+	require.ErrorContains(t, err, "named no active controller from 2.191s to 3.287s although controller 2 stayed active in epoch 1")
+	require.ErrorContains(t, checkActiveChanges([]activeChange{ch(time.Second, 2, 3, 2), ch(2*time.Second, 3, 2, 3)}), "changed more than once")
+	require.ErrorContains(t, checkActiveChanges([]activeChange{ch(time.Second, 2, -1, 1), ch(2*time.Second, -1, 3, 2), ch(3*time.Second, 3, -1, 2)}), "changed more than once")
 }

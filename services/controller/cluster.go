@@ -17,6 +17,10 @@ import (
 // seen), so an operator can see which members are missing.
 func (c *Controller) DescribeCluster(ctx context.Context, _ *controllerv1.DescribeClusterRequest) (*controllerv1.DescribeClusterResponse, error) {
 	q := c.probe(ctx, quorumProbeTTL, true)
+	// Whether the local member knows a raft leader now, not when the
+	// (possibly 2 s old) probe ran: a raft election that ended since must
+	// not hide the active controller.
+	q.HasLeader = c.store.HasLeader()
 	external := len(q.Members) == 0
 	etcdLeader := map[string]bool{}
 	if external {
@@ -52,7 +56,8 @@ func (c *Controller) DescribeCluster(ctx context.Context, _ *controllerv1.Descri
 	}
 	if !active {
 		// Without a majority no controller is active, although the election
-		// key of a dead one stays (no raft leader can expire its lease).
+		// key of a dead one stays (no raft leader can expire its lease). A
+		// raft election alone is no loss of majority: see quorumAlive.
 		out.ControllerId = -1
 	}
 	if !external {

@@ -109,18 +109,34 @@ func (c *Controller) seen(name string) *controllerv1.ControllerMember {
 	return out
 }
 
+// quorumAlive reports whether the etcd quorum has a majority as far as the
+// local member can tell: it knows a raft leader (a leader that loses its
+// majority steps down within an election timeout, and so does a follower's
+// idea of it), or a majority of the voting members answered the probe (a
+// raft election is under way and will end with a leader). Either is enough:
+// the local member is leaderless during every raft election, and a probe
+// may miss a live member that is slow to answer on a loaded machine.
+//
+// While the quorum is alive the holder of the election key is the active
+// controller, also in the middle of a raft election: no leader can expire
+// its lease meanwhile, and a new leader renews every lease when it takes
+// over. Only a lost majority (no leader and too few members answer) means
+// that no controller is active.
+func quorumAlive(q metastore.QuorumStatus) bool {
+	return q.HasLeader || q.Majority()
+}
+
 // quorumLost returns CONTROLLER_QUORUM_UNAVAILABLE, naming the members this
 // controller reaches and those it does not, when the etcd quorum has no
-// majority; nil otherwise. A member that knows a raft leader has a
-// majority (a leader that loses its majority steps down within an election
-// timeout, and so does a follower's idea of it), so only a member without
-// a leader probes the others.
+// majority (see quorumAlive); nil otherwise. Only a member without a raft
+// leader probes the others.
 func (c *Controller) quorumLost(ctx context.Context) error {
 	if c.store == nil || c.store.HasLeader() {
 		return nil
 	}
 	q := c.probe(ctx, quorumProbeTTL, false)
-	if q.Majority() {
+	q.HasLeader = false // the local member has none now, whatever the probe saw
+	if quorumAlive(q) {
 		return nil // an election under way: the usual answers apply
 	}
 	c.mu.RLock()
@@ -179,6 +195,7 @@ func (c *Controller) describeControllers(q metastore.QuorumStatus, present []*co
 	}
 	var out []*controllerv1.ControllerMember
 	listed := map[int32]bool{}
+	alive := quorumAlive(q)
 	for _, em := range q.Members {
 		m := byMember[em.Name]
 		if m == nil {
@@ -195,11 +212,12 @@ func (c *Controller) describeControllers(q metastore.QuorumStatus, present []*co
 		default:
 			m.EtcdRole = controllerv1.EtcdRole_ETCD_ROLE_FOLLOWER
 		}
-		// The holder of the election key is active while the quorum has a
-		// majority (its key expires with its lease if it is dead). A probe
-		// may be up to 2 s old, so a just-resumed active member can show as
+		// The holder of the election key is active while the quorum is
+		// alive (its key expires with its lease if it is dead), also while
+		// the local member waits for a raft election to end. A probe may be
+		// up to 2 s old, so a just-resumed active member can show as
 		// unreachable meanwhile.
-		m.Active = q.HasMajority() && activeID >= 0 && m.GetNodeId() == activeID
+		m.Active = alive && activeID >= 0 && m.GetNodeId() == activeID
 		switch {
 		case !em.Reachable:
 		case m.Active:

@@ -87,3 +87,63 @@ func TestDescribeControllersWithoutMajority(t *testing.T) {
 	require.Equal(t, []int32{2, 3}, s.GetUnreachable())
 	require.Equal(t, int32(1), s.GetAnsweredBy())
 }
+
+// A raft election does not hide the active controller: while the local
+// etcd member has no raft leader but a majority of the members answer, the
+// holder of the election key is still named active (no leader can expire
+// its lease meanwhile), and so it is while the local member knows a leader
+// but the probe missed a slow member. Only no leader and no majority
+// answering means no controller is active.
+func TestDescribeControllersNamesActiveDuringRaftElection(t *testing.T) {
+	c := &Controller{nodeID: 3}
+	present := []*controllerv1.ControllerMember{
+		{NodeId: 2, Address: "h2:9090", EtcdMember: "controller-2"},
+		{NodeId: 3, Address: "h3:9090", EtcdMember: "controller-3"},
+	}
+	for _, tc := range []struct {
+		name   string
+		q      metastore.QuorumStatus
+		active bool
+	}{
+		{"raft election under way", metastore.QuorumStatus{
+			HasLeader: false, Voters: 3, ReachableVoters: 2,
+			Members: []metastore.MemberStatus{
+				{Name: "controller-1"}, // the paused raft leader
+				{Name: "controller-2", Reachable: true},
+				{Name: "controller-3", Self: true, Reachable: true},
+			},
+		}, true},
+		{"probe missed a live member", metastore.QuorumStatus{
+			HasLeader: true, Voters: 3, ReachableVoters: 1,
+			Members: []metastore.MemberStatus{
+				{Name: "controller-1"},
+				{Name: "controller-2"},
+				{Name: "controller-3", Self: true, Reachable: true},
+			},
+		}, true},
+		{"no leader and no majority", metastore.QuorumStatus{
+			HasLeader: false, Voters: 3, ReachableVoters: 1,
+			Members: []metastore.MemberStatus{
+				{Name: "controller-1"},
+				{Name: "controller-2"},
+				{Name: "controller-3", Self: true, Reachable: true},
+			},
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := c.describeControllers(tc.q, present, 2)
+			require.Len(t, got, 3)
+			require.Equal(t, tc.active, got[1].GetActive(), "%v", got)
+			want := controllerv1.ControllerState_CONTROLLER_STATE_STANDBY
+			if tc.active {
+				want = controllerv1.ControllerState_CONTROLLER_STATE_ACTIVE
+			}
+			if !tc.q.Members[1].Reachable {
+				want = controllerv1.ControllerState_CONTROLLER_STATE_UNREACHABLE
+			}
+			require.Equal(t, want, got[1].GetState())
+			require.False(t, got[0].GetActive())
+			require.False(t, got[2].GetActive())
+		})
+	}
+}
