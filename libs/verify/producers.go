@@ -130,12 +130,21 @@ func (r *runner) runPlain(ctx context.Context, proc int, idempotent bool, rate f
 	}
 	// Quiet phase: every queued record gets its outcome before the producer
 	// closes (failures after the delivery timeout are recorded as such).
-	cctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	cctx, cancel := context.WithTimeout(context.Background(), r.closeTimeout())
 	defer cancel()
 	if err := p.Close(cctx); err != nil {
 		log.Warn("closing producer", slog.Any("err", err))
 	}
 	waitGroup(&wg, 15*time.Second)
+}
+
+// closeTimeout bounds how long a producer may take to settle its records
+// at the end: long in the quiet phase, short when the run was interrupted.
+func (r *runner) closeTimeout() time.Duration {
+	if r.ctx.Err() != nil {
+		return 2 * time.Second
+	}
+	return 45 * time.Second
 }
 
 // waitGroup waits for wg, at most d; callbacks that never come leave their

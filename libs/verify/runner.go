@@ -24,6 +24,8 @@ type copySpec struct {
 
 // runner holds one run's state.
 type runner struct {
+	// ctx is Run's context: when it ends, the run is interrupted.
+	ctx    context.Context
 	cfg    Config
 	cl     *client.Client
 	rec    check.Recorder
@@ -143,7 +145,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &runner{cfg: cfg}
+	r := &runner{ctx: ctx, cfg: cfg}
 	defer func() {
 		if r.cl != nil {
 			_ = r.cl.Close() // the run is over; nothing is in flight
@@ -226,7 +228,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	end := time.Now()
 	<-progressDone
 	if ctx.Err() != nil {
-		return nil, ctx.Err()
+		// Interrupted: every client stops (producers and transactions
+		// end quickly, see closeTimeout) before the error goes back.
+		stopDrain()
+		stopReaders()
+		prodWG.Wait()
+		txnWG.Wait()
+		readWG.Wait()
+		return nil, fmt.Errorf("verify: interrupted before the checks: %w", ctx.Err())
 	}
 	log.Info("verify: workload done; quiet phase: ending transactions and draining the copy")
 	prodWG.Wait()
