@@ -2,6 +2,7 @@ package service
 
 import (
 	"log/slog"
+	"time"
 
 	"github.com/sluice-io/sluice/libs/client/wire"
 	"github.com/sluice-io/sluice/libs/config"
@@ -39,4 +40,17 @@ type Deps struct {
 	// storage-node role (a replication worker then fetches for remote
 	// followers).
 	Replicas *replica.Manager
+	// Now is the wall clock of the roles' timing decisions: group sessions
+	// and rebalance timeouts, transaction timeouts, the timestamps the
+	// storage node stamps on records it builds and on transaction markers.
+	// nil means time.Now; --unsafe.fault-injection shifts it.
+	Now func() time.Time
+}
+
+// Clock returns Now, or time.Now when it is nil.
+func (d Deps) Clock() func() time.Time {
+	if d.Now != nil {
+		return d.Now
+	}
+	return time.Now
 }

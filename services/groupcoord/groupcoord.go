@@ -171,7 +171,7 @@ type GroupCoordinator struct {
 // its Kafka API handlers on deps.Kafka.
 func New(cfg Config, deps service.Deps) *GroupCoordinator {
 	r := &GroupCoordinator{cfg: cfg, deps: deps, logger: deps.Logger.With(log.Role("group-coordinator")),
-		now: time.Now, shards: map[int32]*shard{}}
+		now: deps.Clock(), shards: map[int32]*shard{}}
 	r.topics = coordinator.TopicCreator{Pool: deps.Pool, Logger: r.logger}
 	r.verifyTxn = func(ctx context.Context, tid string, pid int64, epoch int16, tp *commonv1.TopicPartition) (error, bool) {
 		return coordinator.VerifyInTransaction(ctx, deps.Metadata.Load(), deps.Pool, tid, pid, epoch, tp)

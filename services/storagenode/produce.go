@@ -118,8 +118,9 @@ func acksOf(a storagev1.Acks) replica.Acks {
 }
 
 // batchesOf returns the batch bytes of a produce partition, building one
-// batch from plain records.
-func batchesOf(pp *storagev1.ProducePartition) ([]byte, error) {
+// batch from plain records (those without a timestamp get the time now()
+// tells).
+func batchesOf(pp *storagev1.ProducePartition, now func() time.Time) ([]byte, error) {
 	if b := pp.GetBatches(); b != nil {
 		return b, nil
 	}
@@ -132,11 +133,11 @@ func batchesOf(pp *storagev1.ProducePartition) ([]byte, error) {
 		bld.SetProducer(pr.GetProducerId(), int16(pr.GetProducerEpoch()), pr.GetBaseSequence())
 		bld.SetTransactional(pr.GetTransactional())
 	}
-	now := time.Now().UnixMilli()
+	nowMs := now().UnixMilli()
 	for _, rec := range pp.GetRecords().GetRecords() {
 		ts := rec.GetTimestampMs()
 		if ts == 0 {
-			ts = now
+			ts = nowMs
 		}
 		hs := make([]record.Header, len(rec.GetHeaders()))
 		for i, h := range rec.GetHeaders() {
@@ -170,7 +171,7 @@ func (r *StorageNode) appendAll(ctx context.Context, req *storagev1.ProduceReque
 		part, err := r.partition(pp.GetTopic(), pp.GetPartition())
 		if err == nil {
 			var batches []byte
-			if batches, err = batchesOf(pp); err == nil {
+			if batches, err = batchesOf(pp, r.deps.Clock()); err == nil {
 				var ar storage.AppendResult
 				var epoch int32
 				if metadata.CoordinatorRole(pp.GetTopic()) != "" {

@@ -48,7 +48,7 @@ func (r *StorageNode) WriteTxnMarkers(ctx context.Context, req *storagev1.WriteT
 		if err := validateMarker(i, m); err != nil {
 			return nil, err
 		}
-		now := time.Now().UnixMilli()
+		now := r.deps.Clock()().UnixMilli()
 		ct := record.ControlAbort
 		if m.GetCommitted() {
 			ct = record.ControlCommit

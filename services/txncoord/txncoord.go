@@ -92,7 +92,7 @@ type TransactionCoordinator struct {
 // its Kafka APIs on deps.Kafka.
 func New(cfg Config, deps service.Deps) *TransactionCoordinator {
 	r := &TransactionCoordinator{cfg: cfg, deps: deps, logger: deps.Logger.With(log.Role("transaction-coordinator")),
-		now: time.Now, shards: map[int32]*shard{}}
+		now: deps.Clock(), shards: map[int32]*shard{}}
 	r.pids = newPIDManager(r.allocateProducerIDs, r.logger)
 	r.markers = &markerWriter{send: r.sendMarkers, logger: r.logger}
 	if deps.Telemetry != nil {

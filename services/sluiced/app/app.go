@@ -90,6 +90,9 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 		cache: metadata.NewCache(),
 		kafka: kafka.NewMux(),
 		pool:  wire.NewPool(wire.ClientOptions{Telemetry: tel.Client(telemetry.Process)})}
+	if kit != nil {
+		n.now = kit.clock.Now
+	}
 	// Every node answers metadata requests from its cache.
 	metadatav1.RegisterMetadataServiceServer(srv.GRPC, metadata.NewServer(n.cache, int32(cfg.Node.ID), srv.Validators))
 
@@ -168,6 +171,9 @@ type node struct {
 	// replicas are the node's partition replicas, shared by the storage-node
 	// and replication roles.
 	replicas *replica.Manager
+	// now is the roles' clock: nil (time.Now) unless fault injection
+	// shifts it.
+	now func() time.Time
 }
 
 // controllerAddrs are the controllers to reach: --controllers, or this
@@ -182,7 +188,7 @@ func (n *node) controllerAddrs() []string {
 func (n *node) newRole(r role.Role) service.Service {
 	cfg := n.cfg
 	deps := service.Deps{Logger: n.logger, Telemetry: n.tel, Server: n.srv, Kafka: n.kafka, Node: cfg.Node,
-		Metadata: n.cache, Member: n.member, Pool: n.pool, Replicas: n.replicas}
+		Metadata: n.cache, Member: n.member, Pool: n.pool, Replicas: n.replicas, Now: n.now}
 	switch r {
 	case role.Controller:
 		return controller.New(cfg.Controller, deps)
