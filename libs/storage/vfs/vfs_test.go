@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -149,4 +150,37 @@ func TestFaultFSFailedSyncDropsPagesUntilRewritten(t *testing.T) {
 			require.Equal(t, "aaaa\x00\x00\x00\x00", string(got))
 		}
 	}
+}
+
+func TestFaultMatchesPathSubstringAndAddsLatency(t *testing.T) {
+	dir := t.TempDir()
+	fs := NewFaultFS(OS, 1)
+	for _, sub := range []string{"orders-0", "orders-1"} {
+		require.NoError(t, fs.MkdirAll(filepath.Join(dir, sub), 0o755))
+	}
+	open := func(sub string) File {
+		f, err := fs.OpenFile(filepath.Join(dir, sub, "00000000000000000000.log"), os.O_CREATE|os.O_RDWR, 0o644)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = f.Close() })
+		return f
+	}
+	a, b := open("orders-0"), open("orders-1")
+
+	remove := fs.Inject(Fault{Op: OpSync, PathContains: "orders-0", Err: EIO})
+	require.ErrorIs(t, a.Sync(), syscall.EIO)
+	require.NoError(t, b.Sync(), "another replica's directory is not matched")
+	remove()
+	require.NoError(t, a.Sync())
+
+	// A fault without an error only slows the operation down.
+	const latency = 50 * time.Millisecond
+	remove = fs.Inject(Fault{Op: OpWrite, PathContains: "orders-1", Latency: latency})
+	start := time.Now()
+	_, err := b.WriteAt([]byte("slow"), 0)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, time.Since(start), latency)
+	remove()
+	data, err := ReadFile(fs, b.Name())
+	require.NoError(t, err)
+	require.Equal(t, "slow", string(data), "the slowed write happened")
 }
