@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -48,7 +49,7 @@ connection error.
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if checkOnly != "" {
-				return verifyCheckOnly(cmd.OutOrStdout(), checkOnly, out)
+				return verifyCheckOnly(cmd.OutOrStdout(), g.output, checkOnly, out)
 			}
 			cfg := verify.Config{Duration: duration, Seed: seed, Topics: topics, Partitions: partitions,
 				ReplicationFactor: rf, Acks: acks, Rate: rate, Out: out}
@@ -76,7 +77,7 @@ connection error.
 			if err != nil {
 				return &exitError{code: verifyUsage, err: err}
 			}
-			return printVerdict(cmd.OutOrStdout(), rep)
+			return printVerdict(cmd.OutOrStdout(), g.output, rep)
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
@@ -115,7 +116,7 @@ func (e *exitError) Unwrap() error { return e.err }
 func usageError(err error) error { return &exitError{code: verifyUsage, err: err} }
 
 // verifyCheckOnly re-checks a saved history.
-func verifyCheckOnly(w io.Writer, path, out string) error {
+func verifyCheckOnly(w io.Writer, format, path, out string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return usageError(err)
@@ -129,15 +130,24 @@ func verifyCheckOnly(w io.Writer, path, out string) error {
 	if err != nil {
 		return usageError(err)
 	}
-	return printVerdict(w, rep)
+	return printVerdict(w, format, rep)
 }
 
-// printVerdict prints the summary (verdict first) and where the files are;
-// anomalies end the CLI with status 1.
-func printVerdict(w io.Writer, rep *verify.Report) error {
-	fmt.Fprint(w, rep.Summary())
-	if rep.Files.Summary != "" {
-		fmt.Fprintf(w, "\nreport: %s %s %s %s\n", rep.Files.Summary, rep.Files.Result, rep.Files.History, rep.Files.Timeline)
+// printVerdict prints the summary (verdict first) and where the files are,
+// or with --output json the report as result.json holds it; anomalies end
+// the CLI with status 1.
+func printVerdict(w io.Writer, format string, rep *verify.Report) error {
+	if format == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprint(w, rep.Summary())
+		if rep.Files.Summary != "" {
+			fmt.Fprintf(w, "\nreport: %s %s %s %s\n", rep.Files.Summary, rep.Files.Result, rep.Files.History, rep.Files.Timeline)
+		}
 	}
 	if !rep.Valid() {
 		return &exitError{code: verifyAnomalies}
