@@ -80,6 +80,7 @@ func runMain(args []string) int {
 	topology := fs.String("topology", "", "override the topology of the cases run")
 	workload := fs.String("workload", "", "override the workload of the cases run")
 	planted := fs.String("planted", "", "run the case built to catch this planted bug (or all of them) and require it caught")
+	control := fs.Bool("control", false, "with --planted: run the cases without the bug (SLUICE_PLANTED unset) and require them valid, the negative control")
 	out := fs.String("out", "", "directory for reports and logs (default $TMPDIR/sluice-chaos-<time>)")
 	verbose := fs.Bool("v", false, "print the workload's progress lines")
 	faultsOnly := fs.Bool("faults-only", false, "run the fault schedules without the workload (to try the fault machinery)")
@@ -134,6 +135,10 @@ func runMain(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// A closed stdout (sluice-chaos | head) must not kill the runner
+	// before it stops its clusters: with SIGPIPE caught, writes fail with
+	// EPIPE instead.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	override := func(c chaosCase) chaosCase {
 		if *topology != "" {
 			c.Topology = *topology
@@ -151,7 +156,7 @@ func runMain(args []string) int {
 	case *planted != "":
 		var cases []chaosCase
 		if *planted == "all" {
-			cases = plantedCases
+			cases = slices.Clone(plantedCases)
 		} else {
 			c, err := plantedCase(*planted)
 			if err != nil {
@@ -160,7 +165,13 @@ func runMain(args []string) int {
 			}
 			cases = []chaosCase{c}
 		}
-		return r.runList(ctx, cases, override, true)
+		if *control {
+			for i := range cases {
+				cases[i].Name += "-control"
+				cases[i].Planted, cases[i].Expect = "", nil
+			}
+		}
+		return r.runList(ctx, cases, override, !*control)
 	case *seed != 0:
 		c := seedCase(*seed)
 		return r.runList(ctx, []chaosCase{c}, override, c.Planted != "")

@@ -215,7 +215,7 @@ func (r *runner) runCase(ctx context.Context, c chaosCase, res *caseResult) erro
 	if r.faultErr == nil {
 		target.Faults = nemesis.HTTPFaults
 	}
-	level := slog.LevelWarn
+	level := slog.LevelError
 	if r.verbose {
 		level = slog.LevelInfo
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
 	txnv1 "github.com/sluice-io/sluice/gen/go/sluice/txn/v1"
@@ -30,14 +31,24 @@ type ClientFaults struct {
 	// written by then).
 	LateDelay time.Duration
 
-	mu         sync.Mutex
-	lateUntil  time.Time
-	ended      map[string]lateEnd // transactional id -> its last committed EndTxn
-	answers    map[string]int     // error names of late EndTxn copies
-	stallUntil time.Time
-	stalled    string // "group/member" whose heartbeats are held
-	held       int
-	wg         sync.WaitGroup
+	mu          sync.Mutex
+	lateUntil   time.Time
+	ended       map[string]lateEnd // transactional id -> its last committed EndTxn
+	answers     map[string]int     // error names of late EndTxn copies
+	stallUntil  time.Time
+	stallMatch  string // held groups' ids contain it
+	stalled     string // "group/member" whose heartbeats are held
+	held        int
+	commitUntil time.Time
+	commitMatch string
+	commits     map[string]lateCommit // "group/member" -> its last acknowledged commit
+	commitAns   map[string]int
+	wg          sync.WaitGroup
+}
+
+type lateCommit struct {
+	req *groupv1.OffsetCommitRequest
+	cc  *grpc.ClientConn
 }
 
 type lateEnd struct {
@@ -69,18 +80,42 @@ func (f *ClientFaults) StartLateEndTxn(d time.Duration) {
 // heartbeat from now on) for d: the coordinator expires its session and
 // rebalances while the member keeps consuming and committing in its old
 // generation, which the coordinator must refuse (KIP-447, KIP-1251).
-func (f *ClientFaults) StartStallMember(d time.Duration) {
+// match, if set, restricts it to groups whose id contains match.
+func (f *ClientFaults) StartStallMember(match string, d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.stallUntil = time.Now().Add(d)
-	f.stalled, f.held = "", 0
+	f.stallMatch, f.stalled, f.held = match, "", 0
+}
+
+// StartLateCommit turns on late offset-commit copies for d, in groups
+// whose id contains match: each member's last acknowledged OffsetCommit is
+// remembered, and when the member commits in a newer generation, a copy of
+// the old one is delivered again after it. The coordinator must refuse a
+// commit of an older generation (ILLEGAL_GENERATION); accepting it moves the
+// group's committed offsets back. Use it on classic groups only: the
+// consumer protocol accepts an older member epoch from a partition's owner
+// (KIP-1251), so a late copy there may be a legitimate regression that the
+// workload's history does not show.
+func (f *ClientFaults) StartLateCommit(match string, d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.commitUntil, f.commitMatch = time.Now().Add(d), match
+	f.commits, f.commitAns = map[string]lateCommit{}, map[string]int{}
 }
 
 // Stop ends the client faults, waits for late copies in flight, and
 // describes what was done.
 func (f *ClientFaults) Stop(k Kind) string {
 	f.mu.Lock()
-	f.lateUntil, f.stallUntil = time.Time{}, time.Time{}
+	switch k {
+	case LateEndTxn:
+		f.lateUntil = time.Time{}
+	case StallMember:
+		f.stallUntil = time.Time{}
+	case LateCommit:
+		f.commitUntil = time.Time{}
+	}
 	f.mu.Unlock()
 	f.wg.Wait()
 	f.mu.Lock()
@@ -100,6 +135,15 @@ func (f *ClientFaults) Stop(k Kind) string {
 			return "no member heartbeated"
 		}
 		return fmt.Sprintf("held %d heartbeats of %s", f.held, f.stalled)
+	case LateCommit:
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(f.commitAns)) {
+			parts = append(parts, fmt.Sprintf("%s×%d", k, f.commitAns[k]))
+		}
+		if len(parts) == 0 {
+			return "no late commit sent (no member committed in a newer generation)"
+		}
+		return "late commit answers: " + strings.Join(parts, ", ")
 	}
 	return ""
 }
@@ -132,6 +176,12 @@ func (f *ClientFaults) intercept(ctx context.Context, method string, req, reply 
 		f.hold(ctx, r.GetGroupId(), r.GetMemberId())
 	case *groupv1.ConsumerGroupHeartbeatRequest:
 		f.hold(ctx, r.GetGroupId(), r.GetMemberId())
+	case *groupv1.OffsetCommitRequest:
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if err == nil {
+			f.commitDone(r, reply.(*groupv1.OffsetCommitResponse), cc)
+		}
+		return err
 	}
 	return invoker(ctx, method, req, reply, cc, opts...)
 }
@@ -165,7 +215,7 @@ func (f *ClientFaults) hold(ctx context.Context, group, member string) {
 	}
 	f.mu.Lock()
 	until := f.stallUntil
-	if !time.Now().Before(until) {
+	if !time.Now().Before(until) || !strings.Contains(group, f.stallMatch) {
 		f.mu.Unlock()
 		return
 	}
@@ -185,4 +235,52 @@ func (f *ClientFaults) hold(ctx context.Context, group, member string) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// commitDone remembers an acknowledged commit and, when it is of a newer
+// generation than the member's previous one, sends that previous one again.
+func (f *ClientFaults) commitDone(r *groupv1.OffsetCommitRequest, resp *groupv1.OffsetCommitResponse, cc *grpc.ClientConn) {
+	for _, res := range resp.GetResults() {
+		if errs.FromProto(res.GetError()) != nil {
+			return // only wholly acknowledged commits
+		}
+	}
+	if r.GetMemberId() == "" || !strings.HasPrefix(r.GetGroupId(), f.GroupPrefix) {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !time.Now().Before(f.commitUntil) || !strings.Contains(r.GetGroupId(), f.commitMatch) {
+		return
+	}
+	key := r.GetGroupId() + "/" + r.GetMemberId()
+	prev, ok := f.commits[key]
+	f.commits[key] = lateCommit{req: proto.Clone(r).(*groupv1.OffsetCommitRequest), cc: cc}
+	if ok && prev.req.GetGenerationIdOrMemberEpoch() < r.GetGenerationIdOrMemberEpoch() {
+		f.wg.Add(1)
+		go f.deliverLateCommit(prev)
+	}
+}
+
+func (f *ClientFaults) deliverLateCommit(lc lateCommit) {
+	defer f.wg.Done()
+	time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var resp groupv1.OffsetCommitResponse
+	err := lc.cc.Invoke(ctx, groupv1.GroupCoordinatorService_OffsetCommit_FullMethodName, lc.req, &resp)
+	name := "OK"
+	if err != nil {
+		name = "transport: " + errs.Name(errs.CodeOf(err))
+	} else {
+		for _, res := range resp.GetResults() {
+			if e := errs.FromProto(res.GetError()); e != nil {
+				name = errs.Name(errs.CodeOf(e))
+				break
+			}
+		}
+	}
+	f.mu.Lock()
+	f.commitAns[name]++
+	f.mu.Unlock()
 }

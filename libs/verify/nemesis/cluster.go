@@ -494,7 +494,7 @@ func (t *ClusterTarget) Move(ctx context.Context, rng *rand.Rand) (string, error
 }
 
 // StartClientFault implements Target.
-func (t *ClusterTarget) StartClientFault(_ context.Context, k Kind, d time.Duration) error {
+func (t *ClusterTarget) StartClientFault(_ context.Context, k Kind, detail string, d time.Duration) error {
 	if t.ClientFaults == nil {
 		return errors.New("client-side faults need ClusterTarget.ClientFaults on the workload's clients")
 	}
@@ -503,7 +503,9 @@ func (t *ClusterTarget) StartClientFault(_ context.Context, k Kind, d time.Durat
 	case LateEndTxn:
 		t.ClientFaults.StartLateEndTxn(d)
 	case StallMember:
-		t.ClientFaults.StartStallMember(d)
+		t.ClientFaults.StartStallMember(detail, d)
+	case LateCommit:
+		t.ClientFaults.StartLateCommit(detail, d)
 	default:
 		return fmt.Errorf("%s is not a client-side fault", k)
 	}

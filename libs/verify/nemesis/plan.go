@@ -48,11 +48,16 @@ const (
 	LateEndTxn Kind = "late-endtxn"
 	// StallMember holds one group member's heartbeats past its session
 	// timeout while it goes on committing (client side; see ClientFaults).
+	// Detail, if set, restricts it to groups whose id contains it.
 	StallMember Kind = "stall-member"
+	// LateCommit delivers a second copy of a member's acknowledged offset
+	// commit late, once the member has committed in a newer generation, for
+	// groups whose id contains Detail (client side; see ClientFaults).
+	LateCommit Kind = "late-commit"
 )
 
 // Kinds lists every kind in a fixed order.
-var Kinds = []Kind{Kill, Pause, Crash, Partition, Disk, Clock, Move, LateEndTxn, StallMember}
+var Kinds = []Kind{Kill, Pause, Crash, Partition, Disk, Clock, Move, LateEndTxn, StallMember, LateCommit}
 
 // ParseKind returns the kind named s.
 func ParseKind(s string) (Kind, error) {
@@ -164,7 +169,7 @@ func (s Step) Validate() error {
 		if s.Detail != "enospc" && s.Detail != "slow-sync" {
 			return fmt.Errorf("step %q: a disk fault's detail is enospc or slow-sync", s)
 		}
-	case LateEndTxn, StallMember:
+	case LateEndTxn, StallMember, LateCommit:
 		if s.Target != Clients {
 			return fmt.Errorf("step %q: a client-side fault targets %s", s, Clients)
 		}
@@ -298,6 +303,13 @@ func Plan(seed int64, o PlanOptions) ([]Step, error) {
 		case LateEndTxn, StallMember:
 			s.Target = Clients
 			s.Duration = o.SessionTimeout + between(time.Second, 3*time.Second)
+		case LateCommit:
+			// Only classic groups: the consumer protocol accepts an older
+			// member epoch from a partition's owner (KIP-1251), so a late
+			// copy there may be a legitimate regression.
+			s.Target = Clients
+			s.Duration = o.SessionTimeout + between(time.Second, 3*time.Second)
+			s.Detail = "classic"
 		default:
 			s.Duration = between(o.MinFault, o.MaxFault)
 		}

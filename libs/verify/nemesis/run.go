@@ -59,7 +59,7 @@ type Target interface {
 	// StartClientFault turns on a client-side fault (LateEndTxn,
 	// StallMember) for d; StopClientFault turns it off and describes what
 	// it did.
-	StartClientFault(ctx context.Context, k Kind, d time.Duration) error
+	StartClientFault(ctx context.Context, k Kind, detail string, d time.Duration) error
 	StopClientFault(k Kind) string
 }
 
@@ -159,7 +159,7 @@ func runStep(ctx context.Context, s Step, t Target, busy *busySet, rng *rand.Ran
 	if s.Target == Clients {
 		f.Target = string(Clients)
 		f.Start = time.Now().UnixNano()
-		if err := t.StartClientFault(ctx, s.Kind, s.Duration); err != nil {
+		if err := t.StartClientFault(ctx, s.Kind, s.Detail, s.Duration); err != nil {
 			return err
 		}
 		select {

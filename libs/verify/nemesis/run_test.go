@@ -67,7 +67,7 @@ func (f *fakeTarget) Move(context.Context, *rand.Rand) (string, error) {
 	return "t/0", f.do("move")
 }
 
-func (f *fakeTarget) StartClientFault(_ context.Context, k Kind, _ time.Duration) error {
+func (f *fakeTarget) StartClientFault(_ context.Context, k Kind, _ string, _ time.Duration) error {
 	return f.do("start " + string(k))
 }
 func (f *fakeTarget) StopClientFault(k Kind) string {
