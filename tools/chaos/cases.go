@@ -53,7 +53,7 @@ func workloadConfig(name string) (verify.Config, error) {
 		// acks=all producers only, for the replication path, at a rate that
 		// keeps requests in flight when a leader dies.
 		return verify.Config{Producers: verify.Producers{Plain: 1, Idempotent: 3},
-			Consumers: verify.Consumers{AssignCommitted: 1, AssignUncommitted: 1}, Rate: 1500}, nil
+			Consumers: verify.Consumers{AssignCommitted: 1, AssignUncommitted: 1}, Rate: 2500}, nil
 	}
 	return verify.Config{}, fmt.Errorf("unknown workload %q (known: default, txn, groups, produce)", name)
 }
@@ -121,22 +121,33 @@ var plantedCases = []chaosCase{
 			step(10, nemesis.Kill, nemesis.StorageLeader, 3, ""),
 			step(16, nemesis.Kill, nemesis.StorageLeader, 2, ""),
 		}},
-	{Name: "planted-truncate-to-hw", Seed: 202, Topology: "dev3", Workload: "produce", Duration: sec(22),
+	{Name: "planted-truncate-to-hw", Seed: 202, Topology: "dev3", Workload: "produce", Duration: sec(31),
 		Planted: "truncate_to_hw", Expect: []check.Kind{check.LostWrite, check.InconsistentOffsets},
 		Why: "a storage node cut off from the other storage nodes (not from the controller) learns of a new leader and, " +
 			"with the bug, truncates to its high watermark, dropping acknowledged records it cannot fetch again; " +
 			"then the new leader is killed too and the truncated replica, still in the ISR, leads",
+		// The second kill waits for the first failover (the controller's
+		// 3 s session timeout): the cut-off replica truncates when it learns
+		// of the new leader, and only then is that leader killed, so the
+		// truncated replica, still in the ISR (30 s lag time), is elected.
+		// Twice, as the records at risk are only the last fetch round's
+		// before the cut.
 		Steps: []nemesis.Step{
-			step(4, nemesis.Partition, nemesis.StorageFollower, 10, "storage"),
+			step(4, nemesis.Partition, nemesis.StorageFollower, 11, "storage"),
 			step(5, nemesis.Kill, nemesis.StorageLeader, 7, ""),
-			step(7, nemesis.Kill, nemesis.StorageLeader, 3, ""),
+			step(9.5, nemesis.Kill, nemesis.StorageLeader, 4, ""),
+			step(17, nemesis.Partition, nemesis.StorageFollower, 11, "storage"),
+			step(18, nemesis.Kill, nemesis.StorageLeader, 7, ""),
+			step(22.5, nemesis.Kill, nemesis.StorageLeader, 4, ""),
 		}},
-	{Name: "planted-no-dedup-window", Seed: 203, Topology: "dev3", Workload: "produce", Duration: sec(18),
+	{Name: "planted-no-dedup-window", Seed: 203, Topology: "dev3", Workload: "produce", Duration: sec(20),
 		Planted: "no_dedup_window", Expect: []check.Kind{check.Duplicate},
 		Why: "leaders killed with idempotent batches in flight: the retries reach a new leader that has the first copy and must not append it again",
 		Steps: []nemesis.Step{
-			step(4, nemesis.Kill, nemesis.StorageLeader, 3, ""),
-			step(10, nemesis.Kill, nemesis.StorageLeader, 3, ""),
+			step(4, nemesis.Kill, nemesis.StorageLeader, 2, ""),
+			step(8, nemesis.Kill, nemesis.StorageLeader, 2, ""),
+			step(12, nemesis.Kill, nemesis.StorageLeader, 2, ""),
+			step(16, nemesis.Kill, nemesis.StorageLeader, 2, ""),
 		}},
 	{Name: "planted-lso-off-by-one", Seed: 204, Topology: "all-in-one", Workload: "txn", Duration: sec(12),
 		Planted: "lso_off_by_one", Expect: []check.Kind{check.AbortedRead, check.PrecommittedRead, check.TornTxn},
