@@ -35,7 +35,7 @@ type chaosCase struct {
 }
 
 // The workloads: mixes of producers and consumers for verify.Run.
-var workloads = []string{"default", "txn", "groups", "produce"}
+var workloads = []string{"default", "txn", "groups", "produce", "produce-wide"}
 
 func workloadConfig(name string) (verify.Config, error) {
 	switch name {
@@ -44,7 +44,7 @@ func workloadConfig(name string) (verify.Config, error) {
 	case "txn":
 		// Transactions with read_committed readers watching them while
 		// they are open.
-		return verify.Config{Producers: verify.Producers{Idempotent: 1, Transactional: 3},
+		return verify.Config{Producers: verify.Producers{Idempotent: 1, Transactional: 3}, Rate: 1000,
 			Consumers: verify.Consumers{AssignCommitted: 2, AssignUncommitted: 1, ClassicGroup: 1}}, nil
 	case "groups":
 		return verify.Config{Producers: verify.Producers{Idempotent: 2},
@@ -54,8 +54,13 @@ func workloadConfig(name string) (verify.Config, error) {
 		// keeps requests in flight when a leader dies.
 		return verify.Config{Producers: verify.Producers{Plain: 1, Idempotent: 3},
 			Consumers: verify.Consumers{AssignCommitted: 1, AssignUncommitted: 1}, Rate: 2500}, nil
+	case "produce-wide":
+		// The same over 24 partitions: more partitions where a race of a
+		// fault with replication can go wrong.
+		return verify.Config{Producers: verify.Producers{Plain: 1, Idempotent: 3}, Partitions: 8,
+			Consumers: verify.Consumers{AssignCommitted: 1, AssignUncommitted: 1}, Rate: 2500}, nil
 	}
-	return verify.Config{}, fmt.Errorf("unknown workload %q (known: default, txn, groups, produce)", name)
+	return verify.Config{}, fmt.Errorf("unknown workload %q (known: default, txn, groups, produce, produce-wide)", name)
 }
 
 func sec(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
@@ -121,7 +126,7 @@ var plantedCases = []chaosCase{
 			step(10, nemesis.Kill, nemesis.StorageLeader, 3, ""),
 			step(16, nemesis.Kill, nemesis.StorageLeader, 2, ""),
 		}},
-	{Name: "planted-truncate-to-hw", Seed: 202, Topology: "dev3", Workload: "produce", Duration: sec(31),
+	{Name: "planted-truncate-to-hw", Seed: 202, Topology: "dev3", Workload: "produce-wide", Duration: sec(31),
 		Planted: "truncate_to_hw", Expect: []check.Kind{check.LostWrite, check.InconsistentOffsets},
 		Why: "a storage node cut off from the other storage nodes (not from the controller) learns of a new leader and, " +
 			"with the bug, truncates to its high watermark, dropping acknowledged records it cannot fetch again; " +
@@ -149,7 +154,7 @@ var plantedCases = []chaosCase{
 			step(12, nemesis.Kill, nemesis.StorageLeader, 2, ""),
 			step(16, nemesis.Kill, nemesis.StorageLeader, 2, ""),
 		}},
-	{Name: "planted-lso-off-by-one", Seed: 204, Topology: "all-in-one", Workload: "txn", Duration: sec(12),
+	{Name: "planted-lso-off-by-one", Seed: 204, Topology: "all-in-one", Workload: "txn", Duration: sec(15),
 		Planted: "lso_off_by_one", Expect: []check.Kind{check.AbortedRead, check.PrecommittedRead, check.TornTxn},
 		Why:   "read_committed readers polling while transactions are open see the first record of one, which may then abort",
 		Steps: []nemesis.Step{}},
