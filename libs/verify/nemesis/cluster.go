@@ -480,17 +480,32 @@ func (t *ClusterTarget) Move(ctx context.Context, rng *rand.Rand) (string, error
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	er, err := t.Client.ElectLeaders(ctx, &controllerv1.ElectLeadersRequest{
-		ElectionType: controllerv1.ElectionType_ELECTION_TYPE_PREFERRED, Partitions: []*commonv1.TopicPartition{tp}})
-	if err != nil {
-		return what, err
-	}
-	for _, r := range er.GetResults() {
-		if e := errs.FromProto(r.GetError()); e != nil && errs.Name(errs.CodeOf(e)) != "ELECTION_NOT_NEEDED" {
-			return what, e
+	// The preferred replica may still be catching up: retry the election
+	// for a while, and settle for the reassignment alone if it never is.
+	ectx, ecancel := context.WithTimeout(ctx, 10*time.Second)
+	defer ecancel()
+	var last error
+	for ectx.Err() == nil {
+		er, err := t.Client.ElectLeaders(ectx, &controllerv1.ElectLeadersRequest{
+			ElectionType: controllerv1.ElectionType_ELECTION_TYPE_PREFERRED, Partitions: []*commonv1.TopicPartition{tp}})
+		last = err
+		if err == nil {
+			for _, r := range er.GetResults() {
+				if e := errs.FromProto(r.GetError()); e != nil && errs.Name(errs.CodeOf(e)) != "ELECTION_NOT_NEEDED" {
+					last = e
+				}
+			}
+		}
+		if last == nil {
+			return what, nil
+		}
+		select {
+		case <-ectx.Done():
+		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	return what, nil
+	t.logf("nemesis: preferred election of %s/%d not done: %v", ps.GetTopic(), ps.GetPartition(), last)
+	return what + "; preferred election not done: " + last.Error(), nil
 }
 
 // StartClientFault implements Target.

@@ -289,12 +289,15 @@ func Plan(seed int64, o PlanOptions) ([]Step, error) {
 			s.Duration = o.SessionTimeout + between(time.Second, 3*time.Second)
 			s.Detail = []string{"isolate", "subset"}[rng.IntN(2)]
 		case Disk:
+			s.Target = storageRole(rng)
 			s.Duration = between(o.MinFault, o.MaxFault)
 			s.Detail = []string{"enospc", "slow-sync"}[rng.IntN(2)]
 		case Clock:
+			s.Target = storageRole(rng)
 			s.Duration = between(o.MinFault, o.MaxFault)
 			s.Detail = []string{"-30s", "30s", "-5m", "5m"}[rng.IntN(4)]
 		case Crash:
+			s.Target = storageRole(rng)
 			s.Duration = between(o.MinFault, o.MaxFault)
 			s.Detail = "drop-unsynced"
 		case Move:
@@ -320,6 +323,13 @@ func Plan(seed int64, o PlanOptions) ([]Step, error) {
 		t = s.At + s.Duration + o.Gap + between(0, o.Gap)
 	}
 	return steps, nil
+}
+
+// storageRole picks the storage role of a fault that goes through the
+// storage layer's fault file system (crash, disk, clock): processes without
+// storage refuse them.
+func storageRole(rng *rand.Rand) Role {
+	return []Role{StorageLeader, StorageFollower}[rng.IntN(2)]
 }
 
 // Counts returns how many steps of each kind a schedule has.

@@ -40,6 +40,8 @@ func TestPlanStepsFollowEachOther(t *testing.T) {
 				require.Greater(t, s.Duration, o.SessionTimeout, "seed %d: a %s must outlast the session timeout", seed, s.Kind)
 			case Move:
 				require.Equal(t, StorageLeader, s.Target)
+			case Crash, Disk, Clock:
+				require.Contains(t, []Role{StorageLeader, StorageFollower}, s.Target, "seed %d: %s needs a process with storage", seed, s.Kind)
 			}
 		}
 	}
