@@ -120,11 +120,15 @@ var plantedCases = []chaosCase{
 		// reads show the offset holding a different value than was
 		// acknowledged (inconsistent offsets) as often as a plain loss.
 		Planted: "ack_before_replication", Expect: []check.Kind{check.LostWrite, check.InconsistentOffsets},
-		Why: "leaders answer acks=all before followers have the records; SIGKILL of leaders under load loses what only they had",
+		Why: "both followers paused for 2.5 s (within the session timeout, so they stay in the ISR) and the third storage node killed " +
+			"meanwhile: with the bug it acknowledged acks=all writes only it had, and a follower that never saw them leads; twice",
 		Steps: []nemesis.Step{
-			step(4, nemesis.Kill, nemesis.StorageLeader, 3, ""),
-			step(10, nemesis.Kill, nemesis.StorageLeader, 3, ""),
-			step(16, nemesis.Kill, nemesis.StorageLeader, 2, ""),
+			step(4, nemesis.Pause, nemesis.StorageFollower, 2.5, ""),
+			step(4.05, nemesis.Pause, nemesis.StorageFollower, 2.45, ""),
+			step(5.5, nemesis.Kill, nemesis.StorageLeader, 3, ""),
+			step(12, nemesis.Pause, nemesis.StorageFollower, 2.5, ""),
+			step(12.05, nemesis.Pause, nemesis.StorageFollower, 2.45, ""),
+			step(13.5, nemesis.Kill, nemesis.StorageLeader, 3, ""),
 		}},
 	{Name: "planted-truncate-to-hw", Seed: 202, Topology: "dev3", Workload: "produce-wide", Duration: sec(31),
 		Planted: "truncate_to_hw", Expect: []check.Kind{check.LostWrite, check.InconsistentOffsets},
