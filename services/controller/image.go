@@ -99,6 +99,14 @@ func (s *state) minISR(topic string) int {
 	return 1
 }
 
+// uncleanElection reports whether a topic's effective
+// unclean.leader.election.enable (the topic's override, else the cluster
+// default) is true.
+func (s *state) uncleanElection(topic string) bool {
+	v, err := strconv.ParseBool(s.topicConfig(topic, "unclean.leader.election.enable"))
+	return err == nil && v
+}
+
 // eachPartition calls fn for every partition, in topic and index order.
 func (s *state) eachPartition(fn func(topic string, p int32, r *versioned[*metastorev1.PartitionRecord])) {
 	names := make([]string, 0, len(s.partitions))

@@ -45,11 +45,41 @@ func (c *Controller) reconcileLoop(t *term) {
 
 // partitionWrite is one computed partition change.
 type partitionWrite struct {
-	topic  string
-	p      int32
-	modRev int64
-	rec    *metastorev1.PartitionRecord
-	why    string
+	topic   string
+	p       int32
+	modRev  int64
+	rec     *metastorev1.PartitionRecord
+	why     string
+	unclean bool // an out-of-sync replica was elected
+}
+
+// reconcilePartition computes the change the current state calls for in
+// one partition: a finished reassignment completed, then the partition rules
+// (reconcileOrUnclean) with the topic's min.insync.replicas and
+// unclean.leader.election.enable. It returns nil when nothing changes.
+func (s *state) reconcilePartition(topic string, p int32, r *versioned[*metastorev1.PartitionRecord], preferred bool) *partitionWrite {
+	minISR := s.minISR(topic)
+	rec := r.val
+	why := ""
+	if done := finishReassignment(rec, s.live, minISR, false); done != nil {
+		rec, why = done, "reassignment complete"
+	}
+	next, changed, unclean := reconcileOrUnclean(rec.GetState(), s.live, minISR, preferred, s.uncleanElection(topic))
+	if changed {
+		cp := proto.Clone(rec).(*metastorev1.PartitionRecord)
+		cp.State = next
+		rec = cp
+		switch {
+		case unclean:
+			why = "unclean leader election"
+		case why == "":
+			why = "node state"
+		}
+	}
+	if rec == r.val {
+		return nil
+	}
+	return &partitionWrite{topic: topic, p: p, modRev: r.modRev, rec: rec, why: why, unclean: unclean}
 }
 
 // reconcilePartitions computes and writes every partition change the
@@ -60,23 +90,9 @@ func (c *Controller) reconcilePartitions(t *term, preferred bool) error {
 	var writes []partitionWrite
 	st := c.st
 	st.eachPartition(func(topic string, p int32, r *versioned[*metastorev1.PartitionRecord]) {
-		minISR := st.minISR(topic)
-		rec := r.val
-		why := ""
-		if done := finishReassignment(rec, st.live, minISR, false); done != nil {
-			rec, why = done, "reassignment complete"
-		}
-		if next, changed := reconcile(rec.GetState(), st.live, minISR, preferred); changed {
-			cp := proto.Clone(rec).(*metastorev1.PartitionRecord)
-			cp.State = next
-			rec = cp
-			if why == "" {
-				why = "node state"
-			}
-		}
-		if rec != r.val {
-			rec.ControllerEpoch = t.epoch
-			writes = append(writes, partitionWrite{topic, p, r.modRev, rec, why})
+		if w := st.reconcilePartition(topic, p, r, preferred); w != nil {
+			w.rec.ControllerEpoch = t.epoch
+			writes = append(writes, *w)
 		}
 	})
 	c.mu.RUnlock()
@@ -96,6 +112,15 @@ func (c *Controller) reconcilePartitions(t *term, preferred bool) error {
 			c.logger.Info("partition state changed", log.TopicPartition(w.topic, w.p), slog.String("why", w.why),
 				slog.Int("leader", int(s.GetLeaderId())), log.Epoch(s.GetLeaderEpoch()), slog.Any("isr", s.GetIsr()),
 				slog.Any("elr", s.GetEligibleLeaderReplicas()))
+			if w.unclean {
+				// Like the admin path (ElectLeaders with ELECTION_TYPE_UNCLEAN):
+				// whatever the old in-sync replicas had above the new
+				// leader's log end is gone once they return and truncate.
+				c.logger.Warn("unclean leader election: an out-of-sync replica leads; records the new leader does not have are lost",
+					log.TopicPartition(w.topic, w.p), slog.Int("new_leader", int(s.GetLeaderId())), log.Epoch(s.GetLeaderEpoch()),
+					slog.String("lost_range", "above the new leader's log end offset"),
+					slog.String("config", "unclean.leader.election.enable=true"))
+			}
 			if s.GetLeaderId() < 0 {
 				c.logger.Warn("partition has no leader: no in-sync or eligible replica is alive", log.TopicPartition(w.topic, w.p),
 					slog.Any("isr", s.GetIsr()))

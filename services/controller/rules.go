@@ -88,6 +88,34 @@ func reconcile(p *commonv1.PartitionState, live liveness, minISR int, preferred 
 	return finish(p, out)
 }
 
+// reconcileOrUnclean is reconcile, then, when it leaves the partition
+// without a leader (no in-sync or eligible replica is alive) and the topic
+// allows it (unclean.leader.election.enable), an unclean election of the
+// first live replica in assignment order, as Kafka's controller does: the new
+// leader becomes the whole ISR and the eligible leader replicas are dropped.
+// Records the new leader does not have are lost; elected reports that an
+// unclean election happened so the caller can say so. The epochs are bumped
+// once, relative to p.
+func reconcileOrUnclean(p *commonv1.PartitionState, live liveness, minISR int, preferred, unclean bool) (next *commonv1.PartitionState, changed, elected bool) {
+	next, changed = reconcile(p, live, minISR, preferred)
+	if !unclean || next.GetLeaderId() >= 0 {
+		return next, changed, false
+	}
+	leader := electFrom(p.GetReplicas(), p.GetReplicas(), live)
+	if leader < 0 {
+		return next, changed, false
+	}
+	out := proto.Clone(next).(*commonv1.PartitionState)
+	out.LeaderId = leader
+	out.Isr = []int32{leader}
+	out.EligibleLeaderReplicas = nil
+	// Compared with p, so a reconcile that already bumped the epochs (an
+	// ISR shrink) does not bump them twice.
+	out.LeaderEpoch, out.PartitionEpoch = p.GetLeaderEpoch(), p.GetPartitionEpoch()
+	next, changed = finish(p, out)
+	return next, changed, changed
+}
+
 // anyOther reports whether the ISR has a live member other than r.
 func anyOther(isr []int32, r int32, live liveness) bool {
 	for _, m := range isr {

@@ -164,3 +164,94 @@ func TestReassignmentLifecycle(t *testing.T) {
 	require.Equal(t, []int32{1, 2}, cancelled.GetState().GetReplicas())
 	require.Equal(t, int32(1), cancelled.GetState().GetLeaderId())
 }
+
+func TestReconcileOrUncleanElectsOutOfSyncReplicaOnlyWhenAllowed(t *testing.T) {
+	// The leader 1 and the other ISR member 2 are down; 3 is alive but out
+	// of sync.
+	live := states(map[int32]nodeState{1: nodeFenced, 2: nodeGone, 3: nodeAlive})
+	p := ps(1, []int32{1, 2, 3}, []int32{1, 2})
+
+	next, changed, elected := reconcileOrUnclean(p, live, 1, false, false)
+	require.True(t, changed)
+	require.False(t, elected)
+	require.Equal(t, int32(-1), next.GetLeaderId(), "without unclean election the partition stays leaderless")
+	require.Equal(t, []int32{1, 2}, next.GetIsr())
+
+	next, changed, elected = reconcileOrUnclean(p, live, 1, false, true)
+	require.True(t, changed)
+	require.True(t, elected)
+	require.Equal(t, int32(3), next.GetLeaderId())
+	require.Equal(t, []int32{3}, next.GetIsr(), "the new leader is the whole ISR")
+	require.Empty(t, next.GetEligibleLeaderReplicas())
+	require.Equal(t, p.GetLeaderEpoch()+1, next.GetLeaderEpoch(), "one leader epoch bump")
+	require.Equal(t, p.GetPartitionEpoch()+1, next.GetPartitionEpoch(), "one partition epoch bump")
+
+	// Once elected, nothing more happens while 3 stays alive.
+	again, changed, elected := reconcileOrUnclean(next, live, 1, false, true)
+	require.False(t, changed)
+	require.False(t, elected)
+	require.Same(t, next, again)
+
+	// A live in-sync replica always wins over an unclean election.
+	live2 := states(map[int32]nodeState{1: nodeFenced, 2: nodeAlive, 3: nodeAlive})
+	next, _, elected = reconcileOrUnclean(p, live2, 1, false, true)
+	require.False(t, elected)
+	require.Equal(t, int32(2), next.GetLeaderId())
+
+	// So does an eligible leader replica (KIP-966).
+	withELR := ps(1, []int32{1, 2, 3}, []int32{1})
+	withELR.EligibleLeaderReplicas = []int32{2}
+	next, _, elected = reconcileOrUnclean(withELR, live2, 2, false, true)
+	require.False(t, elected)
+	require.Equal(t, int32(2), next.GetLeaderId())
+
+	// No live replica at all: nothing to elect.
+	none := states(map[int32]nodeState{1: nodeFenced})
+	next, _, elected = reconcileOrUnclean(p, none, 1, false, true)
+	require.False(t, elected)
+	require.Equal(t, int32(-1), next.GetLeaderId())
+}
+
+// The controller's reconciler reads unclean.leader.election.enable per topic,
+// falling back to the cluster default, and with the default (false) leaves a
+// partition without a live in-sync replica leaderless.
+func TestReconcilePartitionFollowsUncleanElectionConfig(t *testing.T) {
+	broker := func(id int32, s commonv1.BrokerState) *versioned[*metastorev1.BrokerRecord] {
+		return &versioned[*metastorev1.BrokerRecord]{val: &metastorev1.BrokerRecord{Broker: &commonv1.Broker{Id: id, State: s}}, modRev: 1}
+	}
+	for _, tc := range []struct {
+		name           string
+		topic, cluster map[string]string
+		want           int32
+	}{
+		{"default", nil, nil, -1},
+		{"topic on", map[string]string{"unclean.leader.election.enable": "true"}, nil, 3},
+		{"cluster on", nil, map[string]string{"unclean.leader.election.enable": "true"}, 3},
+		{"topic off overrides cluster on", map[string]string{"unclean.leader.election.enable": "false"},
+			map[string]string{"unclean.leader.election.enable": "true"}, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newState()
+			st.brokers[1] = broker(1, commonv1.BrokerState_BROKER_STATE_FENCED)
+			st.brokers[3] = broker(3, commonv1.BrokerState_BROKER_STATE_ALIVE)
+			st.topics["t"] = &versioned[*metastorev1.TopicRecord]{val: &metastorev1.TopicRecord{Name: "t", NumPartitions: 1, Configs: tc.topic}, modRev: 1}
+			st.clusterConfigs = versioned[*metastorev1.ConfigRecord]{val: &metastorev1.ConfigRecord{Configs: tc.cluster}, modRev: 1}
+			rec := &versioned[*metastorev1.PartitionRecord]{val: &metastorev1.PartitionRecord{State: ps(1, []int32{1, 2, 3}, []int32{1, 2})}, modRev: 7}
+			st.partitions["t"] = map[int32]*versioned[*metastorev1.PartitionRecord]{0: rec}
+
+			w := st.reconcilePartition("t", 0, rec, false)
+			require.NotNil(t, w, "the dead leader must be replaced or removed")
+			s := w.rec.GetState()
+			require.Equal(t, tc.want, s.GetLeaderId())
+			require.Equal(t, tc.want >= 0, w.unclean)
+			require.Equal(t, int64(7), w.modRev)
+			if tc.want >= 0 {
+				require.Equal(t, []int32{tc.want}, s.GetIsr())
+				require.Equal(t, "unclean leader election", w.why)
+			} else {
+				require.Equal(t, []int32{1, 2}, s.GetIsr(), "the ISR is kept so a returning member can lead")
+			}
+			require.Equal(t, int32(6), s.GetLeaderEpoch())
+		})
+	}
+}
