@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
@@ -208,6 +209,14 @@ func (c *Client) CreateTopics(ctx context.Context, req *controllerv1.CreateTopic
 		out, err = cc.CreateTopics(ctx, req)
 		return err
 	})
+	if err == nil && !req.GetValidateOnly() {
+		now := time.Now()
+		for _, res := range out.GetResults() {
+			if res.GetError() == nil {
+				c.created.note(res.GetName(), now)
+			}
+		}
+	}
 	return out, err
 }
 

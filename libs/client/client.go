@@ -68,6 +68,8 @@ type Client struct {
 	groups coordCache
 	// txns caches each transactional id's coordinator (txn.go).
 	txns coordCache
+	// created holds the topics this client created lately (created.go).
+	created createdTopics
 }
 
 // New returns a client. Connections are made lazily, on first use.

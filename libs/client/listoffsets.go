@@ -91,9 +91,11 @@ func (c *Client) listOffsetsPass(ctx context.Context, spec OffsetSpec, timestamp
 				continue
 			}
 			if e := errs.FromProto(ti.GetError()); e != nil {
-				// Metadata's word that a topic is absent is final.
+				// Metadata's word that a topic is absent is final,
+				// unless this client has just created it: the node
+				// that answered has not caught up yet.
 				setErr(tp, e)
-				if !retryMetadata(e) {
+				if !c.retryTopicMetadata(tp.Topic, e) {
 					failed[tp] = e
 					delete(pending, tp)
 				}

@@ -98,7 +98,7 @@ func (m *metaCache) partitionsWait(ctx context.Context, topic string, timeout ti
 	var b backoff
 	for {
 		n, err := m.partitions(ctx, topic, time.Now())
-		if err == nil || !retryMetadata(err) {
+		if err == nil || !m.c.retryTopicMetadata(topic, err) {
 			return n, err
 		}
 		if !b.wait(ctx) {

@@ -742,9 +742,11 @@ func (p *Producer) sendReady(ctx context.Context) time.Duration {
 		}
 		b := pp.ready[idx]
 		leader, ok := p.md.leader(b.tp.topic, b.tp.partition)
-		if e, absent := p.md.absentErr(b.tp.topic); !ok && absent {
+		if e, absent := p.md.absentErr(b.tp.topic); !ok && absent && !p.c.retryTopicMetadata(b.tp.topic, e) {
 			// Metadata confirmed the topic is gone (deleted): retrying
-			// cannot help (Kafka fails such batches too).
+			// cannot help (Kafka fails such batches too). A topic this
+			// client has just created is only unknown to a node that has
+			// not caught up yet: its batches wait for a leader.
 			p.takeReadyLocked(pp, idx)
 			p.finishLocked(b, -1, fmt.Errorf("%s-%d: %w", b.tp.topic, b.tp.partition, e))
 			continue
