@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-io/sluice/libs/verify"
 	"github.com/sluice-io/sluice/libs/verify/check"
 	"github.com/sluice-io/sluice/libs/verify/nemesis"
+	"github.com/sluice-io/sluice/libs/verify/netns"
 )
 
 // serverArgs make sessions and rebalances short, so a case sees failover
@@ -29,6 +30,10 @@ var serverArgs = []string{
 	"--group.initial-rebalance-delay=0s", "--group.min-session-timeout=1s",
 	"--group.consumer-session-timeout=3s", "--group.consumer-heartbeat-interval=500ms",
 }
+
+// netNames name the network namespaces of a case apart from those of the
+// integration tests (integration/netns), which may run at the same time.
+var netNames = netns.Names{Bridge: "slcb", Host: "slc", Subnet: "10.232", Table: "sluicechaos"}
 
 // faultFlag turns on the fault endpoints (crash, disk, clock).
 const faultFlag = "--unsafe.fault-injection"
@@ -73,7 +78,7 @@ type caseResult struct {
 
 // probe checks which fault machinery this machine and binary offer.
 func (r *runner) probe() {
-	r.netErr = nemesis.NetAvailable()
+	r.netErr = netns.Available()
 	r.clientErr = setDialOptions(&verify.Config{}, nil)
 	out, err := exec.Command(r.sluiced, "--help").CombinedOutput()
 	if !strings.Contains(string(out), strings.TrimPrefix(faultFlag, "--")) {
@@ -193,9 +198,9 @@ func (r *runner) runCase(ctx context.Context, c chaosCase, res *caseResult) erro
 		spec.Env = []string{"SLUICE_PLANTED=" + c.Planted}
 	}
 	spec.ReadyTimeout = 90 * time.Second
-	var net *nemesis.Net
+	var net *netns.Net
 	if r.netErr == nil && slices.ContainsFunc(steps, func(s nemesis.Step) bool { return s.Kind == nemesis.Partition }) {
-		if net, err = nemesis.NewNet(nemesis.SpecProcesses(spec)); err != nil {
+		if net, err = netns.New(nemesis.SpecProcesses(spec), netNames); err != nil {
 			return fmt.Errorf("network namespaces: %w", err)
 		}
 		defer net.Close()

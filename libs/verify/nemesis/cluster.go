@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/devcluster"
 	"github.com/sluice-io/sluice/libs/role"
+	"github.com/sluice-io/sluice/libs/verify/netns"
 )
 
 // Topologies are the cluster shapes TopologySpec builds.
@@ -68,7 +69,7 @@ type ClusterTarget struct {
 	TopicPrefix string
 	// Net is the network the processes run in, in process order; nil means
 	// partitions are unavailable.
-	Net *Net
+	Net *netns.Net
 	// Faults returns the fault-injection endpoint of a process; nil means
 	// crash, disk and clock faults are unavailable.
 	Faults func(p *devcluster.Process) FaultAPI

@@ -16,8 +16,8 @@
 // ClusterTarget is the Target over a libs/devcluster cluster: roles are
 // found through the SDK (DescribeCluster for the active controller,
 // metadata for partition leaders, FindCoordinator for group coordinators),
-// partitions need the processes in network namespaces (NewNet; root,
-// iproute2 and nftables), and crash, disk and clock faults need the
+// partitions need the processes in network namespaces (libs/verify/netns;
+// root, iproute2 and nftables), and crash, disk and clock faults need the
 // processes started with --unsafe.fault-injection (HTTPFaults).
 //
 // Latency faults are not offered: the kernel here has no netem, so tc
