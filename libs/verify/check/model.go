@@ -352,55 +352,34 @@ type Recorder struct {
 }
 
 // Txn records a transaction once its outcome is known and returns its index.
-func (r *Recorder) Txn(t Txn) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.h.Txns = append(r.h.Txns, t)
-	return len(r.h.Txns) - 1
-}
+func (r *Recorder) Txn(t Txn) int { return record(r, &r.h.Txns, t) }
 
 // Poll records a poll and returns its index.
-func (r *Recorder) Poll(p Poll) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.h.Polls = append(r.h.Polls, p)
-	return len(r.h.Polls) - 1
-}
+func (r *Recorder) Poll(p Poll) int { return record(r, &r.h.Polls, p) }
 
 // Copy records a copy to check.
-func (r *Recorder) Copy(c Copy) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.h.Copies = append(r.h.Copies, c)
-}
+func (r *Recorder) Copy(c Copy) { record(r, &r.h.Copies, c) }
 
 // Init records an InitProducerId call once answered.
-func (r *Recorder) Init(i Init) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.h.Inits = append(r.h.Inits, i)
-}
+func (r *Recorder) Init(i Init) { record(r, &r.h.Inits, i) }
 
 // Generation records a member's assignment; record it at revocation (or at
 // the end of the run) when End is known.
-func (r *Recorder) Generation(g Generation) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.h.Generations = append(r.h.Generations, g)
-}
+func (r *Recorder) Generation(g Generation) { record(r, &r.h.Generations, g) }
 
 // GroupCommit records a committed or fetched group offset.
-func (r *Recorder) GroupCommit(c GroupCommit) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.h.Commits = append(r.h.Commits, c)
-}
+func (r *Recorder) GroupCommit(c GroupCommit) { record(r, &r.h.Commits, c) }
 
 // Fault records an injected fault.
-func (r *Recorder) Fault(f Fault) {
+func (r *Recorder) Fault(f Fault) { record(r, &r.h.Faults, f) }
+
+// record appends v to one of r's lists (a field of r.h) under r's lock and
+// returns its index.
+func record[T any](r *Recorder, list *[]T, v T) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.h.Faults = append(r.h.Faults, f)
+	*list = append(*list, v)
+	return len(*list) - 1
 }
 
 // History returns what was recorded so far.

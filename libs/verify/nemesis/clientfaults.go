@@ -122,30 +122,44 @@ func (f *ClientFaults) Stop(k Kind) string {
 	defer f.mu.Unlock()
 	switch k {
 	case LateEndTxn:
-		var parts []string
-		for _, k := range slices.Sorted(maps.Keys(f.answers)) {
-			parts = append(parts, fmt.Sprintf("%s×%d", k, f.answers[k]))
-		}
-		if len(parts) == 0 {
+		if len(f.answers) == 0 {
 			return "no late EndTxn sent (no transaction committed and began again)"
 		}
-		return "late EndTxn answers: " + strings.Join(parts, ", ")
+		return "late EndTxn answers: " + tally(f.answers)
 	case StallMember:
 		if f.stalled == "" {
 			return "no member heartbeated"
 		}
 		return fmt.Sprintf("held %d heartbeats of %s", f.held, f.stalled)
 	case LateCommit:
-		var parts []string
-		for _, k := range slices.Sorted(maps.Keys(f.commitAns)) {
-			parts = append(parts, fmt.Sprintf("%s×%d", k, f.commitAns[k]))
-		}
-		if len(parts) == 0 {
+		if len(f.commitAns) == 0 {
 			return "no late commit sent (no member committed in a newer generation)"
 		}
-		return "late commit answers: " + strings.Join(parts, ", ")
+		return "late commit answers: " + tally(f.commitAns)
 	}
 	return ""
+}
+
+// tally lists the answers counted in m, such as "OK×3, INVALID_PRODUCER_EPOCH×1",
+// in name order.
+func tally(m map[string]int) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s×%d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// answerName names the answer to a late copy: "OK", the error the reply
+// carried, or the transport error that kept it from arriving.
+func answerName(transportErr error, replyErr *errs.Error) string {
+	switch {
+	case transportErr != nil:
+		return "transport: " + errs.Name(errs.CodeOf(transportErr))
+	case replyErr != nil:
+		return errs.Name(errs.CodeOf(replyErr))
+	}
+	return "OK"
 }
 
 func (f *ClientFaults) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
@@ -197,12 +211,7 @@ func (f *ClientFaults) deliverLate(le lateEnd) {
 	defer cancel()
 	var resp txnv1.EndTxnResponse
 	err := le.cc.Invoke(ctx, txnv1.TransactionCoordinatorService_EndTxn_FullMethodName, le.req, &resp)
-	name := "OK"
-	if err != nil {
-		name = "transport: " + errs.Name(errs.CodeOf(err))
-	} else if e := errs.FromProto(resp.GetError()); e != nil {
-		name = errs.Name(errs.CodeOf(e))
-	}
+	name := answerName(err, errs.FromProto(resp.GetError()))
 	f.mu.Lock()
 	f.answers[name]++
 	f.mu.Unlock()
@@ -269,18 +278,13 @@ func (f *ClientFaults) deliverLateCommit(lc lateCommit) {
 	defer cancel()
 	var resp groupv1.OffsetCommitResponse
 	err := lc.cc.Invoke(ctx, groupv1.GroupCoordinatorService_OffsetCommit_FullMethodName, lc.req, &resp)
-	name := "OK"
-	if err != nil {
-		name = "transport: " + errs.Name(errs.CodeOf(err))
-	} else {
-		for _, res := range resp.GetResults() {
-			if e := errs.FromProto(res.GetError()); e != nil {
-				name = errs.Name(errs.CodeOf(e))
-				break
-			}
+	var replyErr *errs.Error // the first partition's error
+	for _, res := range resp.GetResults() {
+		if replyErr = errs.FromProto(res.GetError()); replyErr != nil {
+			break
 		}
 	}
 	f.mu.Lock()
-	f.commitAns[name]++
+	f.commitAns[answerName(err, replyErr)]++
 	f.mu.Unlock()
 }
