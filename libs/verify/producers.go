@@ -67,12 +67,15 @@ func (r *runner) target(rng *rand.Rand, topics []string) (string, int32, string)
 	return t, p, fmt.Sprintf("k%d", rng.IntN(1000))
 }
 
-// acksOf maps Config.Acks to the SDK's setting.
-func acksOf(s string) client.Acks {
-	switch s {
-	case "leader":
+// acksOf maps Config.Acks (as withDefaults spells it) to the SDK's setting
+// for a producer; idempotent producers always use acks=all.
+func acksOf(s string, idempotent bool) client.Acks {
+	switch {
+	case idempotent:
+		return client.AcksAll
+	case s == "1":
 		return client.AcksLeader
-	case "none":
+	case s == "0":
 		return client.AcksNone
 	}
 	return client.AcksAll
@@ -88,7 +91,7 @@ func (r *runner) runPlain(ctx context.Context, proc int, idempotent bool, rate f
 	}
 	log := r.cfg.Logger.With(slog.Int("process", proc), slog.String("kind", kind))
 	p := r.cl.NewProducer(client.ProducerConfig{
-		Acks: acksOf(r.cfg.Acks), DisableIdempotence: !idempotent, Linger: 5 * time.Millisecond,
+		Acks: acksOf(r.cfg.Acks, idempotent), DisableIdempotence: !idempotent, Linger: 5 * time.Millisecond,
 		DeliveryTimeout: 30 * time.Second,
 	})
 	rng := rand.New(rand.NewPCG(uint64(r.cfg.Seed), uint64(proc)))

@@ -80,6 +80,29 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 	require.ErrorContains(t, err, "Producers")
 }
 
+// Acks takes Kafka's spellings and applies to plain producers only; topic
+// configs are checked against the known topic configs.
+func TestConfigAcksAndTopicConfigs(t *testing.T) {
+	for in, want := range map[string]string{"": "all", "all": "all", "-1": "all", "1": "1", "leader": "1", "0": "0", "none": "0"} {
+		cfg, err := Config{Bootstrap: []string{"a:1"}, Duration: time.Second, Acks: in}.withDefaults()
+		require.NoError(t, err, in)
+		require.Equal(t, want, cfg.Acks, in)
+	}
+	require.Equal(t, client.AcksLeader, acksOf("1", false))
+	require.Equal(t, client.AcksNone, acksOf("0", false))
+	require.Equal(t, client.AcksAll, acksOf("all", false))
+	require.Equal(t, client.AcksAll, acksOf("1", true), "idempotent producers need acks=all")
+
+	_, err := Config{Bootstrap: []string{"a:1"}, Duration: time.Second, TopicConfigs: map[string]string{
+		"unclean.leader.election.enable": "true", "min.insync.replicas": "1"}}.withDefaults()
+	require.NoError(t, err)
+	_, err = Config{Bootstrap: []string{"a:1"}, Duration: time.Second, TopicConfigs: map[string]string{
+		"unclean.leader.election.enabled": "true", "min.insync.replicas": "zero"}}.withDefaults()
+	require.ErrorContains(t, err, "TopicConfigs")
+	require.ErrorContains(t, err, "unclean.leader.election.enabled: unknown topic config")
+	require.ErrorContains(t, err, "min.insync.replicas")
+}
+
 // sampleHistory is a small valid history: two plain sends, one committed
 // and one aborted transaction, one info send, reads of the committed
 // values, and a fault.

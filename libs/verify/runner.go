@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -110,6 +111,7 @@ func (r *runner) setup(ctx context.Context) error {
 	if r.cfg.ReplicationFactor >= 3 {
 		configs["min.insync.replicas"] = "2"
 	}
+	maps.Copy(configs, r.cfg.TopicConfigs)
 	for i := range r.cfg.Topics {
 		name := fmt.Sprintf("%s%d", r.cfg.TopicPrefix, i)
 		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)

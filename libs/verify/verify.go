@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/sluice-io/sluice/libs/topicconfig"
 	"github.com/sluice-io/sluice/libs/verify/check"
 )
 
@@ -60,8 +61,20 @@ type Config struct {
 	// Consumers is the consumer mix; all zero means AssignCommitted 1,
 	// AssignUncommitted 1, ClassicGroup 2, ConsumerGroup 2.
 	Consumers Consumers
-	// Acks is "all" (default), "leader" or "none".
+	// Acks is the acks of the plain producers: "all" (default; "-1" is
+	// the same), "1" (the leader alone; "leader" is the same) or "0" (no
+	// acknowledgement; "none" is the same). Idempotent and transactional
+	// producers always use acks=all, which idempotence needs. acks=1 lets
+	// a leader acknowledge records no follower has yet, which a leader
+	// change can lose: with it a run shows what the checker finds when
+	// records are lost (a negative control), not how the cluster keeps
+	// acknowledged records.
 	Acks string
+	// TopicConfigs are set on every topic the run creates, over the run's
+	// own defaults (min.insync.replicas=2 with 3 or more replicas). Names
+	// and values are Kafka's topic configs, e.g. min.insync.replicas=1 and
+	// unclean.leader.election.enable=true for a negative control.
+	TopicConfigs map[string]string
 	// Rate is the target number of records produced per second, over all
 	// producers together. Default 500.
 	Rate int
@@ -200,11 +213,17 @@ func (cfg Config) withDefaults() (Config, error) {
 		bad("Consumers: counts must not be negative, got %+v", c)
 	}
 	switch cfg.Acks {
-	case "":
+	case "", "all", "-1":
 		cfg.Acks = "all"
-	case "all", "leader", "none":
+	case "1", "leader":
+		cfg.Acks = "1"
+	case "0", "none":
+		cfg.Acks = "0"
 	default:
-		bad("Acks: want all, leader or none, got %q", cfg.Acks)
+		bad("Acks: want all (-1), 1 (leader) or 0 (none), got %q", cfg.Acks)
+	}
+	if err := topicconfig.Validate(cfg.TopicConfigs); err != nil {
+		bad("TopicConfigs: %v", err)
 	}
 	if cfg.Rate == 0 {
 		cfg.Rate = 500

@@ -92,7 +92,7 @@ connection error.
 	f.Int32Var(&partitions, "partitions", 3, "Partitions per topic.")
 	f.Int16Var(&rf, "rf", 0, "Replication factor (default min(3, storage nodes)); 3 or more sets min.insync.replicas=2.")
 	f.IntVar(&rate, "rate", 500, "Records per second, over all producers together.")
-	f.StringVar(&acks, "acks", "all", "Acks of plain and idempotent producers: all, leader or none.")
+	f.StringVar(&acks, "acks", "all", "Acks of the plain producers: all, 1 (the leader alone) or 0; idempotent and transactional producers always use all.")
 	f.StringVar(&checkOnly, "check-only", "", "Check a saved history.json instead of running a workload.")
 	return cmd
 }
