@@ -25,6 +25,7 @@ type chaosResult struct {
 	Name    string         `json:"name"`
 	Seed    int64          `json:"seed"`
 	Planted string         `json:"planted"`
+	Unsafe  string         `json:"unsafe"`
 	Valid   bool           `json:"valid"`
 	Caught  bool           `json:"caught"`
 	Expect  []string       `json:"expect"`
@@ -121,4 +122,34 @@ func TestPlantedBugsAreCaught(t *testing.T) {
 			require.True(t, r.Caught, "planted %s: anomalies %v, none of the expected kinds %v:\n%s", bug, r.Counts, r.Expect, r.Summary)
 		})
 	}
+}
+
+// The negative control: the normal build with settings that allow
+// acknowledged records to be lost (acks=1 plain producers, topics with
+// unclean leader election and min.insync.replicas=1) under faults that make
+// an out-of-sync replica the only one alive must make the checker report
+// lost or inconsistent records; the same case with acks=all and the safe
+// topic configs must be valid.
+func TestNegativeControlIsCaught(t *testing.T) {
+	sluiced := cluster.Sluiced(t)
+	t.Run("unsafe", func(t *testing.T) {
+		status, results := runChaos(t, 4*time.Minute, "--negative", "--sluiced", sluiced)
+		require.Len(t, results, 1)
+		r := results[0]
+		require.Empty(t, r.Error, "the case %s could not be run", r.Name)
+		require.Empty(t, r.Skipped, "the case %s skipped fault steps it needs", r.Name)
+		require.Contains(t, r.Unsafe, "acks=1")
+		require.False(t, r.Valid, "the checker found nothing with %s (case %s, seed %d)", r.Unsafe, r.Name, r.Seed)
+		require.True(t, r.Caught, "%s: anomalies %v, none of the expected kinds %v:\n%s", r.Unsafe, r.Counts, r.Expect, r.Summary)
+		require.Equal(t, 0, status)
+	})
+	t.Run("control", func(t *testing.T) {
+		status, results := runChaos(t, 4*time.Minute, "--negative", "--control", "--sluiced", sluiced)
+		require.Len(t, results, 1)
+		r := results[0]
+		require.Empty(t, r.Error, "the case %s could not be run", r.Name)
+		require.Empty(t, r.Unsafe)
+		require.True(t, r.Valid, "case %s (seed %d) with acks=all and unclean election off found anomalies:\n%s", r.Name, r.Seed, r.Summary)
+		require.Equal(t, 0, status)
+	})
 }

@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluice-io/sluice/libs/verify"
@@ -30,12 +32,43 @@ type chaosCase struct {
 	// anomaly kinds that count as catching it.
 	Planted string
 	Expect  []check.Kind
+	// Acks and TopicConfigs, when set, are the unsafe settings of a
+	// negative control (verify.Config.Acks and .TopicConfigs): settings
+	// that allow acknowledged records to be lost, run on the normal binary,
+	// which must make the checker report one of Expect. --control runs the
+	// case without them.
+	Acks         string
+	TopicConfigs map[string]string
+	// ServerArgs are added to every process's flags (after serverArgs).
+	ServerArgs []string
 	// Why says what the case exercises.
 	Why string
 }
 
+// unsafe describes the unsafe settings of a negative control ("" for
+// other cases).
+func (c chaosCase) unsafe() string {
+	var parts []string
+	if c.Acks != "" && c.Acks != "all" && c.Acks != "-1" {
+		parts = append(parts, "acks="+c.Acks)
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.TopicConfigs)) {
+		parts = append(parts, k+"="+c.TopicConfigs[k])
+	}
+	return strings.Join(parts, " ")
+}
+
+// safe returns the case as the control of a negative control: acks=all and
+// the workload's own topic configs (min.insync.replicas=2, unclean election
+// off), same cluster flags and faults, nothing expected.
+func (c chaosCase) safe() chaosCase {
+	c.Name += "-control"
+	c.Acks, c.TopicConfigs, c.Expect = "", nil, nil
+	return c
+}
+
 // The workloads: mixes of producers and consumers for verify.Run.
-var workloads = []string{"default", "txn", "groups", "produce", "produce-wide"}
+var workloads = []string{"default", "txn", "groups", "produce", "produce-wide", "produce-plain"}
 
 func workloadConfig(name string) (verify.Config, error) {
 	switch name {
@@ -54,13 +87,18 @@ func workloadConfig(name string) (verify.Config, error) {
 		// keeps requests in flight when a leader dies.
 		return verify.Config{Producers: verify.Producers{Plain: 1, Idempotent: 3},
 			Consumers: verify.Consumers{AssignCommitted: 1, AssignUncommitted: 1}, Rate: 2500}, nil
+	case "produce-plain":
+		// Plain producers only (idempotence off), so Config.Acks reaches
+		// every producer: the workload of the negative controls.
+		return verify.Config{Producers: verify.Producers{Plain: 4}, Partitions: 8,
+			Consumers: verify.Consumers{AssignCommitted: 1, AssignUncommitted: 1}, Rate: 2500}, nil
 	case "produce-wide":
 		// The same over 24 partitions: more partitions where a race of a
 		// fault with replication can go wrong.
 		return verify.Config{Producers: verify.Producers{Plain: 1, Idempotent: 3}, Partitions: 8,
 			Consumers: verify.Consumers{AssignCommitted: 1, AssignUncommitted: 1}, Rate: 2500}, nil
 	}
-	return verify.Config{}, fmt.Errorf("unknown workload %q (known: default, txn, groups, produce, produce-wide)", name)
+	return verify.Config{}, fmt.Errorf("unknown workload %q (known: default, txn, groups, produce, produce-wide, produce-plain)", name)
 }
 
 func sec(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
@@ -178,6 +216,32 @@ var plantedCases = []chaosCase{
 		}},
 }
 
+// negativeCases are negative controls: the normal binary with settings
+// that allow acknowledged records to be lost, which the checker must find.
+// They show the checker sees losses a faulty configuration causes, as the
+// planted cases show it sees those bugs cause.
+var negativeCases = []chaosCase{
+	{Name: "negative-acks1-unclean", Seed: 301, Topology: "dev3", Workload: "produce-plain", Duration: sec(38),
+		Acks: "1", TopicConfigs: map[string]string{"unclean.leader.election.enable": "true", "min.insync.replicas": "1"},
+		// A follower leaves the ISR 2 s after it stops fetching, so the
+		// cut-off replica is out of sync when the other two die.
+		ServerArgs: []string{"--storage.replica-lag-time-max=2s"},
+		Expect:     []check.Kind{check.LostWrite, check.InconsistentOffsets},
+		Why: "acks=1 plain producers on topics with unclean leader election: a storage node cut off from the other storage nodes " +
+			"falls out of the ISR while the leaders keep acknowledging writes, then the other two storage nodes are killed and the " +
+			"out-of-sync replica is elected; the records only they had are lost when they return and truncate; twice, with a plain " +
+			"leader kill in between (acks=1 loses what the leader had not replicated)",
+		Steps: []nemesis.Step{
+			step(3, nemesis.Partition, nemesis.StorageFollower, 9, "storage"),
+			step(8, nemesis.Kill, nemesis.StorageLeader, 6, ""),
+			step(8.05, nemesis.Kill, nemesis.StorageFollower, 5.95, ""),
+			step(18, nemesis.Kill, nemesis.StorageLeader, 3, ""),
+			step(24, nemesis.Partition, nemesis.StorageFollower, 9, "storage"),
+			step(29, nemesis.Kill, nemesis.StorageLeader, 6, ""),
+			step(29.05, nemesis.Kill, nemesis.StorageFollower, 5.95, ""),
+		}},
+}
+
 // plantedCase returns the case of a planted bug.
 func plantedCase(name string) (chaosCase, error) {
 	var names []string
@@ -197,7 +261,7 @@ const soakDuration = 45 * time.Second
 // seed, or else a soak case drawn from it (topology, workload and
 // schedule), so `make chaos SEED=n` replays either.
 func seedCase(seed int64) chaosCase {
-	for _, c := range slices.Concat(prCases, plantedCases) {
+	for _, c := range slices.Concat(prCases, plantedCases, negativeCases) {
 		if c.Seed == seed {
 			return c
 		}

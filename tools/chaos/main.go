@@ -6,6 +6,7 @@
 //	sluice-chaos run --sluiced bin/sluiced --tier soak --duration 1h
 //	sluice-chaos run --sluiced bin/sluiced --seed 12345         # replay one case
 //	sluice-chaos run --sluiced bin/sluiced-planted --planted all
+//	sluice-chaos run --sluiced bin/sluiced --negative [--control]
 //	sluice-chaos list
 //
 // Every case starts its own cluster (all-in-one, dev3 or split) with
@@ -16,7 +17,9 @@
 // cannot be made, partition steps are skipped and the output says so.
 //
 // Exit status: 0 when every case is valid (with --planted: when every
-// planted bug was caught with an expected anomaly kind), 1 when not, 2 on a
+// planted bug was caught with an expected anomaly kind; with --negative:
+// when every negative control's unsafe settings were caught so; with
+// --control, when every case was valid without them), 1 when not, 2 on a
 // usage error or a run that could not be carried out.
 package main
 
@@ -37,7 +40,7 @@ import (
 func usage() {
 	fmt.Fprintln(os.Stderr, `usage: sluice-chaos run --sluiced PATH [--tier pr|soak] [--case NAME] [--seed N] [--duration D]
                    [--topology all-in-one|dev3|split] [--workload default|txn|groups|produce]
-                   [--planted NAME|all] [--out DIR] [-v]
+                   [--planted NAME|all | --negative] [--control] [--out DIR] [-v]
        sluice-chaos list`)
 	os.Exit(2)
 }
@@ -68,6 +71,13 @@ func listCases() {
 	for _, c := range plantedCases {
 		fmt.Printf("  %-26s seed %-4d %-10s %-8s %v, expects %v: %s\n", c.Planted, c.Seed, c.Topology, c.Workload, c.Duration, c.Expect, c.Why)
 	}
+	fmt.Println("Negative controls (--negative, on the normal build):")
+	for _, c := range negativeCases {
+		fmt.Printf("  %-26s seed %-4d %-10s %-8s %v, %s, expects %v: %s\n", c.Name, c.Seed, c.Topology, c.Workload, c.Duration, c.unsafe(), c.Expect, c.Why)
+		for _, s := range c.Steps {
+			fmt.Printf("      %s\n", s)
+		}
+	}
 }
 
 func runMain(args []string) int {
@@ -80,7 +90,10 @@ func runMain(args []string) int {
 	topology := fs.String("topology", "", "override the topology of the cases run")
 	workload := fs.String("workload", "", "override the workload of the cases run")
 	planted := fs.String("planted", "", "run the case built to catch this planted bug (or all of them) and require it caught")
-	control := fs.Bool("control", false, "with --planted: run the cases without the bug (SLUICE_PLANTED unset) and require them valid, the negative control")
+	control := fs.Bool("control", false, "with --planted: run the cases without the bug (SLUICE_PLANTED unset) and require them valid; "+
+		"with --negative: run the cases with acks=all and the workload's safe topic configs and require them valid")
+	negative := fs.Bool("negative", false, "run the negative controls (acks=1 and unclean leader election on the normal build) and require "+
+		"the checker to report lost or inconsistent records")
 	out := fs.String("out", "", "directory for reports and logs (default $TMPDIR/sluice-chaos-<time>)")
 	verbose := fs.Bool("v", false, "print the workload's progress lines")
 	faultsOnly := fs.Bool("faults-only", false, "run the fault schedules without the workload (to try the fault machinery)")
@@ -152,7 +165,19 @@ func runMain(args []string) int {
 		return c
 	}
 
+	if *negative && *planted != "" {
+		fmt.Fprintln(os.Stderr, "sluice-chaos: --negative and --planted are separate runs (negative controls run on the normal build)")
+		return 2
+	}
 	switch {
+	case *negative:
+		cases := slices.Clone(negativeCases)
+		if *control {
+			for i := range cases {
+				cases[i] = cases[i].safe()
+			}
+		}
+		return r.runList(ctx, cases, override, !*control)
 	case *planted != "":
 		var cases []chaosCase
 		if *planted == "all" {
@@ -174,7 +199,7 @@ func runMain(args []string) int {
 		return r.runList(ctx, cases, override, !*control)
 	case *seed != 0:
 		c := seedCase(*seed)
-		return r.runList(ctx, []chaosCase{c}, override, c.Planted != "")
+		return r.runList(ctx, []chaosCase{c}, override, c.Planted != "" || c.unsafe() != "")
 	case *tier == "soak":
 		d := *duration
 		if d == 0 {

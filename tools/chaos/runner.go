@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -58,13 +59,15 @@ type runner struct {
 // caseResult is one case's outcome, printed as a line and appended to
 // results.jsonl.
 type caseResult struct {
-	Name     string         `json:"name"`
-	Seed     int64          `json:"seed"`
-	Topology string         `json:"topology"`
-	Workload string         `json:"workload"`
-	Planted  string         `json:"planted,omitempty"`
-	Valid    bool           `json:"valid"`
-	Counts   map[string]int `json:"counts,omitempty"`
+	Name     string `json:"name"`
+	Seed     int64  `json:"seed"`
+	Topology string `json:"topology"`
+	Workload string `json:"workload"`
+	Planted  string `json:"planted,omitempty"`
+	// Unsafe names the unsafe settings of a negative control.
+	Unsafe string         `json:"unsafe,omitempty"`
+	Valid  bool           `json:"valid"`
+	Counts map[string]int `json:"counts,omitempty"`
 	// Caught says, for a planted case, whether an expected kind was found.
 	Caught  bool          `json:"caught,omitempty"`
 	Expect  []string      `json:"expect,omitempty"`
@@ -140,7 +143,7 @@ func (r *runner) steps(c chaosCase) ([]nemesis.Step, []string, error) {
 func (r *runner) run(ctx context.Context, c chaosCase) caseResult {
 	start := time.Now()
 	res := caseResult{Name: c.Name, Seed: c.Seed, Topology: c.Topology, Workload: c.Workload, Planted: c.Planted,
-		Dir: filepath.Join(r.out, c.Name)}
+		Unsafe: c.unsafe(), Dir: filepath.Join(r.out, c.Name)}
 	for _, k := range c.Expect {
 		res.Expect = append(res.Expect, string(k))
 	}
@@ -175,6 +178,12 @@ func (r *runner) runCase(ctx context.Context, c chaosCase, res *caseResult) erro
 	if err != nil {
 		return err
 	}
+	if c.Acks != "" {
+		cfg.Acks = c.Acks
+	}
+	if len(c.TopicConfigs) > 0 {
+		cfg.TopicConfigs = maps.Clone(c.TopicConfigs)
+	}
 	spec, err := nemesis.TopologySpec(c.Topology)
 	if err != nil {
 		return err
@@ -190,7 +199,7 @@ func (r *runner) runCase(ctx context.Context, c chaosCase, res *caseResult) erro
 		return err
 	}
 	spec.Sluiced, spec.Dir = r.sluiced, filepath.Join(res.Dir, "cluster")
-	spec.ExtraArgs = slices.Clone(serverArgs)
+	spec.ExtraArgs = slices.Concat(serverArgs, c.ServerArgs)
 	if r.faultErr == nil {
 		spec.ExtraArgs = append(spec.ExtraArgs, faultFlag)
 	}
@@ -328,11 +337,11 @@ func (res caseResult) line() string {
 	if res.Error != "" {
 		verdict = "ERROR: " + res.Error
 	}
-	if res.Planted != "" && res.Error == "" {
+	if what := cmp.Or(res.Planted, res.Unsafe); what != "" && res.Error == "" {
 		if res.Caught {
-			verdict = "CAUGHT " + res.Planted + ": " + verdict
+			verdict = "CAUGHT " + what + ": " + verdict
 		} else {
-			verdict = "NOT CAUGHT " + res.Planted + " (expected " + strings.Join(res.Expect, " or ") + "): " + verdict
+			verdict = "NOT CAUGHT " + what + " (expected " + strings.Join(res.Expect, " or ") + "): " + verdict
 		}
 	}
 	return fmt.Sprintf("%s seed=%d %s/%s: %s in %.0fs, faults: %s; %s", res.Name, res.Seed, res.Topology, res.Workload,
