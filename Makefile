@@ -116,7 +116,9 @@ bench-groups: build
 
 ## chaos: the checked workload (sluice verify) against real clusters while faults are injected (sluice-chaos):
 ## the PR tier by default (a fixed list of cases, about 3 minutes); `make chaos SOAK=1h` runs random seeds for an
-## hour and prints fault totals; `make chaos SEED=n` replays the one case of a seed (printed for every failure).
+## hour and prints fault totals; `make chaos SEED=n` replays the one case of a seed (printed for every failure);
+## `make chaos CHAOS_ARGS=--negative` runs the negative control (acks=1, unclean leader election: must be caught),
+## `CHAOS_ARGS='--negative --control'` the same case with acks=all and unclean election off (must be valid).
 ## Reports and process logs go to CHAOS_OUT (default data/chaos/<time>). Partitions need root, iproute2 and nftables.
 CHAOS_OUT ?= $(ROOT)/data/chaos/$(shell date -u +%Y%m%d-%H%M%S)
 chaos: build
