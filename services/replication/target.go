@@ -132,8 +132,11 @@ func (n *remoteNode) call(ctx context.Context, req *replicationv1.ReplicaAppendR
 		err  error
 	}
 	ch := make(chan result, 1)
+	// The receiver holds its own stream: when ctx ends first, fail clears
+	// n.stream, possibly before this goroutine has started.
+	stream := n.stream
 	go func() {
-		resp, err := n.stream.Recv()
+		resp, err := stream.Recv()
 		ch <- result{resp, err}
 	}()
 	select {
