@@ -277,7 +277,7 @@ func (r *runner) runCase(ctx context.Context, c chaosCase, res *caseResult) erro
 		case <-ctx.Done():
 		case <-time.After(c.Duration):
 		}
-		nerr := <-nemesisDone
+		nerr := r.skips(<-nemesisDone, res)
 		ncancel()
 		res.Faults, res.Valid = flog.Faults(), true
 		if nerr != nil {
@@ -287,7 +287,7 @@ func (r *runner) runCase(ctx context.Context, c chaosCase, res *caseResult) erro
 	}
 	report, verr := verify.Run(ctx, cfg)
 	ncancel()
-	nerr := <-nemesisDone
+	nerr := r.skips(<-nemesisDone, res)
 	res.Faults = flog.Faults()
 	if verr != nil {
 		var ce *verify.ConnectError
@@ -322,6 +322,18 @@ func (r *runner) runCase(ctx context.Context, c chaosCase, res *caseResult) erro
 		}
 	}
 	return nil
+}
+
+// skips takes the steps the nemesis skipped for want of a target out of
+// its error, prints them and adds them to res.Skipped; it returns the
+// failures left.
+func (r *runner) skips(nerr error, res *caseResult) error {
+	skipped, failed := nemesis.Skipped(nerr)
+	for _, s := range skipped {
+		r.printf("   SKIPPED %v", s)
+		res.Skipped = append(res.Skipped, s.Error())
+	}
+	return failed
 }
 
 // line renders a case result as one line.

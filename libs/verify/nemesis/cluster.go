@@ -126,6 +126,11 @@ func pick(ps []*devcluster.Process, rng *rand.Rand) *devcluster.Process {
 	return ps[rng.IntN(len(ps))]
 }
 
+// ErrNoTarget says no running process, other than those under another
+// fault, plays a step's role. Resolve wraps it; Run waits for one and skips
+// the step when none comes.
+var ErrNoTarget = errors.New("no target")
+
 // lookupTimeout bounds the calls that find a role.
 const lookupTimeout = 5 * time.Second
 
@@ -233,9 +238,43 @@ func (t *ClusterTarget) Resolve(ctx context.Context, r Role, busy map[string]boo
 	}
 	p := pick(fallback, rng)
 	if p == nil {
-		return Victim{}, fmt.Errorf("no running process plays %s", r)
+		return Victim{}, fmt.Errorf("%w: no running process plays %s%s", ErrNoTarget, r, t.unavailable(r, busy))
 	}
 	return Victim{Name: p.Name, Why: string(r) + " (any)"}, nil
+}
+
+// serverRole is the sluiced role a nemesis role needs ("" for any process).
+var serverRole = map[Role]role.Role{
+	Controller: role.Controller, StandbyController: role.Controller,
+	StorageLeader: role.StorageNode, StorageFollower: role.StorageNode,
+	ReplicationWorker: role.Replication, GroupCoordinator: role.GroupCoordinator,
+	TxnCoordinator: role.TransactionCoordinator,
+}
+
+// unavailable says why the processes with r's server role could not be
+// taken: under another fault, or exited and how (a process that exited by
+// itself is worth a look in its log).
+func (t *ClusterTarget) unavailable(r Role, busy map[string]bool) string {
+	var why []string
+	for _, p := range t.Cluster.Processes() {
+		if sr := serverRole[r]; sr != "" && !p.Roles.Has(sr) {
+			continue
+		}
+		switch {
+		case busy[p.Name]:
+			why = append(why, p.Name+" is under another fault")
+		case !p.Running():
+			w := p.Name + " is not running"
+			if err := p.ExitErr(); err != nil {
+				w += " (" + err.Error() + ")"
+			}
+			why = append(why, w)
+		}
+	}
+	if len(why) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(why, "; ") + ")"
 }
 
 // workloadPartition picks a partition of a workload topic that has a

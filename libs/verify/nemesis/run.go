@@ -29,6 +29,7 @@ type Victim struct {
 type Target interface {
 	// Resolve picks the process that plays role now, passing over the
 	// processes in busy (under another fault at the moment) where it can.
+	// When no process can be taken its error wraps ErrNoTarget.
 	Resolve(ctx context.Context, role Role, busy map[string]bool, rng *rand.Rand) (Victim, error)
 	// Kill sends SIGKILL and waits for the exit.
 	Kill(ctx context.Context, name string) error
@@ -88,6 +89,48 @@ func (l *Log) Faults() []check.Fault {
 // undoTimeout bounds undoing a fault after the run was cancelled.
 const undoTimeout = 90 * time.Second
 
+// targetWait bounds how long a step waits for a process of its role: one
+// that another step killed counts again once it has restarted and is
+// healthy (that step releases it then). A variable for tests.
+var targetWait = 15 * time.Second
+
+// SkippedError is a step that was not run because no process played its
+// role within targetWait (the only process of the role down and not
+// coming back, say). It says nothing about the system under test: Run
+// returns it among its errors and Skipped tells it from failures.
+type SkippedError struct {
+	Step   Step
+	Reason error
+}
+
+func (e *SkippedError) Error() string {
+	return fmt.Sprintf("step %s skipped: %v", e.Step, e.Reason)
+}
+
+func (e *SkippedError) Unwrap() error { return e.Reason }
+
+// Skipped splits an error of Run into the steps skipped for want of a
+// target and the failures (nil when there are none).
+func Skipped(err error) ([]*SkippedError, error) {
+	if err == nil {
+		return nil, nil
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	var skipped []*SkippedError
+	var failed []error
+	for _, e := range errs {
+		if se, ok := e.(*SkippedError); ok {
+			skipped = append(skipped, se)
+		} else {
+			failed = append(failed, e)
+		}
+	}
+	return skipped, errors.Join(failed...)
+}
+
 // Run executes steps against target, each at its At from now. Steps that
 // overlap in time run at the same time (Plan never makes such schedules;
 // hand-written ones may, such as a second leader killed while the first
@@ -95,7 +138,9 @@ const undoTimeout = 90 * time.Second
 // ctx ends, so the cluster is whole when Run returns. log gets each fault
 // when it has been undone, with its start and end times. Run goes on after
 // a step fails and returns every failure joined; a fault that could not be
-// undone (a process that did not come back) is among them.
+// undone (a process that did not come back) is among them. A step whose
+// role no running process played within targetWait is skipped and returned
+// as a *SkippedError (see Skipped).
 func Run(ctx context.Context, steps []Step, target Target, log func(check.Fault)) error {
 	for _, s := range steps {
 		if err := s.Validate(); err != nil {
@@ -127,9 +172,16 @@ func Run(ctx context.Context, steps []Step, target Target, log func(check.Fault)
 		}
 		rng := rand.New(rand.NewPCG(seed, uint64(i)))
 		wg.Go(func() {
-			if err := runStep(ctx, s, target, b, rng, log); err != nil {
+			err := runStep(ctx, s, target, b, rng, log)
+			var se *SkippedError
+			if errors.As(err, &se) {
+				err = se
+			} else if err != nil {
+				err = fmt.Errorf("step %d (%s): %w", i+1, s, err)
+			}
+			if err != nil {
 				mu.Lock()
-				errs = append(errs, fmt.Errorf("step %d (%s): %w", i+1, s, err))
+				errs = append(errs, err)
 				mu.Unlock()
 			}
 		})
@@ -171,7 +223,12 @@ func runStep(ctx context.Context, s Step, t Target, busy *busySet, rng *rand.Ran
 		log(f)
 		return nil
 	}
-	v, err := busy.resolve(ctx, t, s.Target, rng)
+	v, err := busy.resolve(ctx, t, s.Target, rng, targetWait)
+	if errors.Is(err, ErrNoTarget) {
+		// A nemesis that finds nothing to hit is no finding about the
+		// system: the step is left out, with the reason.
+		return &SkippedError{Step: s, Reason: fmt.Errorf("finding the %s for %v: %w", s.Target, targetWait, err)}
+	}
 	if err != nil {
 		return fmt.Errorf("finding the %s: %w", s.Target, err)
 	}
@@ -255,19 +312,31 @@ type busySet struct {
 }
 
 // resolve resolves a role passing over busy processes and marks the one
-// chosen busy.
-func (b *busySet) resolve(ctx context.Context, t Target, r Role, rng *rand.Rand) (Victim, error) {
-	b.mu.Lock()
-	avoid := maps.Clone(b.names)
-	b.mu.Unlock()
-	v, err := t.Resolve(ctx, r, avoid, rng)
-	if err != nil {
-		return v, err
+// chosen busy. While no process plays the role (ErrNoTarget) it tries again
+// for up to wait: a process under another step's kill is released once it
+// is healthy again.
+func (b *busySet) resolve(ctx context.Context, t Target, r Role, rng *rand.Rand, wait time.Duration) (Victim, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		b.mu.Lock()
+		avoid := maps.Clone(b.names)
+		b.mu.Unlock()
+		v, err := t.Resolve(ctx, r, avoid, rng)
+		if err == nil {
+			b.mu.Lock()
+			b.names[v.Name] = true
+			b.mu.Unlock()
+			return v, nil
+		}
+		if !errors.Is(err, ErrNoTarget) || !time.Now().Before(deadline) {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(min(500*time.Millisecond, time.Until(deadline))):
+		}
 	}
-	b.mu.Lock()
-	b.names[v.Name] = true
-	b.mu.Unlock()
-	return v, nil
 }
 
 func (b *busySet) release(name string) {

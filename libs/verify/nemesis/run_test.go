@@ -20,6 +20,10 @@ type fakeTarget struct {
 	calls   []string
 	failOn  string
 	running map[string]bool
+	// single makes one process, "p-only", play every role; none lists
+	// roles no process plays.
+	single bool
+	none   map[Role]bool
 }
 
 func (f *fakeTarget) do(call string) error {
@@ -33,6 +37,12 @@ func (f *fakeTarget) do(call string) error {
 }
 
 func (f *fakeTarget) Resolve(_ context.Context, r Role, busy map[string]bool, _ *rand.Rand) (Victim, error) {
+	if f.none[r] || (f.single && busy["p-only"]) {
+		return Victim{}, fmt.Errorf("%w: no running process plays %s", ErrNoTarget, r)
+	}
+	if f.single {
+		return Victim{Name: "p-only", Why: "the " + string(r)}, nil
+	}
 	name := "p-" + string(r)
 	if busy[name] {
 		name += "-2"
@@ -160,4 +170,49 @@ func TestRunReportsFailuresAndGoesOn(t *testing.T) {
 func TestRunRejectsInvalidSteps(t *testing.T) {
 	err := Run(context.Background(), []Step{{Kind: Partition, Target: StorageLeader}}, &fakeTarget{}, func(check.Fault) {})
 	require.ErrorContains(t, err, "isolate, subset or storage")
+}
+
+func TestRunWaitsForTheTargetAnotherStepRestarts(t *testing.T) {
+	// One process plays every role (all-in-one): the disk step comes while
+	// the kill step still holds it, and takes it once it is back.
+	ft := &fakeTarget{single: true}
+	var log Log
+	require.NoError(t, Run(context.Background(), []Step{
+		{Kind: Kill, Target: AnyProcess, Duration: 300 * time.Millisecond},
+		{At: 50 * time.Millisecond, Kind: Disk, Target: StorageLeader, Duration: 10 * time.Millisecond, Detail: "enospc"},
+	}, ft, log.Add))
+	require.Equal(t, []string{"kill p-only", "start p-only", "disk p-only enospc", "clear p-only"}, ft.calls)
+	faults := log.Faults()
+	require.Len(t, faults, 2)
+	require.GreaterOrEqual(t, faults[1].Start, faults[0].End, "the disk fault began after the restart")
+}
+
+func TestRunSkipsAStepWhoseRoleNobodyPlays(t *testing.T) {
+	defer func(w time.Duration) { targetWait = w }(targetWait)
+	targetWait = 200 * time.Millisecond
+	ft := &fakeTarget{none: map[Role]bool{ReplicationWorker: true}, failOn: "start p-controller"}
+	var log Log
+	start := time.Now()
+	err := Run(context.Background(), []Step{
+		{Kind: Kill, Target: ReplicationWorker, Duration: time.Millisecond},
+		{At: 10 * time.Millisecond, Kind: Kill, Target: Controller, Duration: time.Millisecond},
+		{At: 20 * time.Millisecond, Kind: Pause, Target: StorageLeader, Duration: time.Millisecond},
+	}, ft, log.Add)
+	require.GreaterOrEqual(t, time.Since(start), targetWait, "the step waited for a target")
+	skipped, failed := Skipped(err)
+	require.Len(t, skipped, 1)
+	require.Equal(t, ReplicationWorker, skipped[0].Step.Target)
+	require.ErrorIs(t, skipped[0], ErrNoTarget)
+	require.ErrorContains(t, skipped[0], "no running process plays replication")
+	require.ErrorContains(t, failed, "undoing kill on p-controller", "a real failure stays a failure")
+	require.NotContains(t, failed.Error(), "replication")
+	require.ElementsMatch(t, []string{"kill p-controller", "start p-controller", "pause p-storage-leader", "resume p-storage-leader"}, ft.calls)
+	require.Len(t, log.Faults(), 2, "a skipped step injects no fault")
+
+	only, failed := Skipped(&SkippedError{Step: Step{Kind: Kill, Target: ReplicationWorker}, Reason: ErrNoTarget})
+	require.Len(t, only, 1)
+	require.NoError(t, failed)
+	none, failed := Skipped(nil)
+	require.Empty(t, none)
+	require.NoError(t, failed)
 }
