@@ -141,9 +141,11 @@ var prCases = []chaosCase{
 			step(12, nemesis.Crash, nemesis.StorageFollower, 3, "drop-unsynced"),
 		}},
 	{Name: "split-coordinators", Seed: 105, Topology: "split", Workload: "groups", Duration: sec(24),
-		Why: "roles in processes of their own: a group coordinator, the replication worker and a transaction coordinator killed",
+		Why: "roles in processes of their own: a group coordinator killed, a storage node cut off while the replication worker " +
+			"streams to it (replica appends abandoned mid-call must not crash the worker), then the worker and a transaction coordinator killed",
 		Steps: []nemesis.Step{
 			step(5, nemesis.Kill, nemesis.GroupCoordinator, 3, ""),
+			step(8.5, nemesis.Partition, nemesis.StorageFollower, 3, "isolate"),
 			step(12, nemesis.Kill, nemesis.ReplicationWorker, 3, ""),
 			step(18, nemesis.Kill, nemesis.TxnCoordinator, 3, ""),
 		}},
