@@ -8,6 +8,14 @@
 // session expired, for example after the process was paused), the member
 // registers again and gets a new epoch; listeners hear about it through
 // Changed.
+//
+// Session says whether the controller certainly still holds the node's
+// session: a heartbeat sent at t and answered keeps it until t plus the
+// session timeout (the controller counts the timeout from when it received
+// the heartbeat, later than t). A process that serves reads from memory on
+// the strength of an ownership the controller hands out (a coordinator of
+// its own) stops when Session says no: past that point the controller may
+// have fenced the node and another process may have taken over.
 package membership
 
 import (
@@ -62,6 +70,13 @@ type Member struct {
 	clusterID string
 	interval  time.Duration
 	changed   chan struct{}
+	// sessionTimeout is the controller's session timeout (from
+	// RegisterBroker); leaseUntil is when the session may expire at the
+	// earliest, by the last answered heartbeat of the current epoch (zero
+	// before one was answered, or once the controller said the epoch is
+	// stale). It keeps a monotonic clock reading.
+	sessionTimeout time.Duration
+	leaseUntil     time.Time
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -100,6 +115,43 @@ func (m *Member) Changed() <-chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.changed
+}
+
+// Session returns the broker epoch and whether the controller certainly
+// still holds the node's session in it: a heartbeat of that epoch was
+// answered less than the session timeout (less a tenth, for the two clocks'
+// rates) after it was sent. It reads the process's own monotonic clock,
+// not a clock fault injection shifts.
+func (m *Member) Session() (epoch int64, live bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.epoch, !m.leaseUntil.IsZero() && time.Now().Before(m.leaseUntil)
+}
+
+// renew extends the session lease after a heartbeat of epoch, sent at sent,
+// was answered without error.
+func (m *Member) renew(epoch int64, sent time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if epoch != m.epoch {
+		return
+	}
+	timeout := m.sessionTimeout
+	if timeout <= 0 {
+		// A controller that names no session timeout: assume the shortest
+		// the heartbeat interval allows.
+		timeout = m.interval
+	}
+	if until := sent.Add(timeout - timeout/10); until.After(m.leaseUntil) {
+		m.leaseUntil = until
+	}
+}
+
+// endLease drops the session lease: the controller said the epoch is stale.
+func (m *Member) endLease() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.leaseUntil = time.Time{}
 }
 
 func (m *Member) set(epoch int64, state commonv1.BrokerState) {
@@ -234,6 +286,9 @@ func (m *Member) register(ctx context.Context) error {
 	m.mu.Lock()
 	m.clusterID = resp.GetClusterId()
 	m.interval = time.Duration(resp.GetHeartbeatIntervalMs()) * time.Millisecond
+	m.sessionTimeout = time.Duration(resp.GetSessionTimeoutMs()) * time.Millisecond
+	// A new epoch's session counts from its first answered heartbeat.
+	m.leaseUntil = time.Time{}
 	m.mu.Unlock()
 	m.set(resp.GetBrokerEpoch(), commonv1.BrokerState_BROKER_STATE_FENCED)
 	m.logger.Info("registered with the controller", log.BrokerEpoch(resp.GetBrokerEpoch()))
@@ -251,6 +306,7 @@ func (m *Member) heartbeatLoop(ctx context.Context) {
 		}
 		if errs.Is(err, errs.StaleBrokerEpoch) {
 			m.logger.Warn("the controller fenced this node (session expired); registering again", log.BrokerEpoch(m.Epoch()))
+			m.endLease()
 			m.set(m.Epoch(), commonv1.BrokerState_BROKER_STATE_FENCED)
 			if err := m.register(ctx); err != nil && ctx.Err() == nil {
 				m.logger.Warn("cannot register again; retrying", log.Err(err))
@@ -307,6 +363,7 @@ func (m *Member) beat(stream grpc.BidiStreamingClient[controllerv1.BrokerHeartbe
 	m.mu.Lock()
 	epoch, interval := m.epoch, m.interval
 	m.mu.Unlock()
+	sent := time.Now()
 	if err := stream.Send(&controllerv1.BrokerHeartbeatRequest{BrokerId: m.cfg.NodeID, BrokerEpoch: epoch}); err != nil {
 		return err
 	}
@@ -325,8 +382,12 @@ func (m *Member) beat(stream grpc.BidiStreamingClient[controllerv1.BrokerHeartbe
 			return r.err
 		}
 		if e := errs.FromProto(r.resp.GetError()); e != nil {
+			if e.Code == errs.StaleBrokerEpoch {
+				m.endLease()
+			}
 			return e
 		}
+		m.renew(epoch, sent)
 		if r.resp.GetState() != m.State() {
 			m.logger.Info("node state changed", slog.String("state", r.resp.GetState().String()), log.BrokerEpoch(epoch))
 		}

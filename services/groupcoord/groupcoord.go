@@ -162,6 +162,9 @@ type GroupCoordinator struct {
 	// partition of the offsets topic is in its open transaction
 	// (coordinator.VerifyInTransaction; replaced in unit tests).
 	verifyTxn func(ctx context.Context, tid string, pid int64, epoch int16, tp *commonv1.TopicPartition) (err error, busy bool)
+	// session is the node's broker session with the controller
+	// (membership.Member.Session); nil in a process without membership.
+	session func() (epoch int64, live bool)
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -175,6 +178,9 @@ func New(cfg Config, deps service.Deps) *GroupCoordinator {
 	r.topics = coordinator.TopicCreator{Pool: deps.Pool, Logger: r.logger}
 	r.verifyTxn = func(ctx context.Context, tid string, pid int64, epoch int16, tp *commonv1.TopicPartition) (error, bool) {
 		return coordinator.VerifyInTransaction(ctx, deps.Metadata.Load(), deps.Pool, tid, pid, epoch, tp)
+	}
+	if deps.Member != nil {
+		r.session = deps.Member.Session
 	}
 	var mp metric.MeterProvider = metricnoop.NewMeterProvider()
 	var tp trace.TracerProvider = tracenoop.NewTracerProvider()
@@ -316,7 +322,36 @@ func (r *GroupCoordinator) shardFor(groupID string) (*shard, *errs.Error) {
 	if !s.isLoaded() {
 		return nil, errs.New(errs.CoordinatorLoadInProgress, "group %q: the coordinator is replaying %s-%d", groupID, OffsetsTopic, pid)
 	}
+	if e := r.sessionError(s, fmt.Sprintf("group %q", groupID)); e != nil {
+		return nil, e
+	}
 	return s, nil
+}
+
+// sessionError refuses to serve shard s while this node may have lost it
+// without knowing yet. Writes are fenced by the log, but reads (OffsetFetch,
+// DescribeGroups) answer from memory: a coordinator cut off from the
+// controller keeps its shards until its metadata says otherwise, which may
+// be seconds after the controller expired its session and another process
+// took the partition over and acknowledged commits there. So a shard
+// serves only while the node's session is certainly alive (a heartbeat
+// answered within the session timeout), and a shard of a coordinator of
+// its own only in the broker epoch it loaded in (after registering again,
+// the node reloads it once metadata names it again).
+func (r *GroupCoordinator) sessionError(s *shard, subject string) *errs.Error {
+	if r.session == nil {
+		return nil
+	}
+	epoch, live := r.session()
+	if !live {
+		return errs.New(errs.NotCoordinator, "%s: this node's session with the controller may have expired (no heartbeat answered within the session timeout), so another node may coordinate %s-%d now; find the coordinator again",
+			subject, OffsetsTopic, s.id)
+	}
+	if s.local == nil && epoch != s.brokerEpoch {
+		return errs.New(errs.NotCoordinator, "%s: this node registered again (broker epoch %d; %s-%d was loaded in epoch %d) and must reload the partition if it still coordinates it; find the coordinator again",
+			subject, epoch, OffsetsTopic, s.id, s.brokerEpoch)
+	}
+	return nil
 }
 
 // groupCoordinatorRole is the role that coordinates the offsets topic.
