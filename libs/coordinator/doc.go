@@ -14,5 +14,9 @@
 //     with acks=all, fenced (Log: LocalLog writes in the leader epoch it
 //     loaded in; RemoteLog writes through the leader after FenceCoordinator,
 //     so a deposed coordinator's writes are refused), applying a write to
-//     memory only once acknowledged (Writer).
+//     memory only once acknowledged (Writer);
+//   - a shard answers, reads included, only while the process's controller
+//     session is certainly alive, and a coordinator of its own only in the
+//     broker epoch it loaded in (SessionError): a process cut off from the
+//     controller learns late that another took its partitions over.
 package coordinator

@@ -83,6 +83,39 @@ func NotLoaded(img *metadata.Image, topic, role string, me int32, key, subject s
 		WithCoordinator(&edpb.CoordinatorHint{Key: key, NodeId: b.GetId(), Address: addr})
 }
 
+// Session is a process's broker session with the controller, as
+// membership.Member.Session reports it: the broker epoch, and whether the
+// controller certainly still holds the session (a heartbeat of that epoch
+// was answered within the session timeout).
+type Session func() (epoch int64, live bool)
+
+// SessionError refuses to serve a loaded shard of partition pid of topic
+// (described by subject, such as `group "g"`) while this process may have
+// lost it without knowing yet; nil session (no membership) never refuses.
+// Writes are fenced by the log, but reads answer from memory, and a
+// coordinator cut off from the controller keeps its shards until its
+// metadata says otherwise: seconds after the controller expired its session
+// and another process took the partition over and acknowledged writes
+// there. So a shard serves only while the session is certainly alive, and a
+// shard of a coordinator of its own (remote: no local replica) only in the
+// broker epoch it loaded in (loadedEpoch): after registering again, the
+// process reloads the partition once metadata names it in the new epoch.
+func SessionError(session Session, topic string, pid int32, remote bool, loadedEpoch int64, subject string) *errs.Error {
+	if session == nil {
+		return nil
+	}
+	epoch, live := session()
+	if !live {
+		return errs.New(errs.NotCoordinator, "%s: this node's session with the controller may have expired (no heartbeat answered within the session timeout), so another node may coordinate %s-%d now; find the coordinator again",
+			subject, topic, pid)
+	}
+	if remote && epoch != loadedEpoch {
+		return errs.New(errs.NotCoordinator, "%s: this node registered again (broker epoch %d; %s-%d was loaded in epoch %d) and reloads the partition if it still coordinates it; find the coordinator again",
+			subject, epoch, topic, pid, loadedEpoch)
+	}
+	return nil
+}
+
 // WriteError maps a failed append to a coordinator's partition as Kafka's
 // coordinators do: a lost leadership means NOT_COORDINATOR (find the new
 // one), a write that could not reach its replicas COORDINATOR_NOT_AVAILABLE

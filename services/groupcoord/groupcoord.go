@@ -164,7 +164,7 @@ type GroupCoordinator struct {
 	verifyTxn func(ctx context.Context, tid string, pid int64, epoch int16, tp *commonv1.TopicPartition) (err error, busy bool)
 	// session is the node's broker session with the controller
 	// (membership.Member.Session); nil in a process without membership.
-	session func() (epoch int64, live bool)
+	session coordinator.Session
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -329,29 +329,10 @@ func (r *GroupCoordinator) shardFor(groupID string) (*shard, *errs.Error) {
 }
 
 // sessionError refuses to serve shard s while this node may have lost it
-// without knowing yet. Writes are fenced by the log, but reads (OffsetFetch,
-// DescribeGroups) answer from memory: a coordinator cut off from the
-// controller keeps its shards until its metadata says otherwise, which may
-// be seconds after the controller expired its session and another process
-// took the partition over and acknowledged commits there. So a shard
-// serves only while the node's session is certainly alive (a heartbeat
-// answered within the session timeout), and a shard of a coordinator of
-// its own only in the broker epoch it loaded in (after registering again,
-// the node reloads it once metadata names it again).
+// without knowing yet (coordinator.SessionError): OffsetFetch must never
+// answer from the memory of a shard another process took over.
 func (r *GroupCoordinator) sessionError(s *shard, subject string) *errs.Error {
-	if r.session == nil {
-		return nil
-	}
-	epoch, live := r.session()
-	if !live {
-		return errs.New(errs.NotCoordinator, "%s: this node's session with the controller may have expired (no heartbeat answered within the session timeout), so another node may coordinate %s-%d now; find the coordinator again",
-			subject, OffsetsTopic, s.id)
-	}
-	if s.local == nil && epoch != s.brokerEpoch {
-		return errs.New(errs.NotCoordinator, "%s: this node registered again (broker epoch %d; %s-%d was loaded in epoch %d) and must reload the partition if it still coordinates it; find the coordinator again",
-			subject, epoch, OffsetsTopic, s.id, s.brokerEpoch)
-	}
-	return nil
+	return coordinator.SessionError(r.session, OffsetsTopic, s.id, s.local == nil, s.brokerEpoch, subject)
 }
 
 // groupCoordinatorRole is the role that coordinates the offsets topic.

@@ -79,6 +79,9 @@ type TransactionCoordinator struct {
 	pids    *pidManager
 	markers *markerWriter
 	m       *metrics // nil in tests that build the role by hand
+	// session is the node's broker session with the controller
+	// (membership.Member.Session); nil in a process without membership.
+	session coordinator.Session
 
 	mu     sync.Mutex
 	shards map[int32]*shard
@@ -95,6 +98,9 @@ func New(cfg Config, deps service.Deps) *TransactionCoordinator {
 		now: deps.Clock(), shards: map[int32]*shard{}}
 	r.pids = newPIDManager(r.allocateProducerIDs, r.logger)
 	r.markers = &markerWriter{send: r.sendMarkers, logger: r.logger}
+	if deps.Member != nil {
+		r.session = deps.Member.Session
+	}
 	if deps.Telemetry != nil {
 		r.m = newMetrics(deps.Telemetry.Meter.Meter("github.com/sluice-io/sluice/services/txncoord"), r)
 	}
@@ -235,6 +241,11 @@ func (r *TransactionCoordinator) shardFor(tid string) (*shard, *errs.Error) {
 	}
 	if !s.isLoaded() {
 		return nil, errs.New(errs.CoordinatorLoadInProgress, "transactional id %q: the coordinator is replaying %s-%d", tid, stateTopic, pid)
+	}
+	// A shard another process may have taken over answers nothing from
+	// memory (coordinator.SessionError).
+	if e := coordinator.SessionError(r.session, stateTopic, pid, s.local == nil, s.brokerEpoch, fmt.Sprintf("transactional id %q", tid)); e != nil {
+		return nil, e
 	}
 	return s, nil
 }
