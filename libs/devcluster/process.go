@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -269,6 +270,13 @@ func (p *Process) WaitHealthy(ctx context.Context, timeout time.Duration) error 
 }
 
 // FreePorts returns n distinct TCP ports that were free on 127.0.0.1.
+//
+// They are drawn at random from below the kernel's ephemeral range: a port
+// the kernel handed out for ":0" is also what it hands to the next outgoing
+// connection of any process, so between our probe and the server's bind a
+// client elsewhere on the machine could take it (seen as "address already in
+// use" when tests run in parallel). Ports handed out earlier by this process
+// are not handed out again.
 func FreePorts(n int) ([]int, error) {
 	var lns []net.Listener
 	defer func() {
@@ -276,14 +284,64 @@ func FreePorts(n int) ([]int, error) {
 			_ = l.Close() // only reserving
 		}
 	}()
+	lo, hi := portPool()
 	out := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for attempts := 0; len(out) < n; attempts++ {
+		if attempts > 1000*n {
+			return nil, fmt.Errorf("finding %d free ports in %d-%d: too many in use", n, lo, hi)
+		}
+		port := lo + rand.IntN(hi-lo)
+		if !claimPort(port) {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
+			continue // in use by someone else
 		}
 		lns = append(lns, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
+		out = append(out, port)
 	}
 	return out, nil
+}
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+	poolLo     int
+	poolHi     int
+	poolOnce   sync.Once
+)
+
+// claimPort records port as handed out; false if it already was.
+func claimPort(port int) bool {
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	if portsGiven[port] {
+		return false
+	}
+	portsGiven[port] = true
+	return true
+}
+
+// portPool is the range FreePorts draws from: from 20000 up to the start of
+// the ephemeral range (Linux default 32768), or 20000-30000 when the range
+// cannot be read or leaves too little room.
+func portPool() (int, int) {
+	poolOnce.Do(func() {
+		poolLo, poolHi = 20000, 30000
+		b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+		if err != nil {
+			return
+		}
+		var first, last int
+		if _, err := fmt.Sscan(string(b), &first, &last); err != nil {
+			return
+		}
+		if first-poolLo >= 5000 {
+			poolHi = first
+		} else if last < 60000 {
+			poolLo, poolHi = last+1, 65000
+		}
+	})
+	return poolLo, poolHi
 }

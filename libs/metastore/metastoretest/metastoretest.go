@@ -61,9 +61,23 @@ func (m *Member) Close() error {
 
 // StartQuorum starts n members named c1..cn as one etcd cluster and closes
 // those still open when the test ends (in parallel: one by one, each would
-// wait for the others' election timeouts).
+// wait for the others' election timeouts). A start that loses a port to
+// another process between choosing and binding it is retried on new ports.
 func StartQuorum(t testing.TB, n int) []*Member {
 	t.Helper()
+	for attempt := 1; ; attempt++ {
+		members, err := startQuorum(t, n)
+		if err == nil {
+			return members
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatal(err)
+		}
+		t.Logf("retrying on new ports: %v", err)
+	}
+}
+
+func startQuorum(t testing.TB, n int) ([]*Member, error) {
 	members := make([]*Member, n)
 	var parts []string
 	for i := range members {
@@ -77,19 +91,21 @@ func StartQuorum(t testing.TB, n int) []*Member {
 		wg.Go(func() { errs[i] = m.Open() })
 	}
 	wg.Wait()
-	t.Cleanup(func() {
+	closeAll := func() {
 		var wg sync.WaitGroup
 		for _, m := range members {
 			wg.Go(func() { _ = m.Close() })
 		}
 		wg.Wait()
-	})
+	}
 	for i, err := range errs {
 		if err != nil {
-			t.Fatalf("starting etcd member %s: %v", members[i].Name, err)
+			closeAll()
+			return nil, fmt.Errorf("starting etcd member %s: %w", members[i].Name, err)
 		}
 	}
-	return members
+	t.Cleanup(closeAll)
+	return members, nil
 }
 
 // Stores returns the members' open stores.
