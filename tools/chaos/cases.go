@@ -291,10 +291,12 @@ func seedCase(seed int64) chaosCase {
 	case "dev3":
 		c.Plan.Kinds = []nemesis.Kind{nemesis.Kill, nemesis.Kill, nemesis.Pause, nemesis.Crash, nemesis.Partition, nemesis.Partition,
 			nemesis.Disk, nemesis.Clock, nemesis.Move, nemesis.LateEndTxn, nemesis.StallMember}
-		c.Plan.Targets = []nemesis.Role{nemesis.StorageLeader, nemesis.StorageLeader, nemesis.StorageFollower, nemesis.Controller, nemesis.StandbyController}
+		// Storage leaders weigh three in six: a leader's death is what
+		// elections, truncation and the high watermark are tested by.
+		c.Plan.Targets = []nemesis.Role{nemesis.StorageLeader, nemesis.StorageLeader, nemesis.StorageLeader, nemesis.StorageFollower, nemesis.Controller, nemesis.StandbyController}
 	case "split":
 		c.Plan.Kinds = []nemesis.Kind{nemesis.Kill, nemesis.Kill, nemesis.Pause, nemesis.Crash, nemesis.Partition, nemesis.Move, nemesis.StallMember}
-		c.Plan.Targets = []nemesis.Role{nemesis.StorageLeader, nemesis.Controller, nemesis.ReplicationWorker, nemesis.GroupCoordinator, nemesis.TxnCoordinator}
+		c.Plan.Targets = []nemesis.Role{nemesis.StorageLeader, nemesis.StorageLeader, nemesis.Controller, nemesis.ReplicationWorker, nemesis.GroupCoordinator, nemesis.TxnCoordinator}
 	}
 	return c
 }
