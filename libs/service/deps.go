@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/wire"
 	"github.com/sluice-io/sluice/libs/config"
 	"github.com/sluice-io/sluice/libs/grpcx"
@@ -45,6 +46,18 @@ type Deps struct {
 	// storage node stamps on records it builds and on transaction markers.
 	// nil means time.Now; --unsafe.fault-injection shifts it.
 	Now func() time.Time
+	// Authz decides every client call's access, the same for gRPC and
+	// Kafka requests (the caller's identity is in the request context, see
+	// libs/auth). Nil means authorization is off (see Authorizer).
+	Authz authz.Authorizer
+}
+
+// Authorizer returns Authz, or authz.AllowAll when it is nil.
+func (d Deps) Authorizer() authz.Authorizer {
+	if d.Authz != nil {
+		return d.Authz
+	}
+	return authz.AllowAll{}
 }
 
 // Clock returns Now, or time.Now when it is nil.
