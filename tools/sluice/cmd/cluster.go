@@ -105,10 +105,19 @@ func describeAny(ctx context.Context, c *client.Client, addrs []string) *control
 // quorumLine says whether the controller quorum has a majority and which
 // members the answering controller reaches.
 func quorumLine(q *controllerv1.QuorumStatus) string {
-	health := fmt.Sprintf("majority (%d of %d voting members reachable)", len(q.GetReachable()), q.GetVoters())
-	if !q.GetHasMajority() {
+	reachable, needed := len(q.GetReachable()), int(q.GetVoters()/2+1)
+	health := fmt.Sprintf("majority (%d of %d voting members reachable)", reachable, q.GetVoters())
+	switch {
+	case q.GetHasMajority():
+	case reachable >= needed:
+		// has_majority also needs a raft leader: enough members answer,
+		// but an election is under way (or the answering member is cut
+		// off from the leader), so metadata changes wait for it.
+		health = fmt.Sprintf("ELECTING: %d of %d voting members reachable but no raft leader yet; metadata changes wait for the election",
+			reachable, q.GetVoters())
+	default:
 		health = fmt.Sprintf("NO MAJORITY: metadata cannot change (%d of %d voting members reachable, %d needed)",
-			len(q.GetReachable()), q.GetVoters(), q.GetVoters()/2+1)
+			reachable, q.GetVoters(), needed)
 	}
 	return fmt.Sprintf("%s; reachable %v, unreachable %v (as seen by node %d)", health, q.GetReachable(), q.GetUnreachable(), q.GetAnsweredBy())
 }
