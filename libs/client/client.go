@@ -9,6 +9,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -45,6 +46,9 @@ type Config struct {
 	// Telemetry enables client spans and trace propagation; nil disables
 	// them.
 	Telemetry *Telemetry
+	// TLS, if set, connects to every node over TLS with this configuration
+	// (wire.ClientTLS builds one from PEM files); nil connects in plaintext.
+	TLS *tls.Config
 	// Logger receives warnings while the client retries, such as no
 	// bootstrap node answering (at most one every 5 s), so a caller waiting
 	// on a retry loop is not left in silence; nil discards them.
@@ -83,7 +87,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.BootstrapTimeout == 0 {
 		cfg.BootstrapTimeout = 2 * time.Second
 	}
-	return &Client{cfg: cfg, pool: wire.NewPool(wire.ClientOptions{Telemetry: cfg.Telemetry, Extra: cfg.DialOptions})}, nil
+	return &Client{cfg: cfg, pool: wire.NewPool(wire.ClientOptions{Telemetry: cfg.Telemetry, TLS: cfg.TLS, Extra: cfg.DialOptions})}, nil
 }
 
 // Close closes every connection.
