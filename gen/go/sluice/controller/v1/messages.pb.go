@@ -581,6 +581,59 @@ func (PatternType) EnumDescriptor() ([]byte, []int) {
 	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{8}
 }
 
+// ScramMechanism is a SCRAM mechanism (RFC 5802, RFC 7677).
+type ScramMechanism int32
+
+const (
+	// Not set.
+	ScramMechanism_SCRAM_MECHANISM_UNSPECIFIED ScramMechanism = 0
+	// SCRAM-SHA-256.
+	ScramMechanism_SCRAM_MECHANISM_SHA_256 ScramMechanism = 1
+	// SCRAM-SHA-512.
+	ScramMechanism_SCRAM_MECHANISM_SHA_512 ScramMechanism = 2
+)
+
+// Enum value maps for ScramMechanism.
+var (
+	ScramMechanism_name = map[int32]string{
+		0: "SCRAM_MECHANISM_UNSPECIFIED",
+		1: "SCRAM_MECHANISM_SHA_256",
+		2: "SCRAM_MECHANISM_SHA_512",
+	}
+	ScramMechanism_value = map[string]int32{
+		"SCRAM_MECHANISM_UNSPECIFIED": 0,
+		"SCRAM_MECHANISM_SHA_256":     1,
+		"SCRAM_MECHANISM_SHA_512":     2,
+	}
+)
+
+func (x ScramMechanism) Enum() *ScramMechanism {
+	p := new(ScramMechanism)
+	*p = x
+	return p
+}
+
+func (x ScramMechanism) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ScramMechanism) Descriptor() protoreflect.EnumDescriptor {
+	return file_sluice_controller_v1_messages_proto_enumTypes[9].Descriptor()
+}
+
+func (ScramMechanism) Type() protoreflect.EnumType {
+	return &file_sluice_controller_v1_messages_proto_enumTypes[9]
+}
+
+func (x ScramMechanism) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ScramMechanism.Descriptor instead.
+func (ScramMechanism) EnumDescriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{9}
+}
+
 // TopicSpec describes a topic to create.
 type TopicSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3493,6 +3546,656 @@ func (x *DeleteAclsResponse) GetDeleted() []*AclBinding {
 	return nil
 }
 
+// ScramCredential is one user's credential for one mechanism, as the server
+// keeps it (RFC 5802 section 3): enough to verify a client, never the
+// password.
+type ScramCredential struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Mechanism.
+	Mechanism ScramMechanism `protobuf:"varint,1,opt,name=mechanism,proto3,enum=sluice.controller.v1.ScramMechanism" json:"mechanism,omitempty"`
+	// PBKDF2 iteration count, at least 4096.
+	Iterations int32 `protobuf:"varint,2,opt,name=iterations,proto3" json:"iterations,omitempty"`
+	// Salt.
+	Salt []byte `protobuf:"bytes,3,opt,name=salt,proto3" json:"salt,omitempty"`
+	// StoredKey = H(HMAC(SaltedPassword, "Client Key")).
+	StoredKey []byte `protobuf:"bytes,4,opt,name=stored_key,json=storedKey,proto3" json:"stored_key,omitempty"`
+	// ServerKey = HMAC(SaltedPassword, "Server Key").
+	ServerKey     []byte `protobuf:"bytes,5,opt,name=server_key,json=serverKey,proto3" json:"server_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScramCredential) Reset() {
+	*x = ScramCredential{}
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScramCredential) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScramCredential) ProtoMessage() {}
+
+func (x *ScramCredential) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScramCredential.ProtoReflect.Descriptor instead.
+func (*ScramCredential) Descriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *ScramCredential) GetMechanism() ScramMechanism {
+	if x != nil {
+		return x.Mechanism
+	}
+	return ScramMechanism_SCRAM_MECHANISM_UNSPECIFIED
+}
+
+func (x *ScramCredential) GetIterations() int32 {
+	if x != nil {
+		return x.Iterations
+	}
+	return 0
+}
+
+func (x *ScramCredential) GetSalt() []byte {
+	if x != nil {
+		return x.Salt
+	}
+	return nil
+}
+
+func (x *ScramCredential) GetStoredKey() []byte {
+	if x != nil {
+		return x.StoredKey
+	}
+	return nil
+}
+
+func (x *ScramCredential) GetServerKey() []byte {
+	if x != nil {
+		return x.ServerKey
+	}
+	return nil
+}
+
+// UserScramCredentials is a user's SCRAM credentials, one per mechanism.
+// It travels in the metadata watch so every listener verifies locally.
+type UserScramCredentials struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// User name (the principal is User:<name>).
+	User string `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	// Credentials, at most one per mechanism.
+	Credentials   []*ScramCredential `protobuf:"bytes,2,rep,name=credentials,proto3" json:"credentials,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UserScramCredentials) Reset() {
+	*x = UserScramCredentials{}
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UserScramCredentials) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UserScramCredentials) ProtoMessage() {}
+
+func (x *UserScramCredentials) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UserScramCredentials.ProtoReflect.Descriptor instead.
+func (*UserScramCredentials) Descriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *UserScramCredentials) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *UserScramCredentials) GetCredentials() []*ScramCredential {
+	if x != nil {
+		return x.Credentials
+	}
+	return nil
+}
+
+// ScramCredentialUpsertion sets a user's credential for one mechanism.
+type ScramCredentialUpsertion struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// User name: 1..255 characters, no control characters.
+	User string `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	// Mechanism.
+	Mechanism ScramMechanism `protobuf:"varint,2,opt,name=mechanism,proto3,enum=sluice.controller.v1.ScramMechanism" json:"mechanism,omitempty"`
+	// PBKDF2 iteration count: 4096..16384 (Kafka's bounds).
+	Iterations int32 `protobuf:"varint,3,opt,name=iterations,proto3" json:"iterations,omitempty"`
+	// Salt: at least 16 bytes, random per credential.
+	Salt []byte `protobuf:"bytes,4,opt,name=salt,proto3" json:"salt,omitempty"`
+	// SaltedPassword = PBKDF2(HMAC-H, Normalize(password), salt, iterations),
+	// its length that of the mechanism's hash.
+	SaltedPassword []byte `protobuf:"bytes,5,opt,name=salted_password,json=saltedPassword,proto3" json:"salted_password,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ScramCredentialUpsertion) Reset() {
+	*x = ScramCredentialUpsertion{}
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScramCredentialUpsertion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScramCredentialUpsertion) ProtoMessage() {}
+
+func (x *ScramCredentialUpsertion) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScramCredentialUpsertion.ProtoReflect.Descriptor instead.
+func (*ScramCredentialUpsertion) Descriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *ScramCredentialUpsertion) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *ScramCredentialUpsertion) GetMechanism() ScramMechanism {
+	if x != nil {
+		return x.Mechanism
+	}
+	return ScramMechanism_SCRAM_MECHANISM_UNSPECIFIED
+}
+
+func (x *ScramCredentialUpsertion) GetIterations() int32 {
+	if x != nil {
+		return x.Iterations
+	}
+	return 0
+}
+
+func (x *ScramCredentialUpsertion) GetSalt() []byte {
+	if x != nil {
+		return x.Salt
+	}
+	return nil
+}
+
+func (x *ScramCredentialUpsertion) GetSaltedPassword() []byte {
+	if x != nil {
+		return x.SaltedPassword
+	}
+	return nil
+}
+
+// ScramCredentialDeletion removes a user's credential for one mechanism.
+type ScramCredentialDeletion struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// User name.
+	User string `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	// Mechanism.
+	Mechanism     ScramMechanism `protobuf:"varint,2,opt,name=mechanism,proto3,enum=sluice.controller.v1.ScramMechanism" json:"mechanism,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScramCredentialDeletion) Reset() {
+	*x = ScramCredentialDeletion{}
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScramCredentialDeletion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScramCredentialDeletion) ProtoMessage() {}
+
+func (x *ScramCredentialDeletion) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScramCredentialDeletion.ProtoReflect.Descriptor instead.
+func (*ScramCredentialDeletion) Descriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *ScramCredentialDeletion) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *ScramCredentialDeletion) GetMechanism() ScramMechanism {
+	if x != nil {
+		return x.Mechanism
+	}
+	return ScramMechanism_SCRAM_MECHANISM_UNSPECIFIED
+}
+
+// AlterUserScramCredentialsRequest is the request of
+// ControllerService.AlterUserScramCredentials.
+type AlterUserScramCredentialsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Credentials to delete.
+	Deletions []*ScramCredentialDeletion `protobuf:"bytes,1,rep,name=deletions,proto3" json:"deletions,omitempty"`
+	// Credentials to create or replace.
+	Upsertions    []*ScramCredentialUpsertion `protobuf:"bytes,2,rep,name=upsertions,proto3" json:"upsertions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlterUserScramCredentialsRequest) Reset() {
+	*x = AlterUserScramCredentialsRequest{}
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterUserScramCredentialsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterUserScramCredentialsRequest) ProtoMessage() {}
+
+func (x *AlterUserScramCredentialsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterUserScramCredentialsRequest.ProtoReflect.Descriptor instead.
+func (*AlterUserScramCredentialsRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *AlterUserScramCredentialsRequest) GetDeletions() []*ScramCredentialDeletion {
+	if x != nil {
+		return x.Deletions
+	}
+	return nil
+}
+
+func (x *AlterUserScramCredentialsRequest) GetUpsertions() []*ScramCredentialUpsertion {
+	if x != nil {
+		return x.Upsertions
+	}
+	return nil
+}
+
+// AlterUserScramCredentialsResult is the outcome for one user.
+type AlterUserScramCredentialsResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// User name.
+	User string `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	// Unset on success; INVALID_REQUEST or RESOURCE_NOT_FOUND otherwise.
+	Error         *v1.Error `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlterUserScramCredentialsResult) Reset() {
+	*x = AlterUserScramCredentialsResult{}
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterUserScramCredentialsResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterUserScramCredentialsResult) ProtoMessage() {}
+
+func (x *AlterUserScramCredentialsResult) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterUserScramCredentialsResult.ProtoReflect.Descriptor instead.
+func (*AlterUserScramCredentialsResult) Descriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *AlterUserScramCredentialsResult) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *AlterUserScramCredentialsResult) GetError() *v1.Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// AlterUserScramCredentialsResponse is the response of
+// ControllerService.AlterUserScramCredentials.
+type AlterUserScramCredentialsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One result per user named in the request, in order of first mention.
+	Results       []*AlterUserScramCredentialsResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlterUserScramCredentialsResponse) Reset() {
+	*x = AlterUserScramCredentialsResponse{}
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterUserScramCredentialsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterUserScramCredentialsResponse) ProtoMessage() {}
+
+func (x *AlterUserScramCredentialsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterUserScramCredentialsResponse.ProtoReflect.Descriptor instead.
+func (*AlterUserScramCredentialsResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *AlterUserScramCredentialsResponse) GetResults() []*AlterUserScramCredentialsResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// DescribeUserScramCredentialsRequest is the request of
+// ControllerService.DescribeUserScramCredentials.
+type DescribeUserScramCredentialsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Users to describe; empty describes every user.
+	Users         []string `protobuf:"bytes,1,rep,name=users,proto3" json:"users,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeUserScramCredentialsRequest) Reset() {
+	*x = DescribeUserScramCredentialsRequest{}
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeUserScramCredentialsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeUserScramCredentialsRequest) ProtoMessage() {}
+
+func (x *DescribeUserScramCredentialsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeUserScramCredentialsRequest.ProtoReflect.Descriptor instead.
+func (*DescribeUserScramCredentialsRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *DescribeUserScramCredentialsRequest) GetUsers() []string {
+	if x != nil {
+		return x.Users
+	}
+	return nil
+}
+
+// ScramCredentialInfo describes one credential without its secrets.
+type ScramCredentialInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Mechanism.
+	Mechanism ScramMechanism `protobuf:"varint,1,opt,name=mechanism,proto3,enum=sluice.controller.v1.ScramMechanism" json:"mechanism,omitempty"`
+	// PBKDF2 iteration count.
+	Iterations    int32 `protobuf:"varint,2,opt,name=iterations,proto3" json:"iterations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScramCredentialInfo) Reset() {
+	*x = ScramCredentialInfo{}
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScramCredentialInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScramCredentialInfo) ProtoMessage() {}
+
+func (x *ScramCredentialInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScramCredentialInfo.ProtoReflect.Descriptor instead.
+func (*ScramCredentialInfo) Descriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *ScramCredentialInfo) GetMechanism() ScramMechanism {
+	if x != nil {
+		return x.Mechanism
+	}
+	return ScramMechanism_SCRAM_MECHANISM_UNSPECIFIED
+}
+
+func (x *ScramCredentialInfo) GetIterations() int32 {
+	if x != nil {
+		return x.Iterations
+	}
+	return 0
+}
+
+// DescribeUserScramCredentialsResult describes one user.
+type DescribeUserScramCredentialsResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// User name.
+	User string `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	// Unset on success; RESOURCE_NOT_FOUND for a named user without
+	// credentials.
+	Error *v1.Error `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// The user's credentials.
+	Credentials   []*ScramCredentialInfo `protobuf:"bytes,3,rep,name=credentials,proto3" json:"credentials,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeUserScramCredentialsResult) Reset() {
+	*x = DescribeUserScramCredentialsResult{}
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeUserScramCredentialsResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeUserScramCredentialsResult) ProtoMessage() {}
+
+func (x *DescribeUserScramCredentialsResult) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeUserScramCredentialsResult.ProtoReflect.Descriptor instead.
+func (*DescribeUserScramCredentialsResult) Descriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *DescribeUserScramCredentialsResult) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *DescribeUserScramCredentialsResult) GetError() *v1.Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *DescribeUserScramCredentialsResult) GetCredentials() []*ScramCredentialInfo {
+	if x != nil {
+		return x.Credentials
+	}
+	return nil
+}
+
+// DescribeUserScramCredentialsResponse is the response of
+// ControllerService.DescribeUserScramCredentials.
+type DescribeUserScramCredentialsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One result per user, sorted by name.
+	Results       []*DescribeUserScramCredentialsResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeUserScramCredentialsResponse) Reset() {
+	*x = DescribeUserScramCredentialsResponse{}
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeUserScramCredentialsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeUserScramCredentialsResponse) ProtoMessage() {}
+
+func (x *DescribeUserScramCredentialsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeUserScramCredentialsResponse.ProtoReflect.Descriptor instead.
+func (*DescribeUserScramCredentialsResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *DescribeUserScramCredentialsResponse) GetResults() []*DescribeUserScramCredentialsResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 // RegisterBrokerRequest is the request of ControllerService.RegisterBroker.
 type RegisterBrokerRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3514,7 +4217,7 @@ type RegisterBrokerRequest struct {
 
 func (x *RegisterBrokerRequest) Reset() {
 	*x = RegisterBrokerRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[49]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3526,7 +4229,7 @@ func (x *RegisterBrokerRequest) String() string {
 func (*RegisterBrokerRequest) ProtoMessage() {}
 
 func (x *RegisterBrokerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[49]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3539,7 +4242,7 @@ func (x *RegisterBrokerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterBrokerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterBrokerRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{49}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RegisterBrokerRequest) GetBrokerId() int32 {
@@ -3602,7 +4305,7 @@ type RegisterBrokerResponse struct {
 
 func (x *RegisterBrokerResponse) Reset() {
 	*x = RegisterBrokerResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[50]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3614,7 +4317,7 @@ func (x *RegisterBrokerResponse) String() string {
 func (*RegisterBrokerResponse) ProtoMessage() {}
 
 func (x *RegisterBrokerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[50]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3627,7 +4330,7 @@ func (x *RegisterBrokerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterBrokerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterBrokerResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{50}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RegisterBrokerResponse) GetBrokerEpoch() int64 {
@@ -3675,7 +4378,7 @@ type BrokerHeartbeatRequest struct {
 
 func (x *BrokerHeartbeatRequest) Reset() {
 	*x = BrokerHeartbeatRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[51]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3687,7 +4390,7 @@ func (x *BrokerHeartbeatRequest) String() string {
 func (*BrokerHeartbeatRequest) ProtoMessage() {}
 
 func (x *BrokerHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[51]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3700,7 +4403,7 @@ func (x *BrokerHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*BrokerHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{51}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *BrokerHeartbeatRequest) GetBrokerId() int32 {
@@ -3746,7 +4449,7 @@ type BrokerHeartbeatResponse struct {
 
 func (x *BrokerHeartbeatResponse) Reset() {
 	*x = BrokerHeartbeatResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[52]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3758,7 +4461,7 @@ func (x *BrokerHeartbeatResponse) String() string {
 func (*BrokerHeartbeatResponse) ProtoMessage() {}
 
 func (x *BrokerHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[52]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3771,7 +4474,7 @@ func (x *BrokerHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*BrokerHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{52}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *BrokerHeartbeatResponse) GetError() *v1.Error {
@@ -3808,7 +4511,7 @@ type ControlledShutdownRequest struct {
 
 func (x *ControlledShutdownRequest) Reset() {
 	*x = ControlledShutdownRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[53]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3820,7 +4523,7 @@ func (x *ControlledShutdownRequest) String() string {
 func (*ControlledShutdownRequest) ProtoMessage() {}
 
 func (x *ControlledShutdownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[53]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3833,7 +4536,7 @@ func (x *ControlledShutdownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlledShutdownRequest.ProtoReflect.Descriptor instead.
 func (*ControlledShutdownRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{53}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ControlledShutdownRequest) GetBrokerId() int32 {
@@ -3863,7 +4566,7 @@ type ControlledShutdownResponse struct {
 
 func (x *ControlledShutdownResponse) Reset() {
 	*x = ControlledShutdownResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[54]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3875,7 +4578,7 @@ func (x *ControlledShutdownResponse) String() string {
 func (*ControlledShutdownResponse) ProtoMessage() {}
 
 func (x *ControlledShutdownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[54]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3888,7 +4591,7 @@ func (x *ControlledShutdownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlledShutdownResponse.ProtoReflect.Descriptor instead.
 func (*ControlledShutdownResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{54}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ControlledShutdownResponse) GetError() *v1.Error {
@@ -3924,7 +4627,7 @@ type TopicMetadata struct {
 
 func (x *TopicMetadata) Reset() {
 	*x = TopicMetadata{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[55]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3936,7 +4639,7 @@ func (x *TopicMetadata) String() string {
 func (*TopicMetadata) ProtoMessage() {}
 
 func (x *TopicMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[55]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3949,7 +4652,7 @@ func (x *TopicMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicMetadata.ProtoReflect.Descriptor instead.
 func (*TopicMetadata) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{55}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *TopicMetadata) GetName() string {
@@ -4005,13 +4708,16 @@ type MetadataSnapshot struct {
 	// Cluster-wide dynamic defaults of topic configs, keyed by Kafka's broker
 	// names (log.retention.ms, ...).
 	ClusterConfigs *ClusterConfigs `protobuf:"bytes,7,opt,name=cluster_configs,json=clusterConfigs,proto3" json:"cluster_configs,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Users' SCRAM credentials. WatchMetadata carries them to every listener;
+	// only role identities may watch once authorization is on.
+	ScramUsers    []*UserScramCredentials `protobuf:"bytes,20,rep,name=scram_users,json=scramUsers,proto3" json:"scram_users,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MetadataSnapshot) Reset() {
 	*x = MetadataSnapshot{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[56]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4023,7 +4729,7 @@ func (x *MetadataSnapshot) String() string {
 func (*MetadataSnapshot) ProtoMessage() {}
 
 func (x *MetadataSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[56]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4036,7 +4742,7 @@ func (x *MetadataSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataSnapshot.ProtoReflect.Descriptor instead.
 func (*MetadataSnapshot) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{56}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *MetadataSnapshot) GetRevision() int64 {
@@ -4088,6 +4794,13 @@ func (x *MetadataSnapshot) GetClusterConfigs() *ClusterConfigs {
 	return nil
 }
 
+func (x *MetadataSnapshot) GetScramUsers() []*UserScramCredentials {
+	if x != nil {
+		return x.ScramUsers
+	}
+	return nil
+}
+
 // ClusterConfigs holds cluster-wide dynamic configuration.
 type ClusterConfigs struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4099,7 +4812,7 @@ type ClusterConfigs struct {
 
 func (x *ClusterConfigs) Reset() {
 	*x = ClusterConfigs{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[57]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4111,7 +4824,7 @@ func (x *ClusterConfigs) String() string {
 func (*ClusterConfigs) ProtoMessage() {}
 
 func (x *ClusterConfigs) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[57]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4124,7 +4837,7 @@ func (x *ClusterConfigs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterConfigs.ProtoReflect.Descriptor instead.
 func (*ClusterConfigs) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{57}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ClusterConfigs) GetConfigs() map[string]string {
@@ -4156,13 +4869,17 @@ type MetadataDelta struct {
 	Controllers []*ControllerMember `protobuf:"bytes,7,rep,name=controllers,proto3" json:"controllers,omitempty"`
 	// The cluster-wide dynamic configs, complete, if they changed.
 	ClusterConfigs *ClusterConfigs `protobuf:"bytes,8,opt,name=cluster_configs,json=clusterConfigs,proto3" json:"cluster_configs,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Users whose SCRAM credentials were set or changed, complete.
+	UpsertedScramUsers []*UserScramCredentials `protobuf:"bytes,20,rep,name=upserted_scram_users,json=upsertedScramUsers,proto3" json:"upserted_scram_users,omitempty"`
+	// Users whose last SCRAM credential was deleted.
+	DeletedScramUsers []string `protobuf:"bytes,21,rep,name=deleted_scram_users,json=deletedScramUsers,proto3" json:"deleted_scram_users,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *MetadataDelta) Reset() {
 	*x = MetadataDelta{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[58]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4174,7 +4891,7 @@ func (x *MetadataDelta) String() string {
 func (*MetadataDelta) ProtoMessage() {}
 
 func (x *MetadataDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[58]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4187,7 +4904,7 @@ func (x *MetadataDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataDelta.ProtoReflect.Descriptor instead.
 func (*MetadataDelta) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{58}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *MetadataDelta) GetRevision() int64 {
@@ -4246,6 +4963,20 @@ func (x *MetadataDelta) GetClusterConfigs() *ClusterConfigs {
 	return nil
 }
 
+func (x *MetadataDelta) GetUpsertedScramUsers() []*UserScramCredentials {
+	if x != nil {
+		return x.UpsertedScramUsers
+	}
+	return nil
+}
+
+func (x *MetadataDelta) GetDeletedScramUsers() []string {
+	if x != nil {
+		return x.DeletedScramUsers
+	}
+	return nil
+}
+
 // WatchMetadataRequest is the request of ControllerService.WatchMetadata.
 type WatchMetadataRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4259,7 +4990,7 @@ type WatchMetadataRequest struct {
 
 func (x *WatchMetadataRequest) Reset() {
 	*x = WatchMetadataRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[59]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4271,7 +5002,7 @@ func (x *WatchMetadataRequest) String() string {
 func (*WatchMetadataRequest) ProtoMessage() {}
 
 func (x *WatchMetadataRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[59]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4284,7 +5015,7 @@ func (x *WatchMetadataRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchMetadataRequest.ProtoReflect.Descriptor instead.
 func (*WatchMetadataRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{59}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *WatchMetadataRequest) GetBrokerId() int32 {
@@ -4318,7 +5049,7 @@ type WatchMetadataResponse struct {
 
 func (x *WatchMetadataResponse) Reset() {
 	*x = WatchMetadataResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[60]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4330,7 +5061,7 @@ func (x *WatchMetadataResponse) String() string {
 func (*WatchMetadataResponse) ProtoMessage() {}
 
 func (x *WatchMetadataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[60]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4343,7 +5074,7 @@ func (x *WatchMetadataResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchMetadataResponse.ProtoReflect.Descriptor instead.
 func (*WatchMetadataResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{60}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *WatchMetadataResponse) GetUpdate() isWatchMetadataResponse_Update {
@@ -4408,7 +5139,7 @@ type PartitionChange struct {
 
 func (x *PartitionChange) Reset() {
 	*x = PartitionChange{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[61]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4420,7 +5151,7 @@ func (x *PartitionChange) String() string {
 func (*PartitionChange) ProtoMessage() {}
 
 func (x *PartitionChange) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[61]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4433,7 +5164,7 @@ func (x *PartitionChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionChange.ProtoReflect.Descriptor instead.
 func (*PartitionChange) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{61}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *PartitionChange) GetTopic() string {
@@ -4486,7 +5217,7 @@ type AlterPartitionRequest struct {
 
 func (x *AlterPartitionRequest) Reset() {
 	*x = AlterPartitionRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[62]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4498,7 +5229,7 @@ func (x *AlterPartitionRequest) String() string {
 func (*AlterPartitionRequest) ProtoMessage() {}
 
 func (x *AlterPartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[62]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4511,7 +5242,7 @@ func (x *AlterPartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterPartitionRequest.ProtoReflect.Descriptor instead.
 func (*AlterPartitionRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{62}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *AlterPartitionRequest) GetBrokerId() int32 {
@@ -4553,7 +5284,7 @@ type AlterPartitionResult struct {
 
 func (x *AlterPartitionResult) Reset() {
 	*x = AlterPartitionResult{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[63]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4565,7 +5296,7 @@ func (x *AlterPartitionResult) String() string {
 func (*AlterPartitionResult) ProtoMessage() {}
 
 func (x *AlterPartitionResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[63]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4578,7 +5309,7 @@ func (x *AlterPartitionResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterPartitionResult.ProtoReflect.Descriptor instead.
 func (*AlterPartitionResult) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{63}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *AlterPartitionResult) GetTopic() string {
@@ -4620,7 +5351,7 @@ type AlterPartitionResponse struct {
 
 func (x *AlterPartitionResponse) Reset() {
 	*x = AlterPartitionResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[64]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4632,7 +5363,7 @@ func (x *AlterPartitionResponse) String() string {
 func (*AlterPartitionResponse) ProtoMessage() {}
 
 func (x *AlterPartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[64]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4645,7 +5376,7 @@ func (x *AlterPartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterPartitionResponse.ProtoReflect.Descriptor instead.
 func (*AlterPartitionResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{64}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *AlterPartitionResponse) GetResults() []*AlterPartitionResult {
@@ -4669,7 +5400,7 @@ type AllocateProducerIdsRequest struct {
 
 func (x *AllocateProducerIdsRequest) Reset() {
 	*x = AllocateProducerIdsRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[65]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4681,7 +5412,7 @@ func (x *AllocateProducerIdsRequest) String() string {
 func (*AllocateProducerIdsRequest) ProtoMessage() {}
 
 func (x *AllocateProducerIdsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[65]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4694,7 +5425,7 @@ func (x *AllocateProducerIdsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocateProducerIdsRequest.ProtoReflect.Descriptor instead.
 func (*AllocateProducerIdsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{65}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *AllocateProducerIdsRequest) GetBrokerId() int32 {
@@ -4727,7 +5458,7 @@ type AllocateProducerIdsResponse struct {
 
 func (x *AllocateProducerIdsResponse) Reset() {
 	*x = AllocateProducerIdsResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[66]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4739,7 +5470,7 @@ func (x *AllocateProducerIdsResponse) String() string {
 func (*AllocateProducerIdsResponse) ProtoMessage() {}
 
 func (x *AllocateProducerIdsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[66]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4752,7 +5483,7 @@ func (x *AllocateProducerIdsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocateProducerIdsResponse.ProtoReflect.Descriptor instead.
 func (*AllocateProducerIdsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{66}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *AllocateProducerIdsResponse) GetError() *v1.Error {
@@ -4976,7 +5707,54 @@ const file_sluice_controller_v1_messages_proto_rawDesc = "" +
 	"\x11DeleteAclsRequest\x12:\n" +
 	"\afilters\x18\x01 \x03(\v2 .sluice.controller.v1.AclBindingR\afilters\"P\n" +
 	"\x12DeleteAclsResponse\x12:\n" +
-	"\adeleted\x18\x01 \x03(\v2 .sluice.controller.v1.AclBindingR\adeleted\"\xde\x01\n" +
+	"\adeleted\x18\x01 \x03(\v2 .sluice.controller.v1.AclBindingR\adeleted\"\xc7\x01\n" +
+	"\x0fScramCredential\x12B\n" +
+	"\tmechanism\x18\x01 \x01(\x0e2$.sluice.controller.v1.ScramMechanismR\tmechanism\x12\x1e\n" +
+	"\n" +
+	"iterations\x18\x02 \x01(\x05R\n" +
+	"iterations\x12\x12\n" +
+	"\x04salt\x18\x03 \x01(\fR\x04salt\x12\x1d\n" +
+	"\n" +
+	"stored_key\x18\x04 \x01(\fR\tstoredKey\x12\x1d\n" +
+	"\n" +
+	"server_key\x18\x05 \x01(\fR\tserverKey\"s\n" +
+	"\x14UserScramCredentials\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12G\n" +
+	"\vcredentials\x18\x02 \x03(\v2%.sluice.controller.v1.ScramCredentialR\vcredentials\"\xcf\x01\n" +
+	"\x18ScramCredentialUpsertion\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12B\n" +
+	"\tmechanism\x18\x02 \x01(\x0e2$.sluice.controller.v1.ScramMechanismR\tmechanism\x12\x1e\n" +
+	"\n" +
+	"iterations\x18\x03 \x01(\x05R\n" +
+	"iterations\x12\x12\n" +
+	"\x04salt\x18\x04 \x01(\fR\x04salt\x12'\n" +
+	"\x0fsalted_password\x18\x05 \x01(\fR\x0esaltedPassword\"q\n" +
+	"\x17ScramCredentialDeletion\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12B\n" +
+	"\tmechanism\x18\x02 \x01(\x0e2$.sluice.controller.v1.ScramMechanismR\tmechanism\"\xbf\x01\n" +
+	" AlterUserScramCredentialsRequest\x12K\n" +
+	"\tdeletions\x18\x01 \x03(\v2-.sluice.controller.v1.ScramCredentialDeletionR\tdeletions\x12N\n" +
+	"\n" +
+	"upsertions\x18\x02 \x03(\v2..sluice.controller.v1.ScramCredentialUpsertionR\n" +
+	"upsertions\"j\n" +
+	"\x1fAlterUserScramCredentialsResult\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x123\n" +
+	"\x05error\x18\x02 \x01(\v2\x1d.sluice.errordetails.v1.ErrorR\x05error\"t\n" +
+	"!AlterUserScramCredentialsResponse\x12O\n" +
+	"\aresults\x18\x01 \x03(\v25.sluice.controller.v1.AlterUserScramCredentialsResultR\aresults\";\n" +
+	"#DescribeUserScramCredentialsRequest\x12\x14\n" +
+	"\x05users\x18\x01 \x03(\tR\x05users\"y\n" +
+	"\x13ScramCredentialInfo\x12B\n" +
+	"\tmechanism\x18\x01 \x01(\x0e2$.sluice.controller.v1.ScramMechanismR\tmechanism\x12\x1e\n" +
+	"\n" +
+	"iterations\x18\x02 \x01(\x05R\n" +
+	"iterations\"\xba\x01\n" +
+	"\"DescribeUserScramCredentialsResult\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x123\n" +
+	"\x05error\x18\x02 \x01(\v2\x1d.sluice.errordetails.v1.ErrorR\x05error\x12K\n" +
+	"\vcredentials\x18\x03 \x03(\v2).sluice.controller.v1.ScramCredentialInfoR\vcredentials\"z\n" +
+	"$DescribeUserScramCredentialsResponse\x12R\n" +
+	"\aresults\x18\x01 \x03(\v28.sluice.controller.v1.DescribeUserScramCredentialsResultR\aresults\"\xde\x01\n" +
 	"\x15RegisterBrokerRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12%\n" +
 	"\x0eincarnation_id\x18\x02 \x01(\tR\rincarnationId\x12\x1d\n" +
@@ -5016,7 +5794,7 @@ const file_sluice_controller_v1_messages_proto_rawDesc = "" +
 	"\aconfigs\x18\x05 \x03(\v20.sluice.controller.v1.TopicMetadata.ConfigsEntryR\aconfigs\x1a:\n" +
 	"\fConfigsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfc\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc9\x03\n" +
 	"\x10MetadataSnapshot\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12\x1d\n" +
 	"\n" +
@@ -5025,12 +5803,14 @@ const file_sluice_controller_v1_messages_proto_rawDesc = "" +
 	"\abrokers\x18\x04 \x03(\v2\x18.sluice.common.v1.BrokerR\abrokers\x12;\n" +
 	"\x06topics\x18\x05 \x03(\v2#.sluice.controller.v1.TopicMetadataR\x06topics\x12H\n" +
 	"\vcontrollers\x18\x06 \x03(\v2&.sluice.controller.v1.ControllerMemberR\vcontrollers\x12M\n" +
-	"\x0fcluster_configs\x18\a \x01(\v2$.sluice.controller.v1.ClusterConfigsR\x0eclusterConfigs\"\x99\x01\n" +
+	"\x0fcluster_configs\x18\a \x01(\v2$.sluice.controller.v1.ClusterConfigsR\x0eclusterConfigs\x12K\n" +
+	"\vscram_users\x18\x14 \x03(\v2*.sluice.controller.v1.UserScramCredentialsR\n" +
+	"scramUsers\"\x99\x01\n" +
 	"\x0eClusterConfigs\x12K\n" +
 	"\aconfigs\x18\x01 \x03(\v21.sluice.controller.v1.ClusterConfigs.ConfigsEntryR\aconfigs\x1a:\n" +
 	"\fConfigsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe3\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf1\x04\n" +
 	"\rMetadataDelta\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12L\n" +
 	"\x0fupserted_topics\x18\x02 \x03(\v2#.sluice.controller.v1.TopicMetadataR\x0eupsertedTopics\x12%\n" +
@@ -5039,7 +5819,9 @@ const file_sluice_controller_v1_messages_proto_rawDesc = "" +
 	"\x0fremoved_brokers\x18\x05 \x03(\x05R\x0eremovedBrokers\x12(\n" +
 	"\rcontroller_id\x18\x06 \x01(\x05H\x00R\fcontrollerId\x88\x01\x01\x12H\n" +
 	"\vcontrollers\x18\a \x03(\v2&.sluice.controller.v1.ControllerMemberR\vcontrollers\x12M\n" +
-	"\x0fcluster_configs\x18\b \x01(\v2$.sluice.controller.v1.ClusterConfigsR\x0eclusterConfigsB\x10\n" +
+	"\x0fcluster_configs\x18\b \x01(\v2$.sluice.controller.v1.ClusterConfigsR\x0eclusterConfigs\x12\\\n" +
+	"\x14upserted_scram_users\x18\x14 \x03(\v2*.sluice.controller.v1.UserScramCredentialsR\x12upsertedScramUsers\x12.\n" +
+	"\x13deleted_scram_users\x18\x15 \x03(\tR\x11deletedScramUsersB\x10\n" +
 	"\x0e_controller_id\"X\n" +
 	"\x14WatchMetadataRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12#\n" +
@@ -5127,7 +5909,11 @@ const file_sluice_controller_v1_messages_proto_rawDesc = "" +
 	"\vPatternType\x12\x1c\n" +
 	"\x18PATTERN_TYPE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14PATTERN_TYPE_LITERAL\x10\x01\x12\x19\n" +
-	"\x15PATTERN_TYPE_PREFIXED\x10\x02B\xe1\x01\n" +
+	"\x15PATTERN_TYPE_PREFIXED\x10\x02*k\n" +
+	"\x0eScramMechanism\x12\x1f\n" +
+	"\x1bSCRAM_MECHANISM_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17SCRAM_MECHANISM_SHA_256\x10\x01\x12\x1b\n" +
+	"\x17SCRAM_MECHANISM_SHA_512\x10\x02B\xe1\x01\n" +
 	"\x18com.sluice.controller.v1B\rMessagesProtoP\x01ZDgithub.com/sluice-io/sluice/gen/go/sluice/controller/v1;controllerv1\xa2\x02\x03SCX\xaa\x02\x14Sluice.Controller.V1\xca\x02\x14Sluice\\Controller\\V1\xe2\x02 Sluice\\Controller\\V1\\GPBMetadata\xea\x02\x16Sluice::Controller::V1b\x06proto3"
 
 var (
@@ -5142,186 +5928,212 @@ func file_sluice_controller_v1_messages_proto_rawDescGZIP() []byte {
 	return file_sluice_controller_v1_messages_proto_rawDescData
 }
 
-var file_sluice_controller_v1_messages_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_sluice_controller_v1_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
+var file_sluice_controller_v1_messages_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
+var file_sluice_controller_v1_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
 var file_sluice_controller_v1_messages_proto_goTypes = []any{
-	(ResourceType)(0),                           // 0: sluice.controller.v1.ResourceType
-	(ConfigSource)(0),                           // 1: sluice.controller.v1.ConfigSource
-	(AlterConfigOpType)(0),                      // 2: sluice.controller.v1.AlterConfigOpType
-	(ControllerState)(0),                        // 3: sluice.controller.v1.ControllerState
-	(EtcdRole)(0),                               // 4: sluice.controller.v1.EtcdRole
-	(ElectionType)(0),                           // 5: sluice.controller.v1.ElectionType
-	(AclOperation)(0),                           // 6: sluice.controller.v1.AclOperation
-	(AclPermission)(0),                          // 7: sluice.controller.v1.AclPermission
-	(PatternType)(0),                            // 8: sluice.controller.v1.PatternType
-	(*TopicSpec)(nil),                           // 9: sluice.controller.v1.TopicSpec
-	(*ReplicaAssignment)(nil),                   // 10: sluice.controller.v1.ReplicaAssignment
-	(*CreateTopicsRequest)(nil),                 // 11: sluice.controller.v1.CreateTopicsRequest
-	(*CreateTopicResult)(nil),                   // 12: sluice.controller.v1.CreateTopicResult
-	(*CreateTopicsResponse)(nil),                // 13: sluice.controller.v1.CreateTopicsResponse
-	(*DeleteTopicsRequest)(nil),                 // 14: sluice.controller.v1.DeleteTopicsRequest
-	(*DeleteTopicResult)(nil),                   // 15: sluice.controller.v1.DeleteTopicResult
-	(*DeleteTopicsResponse)(nil),                // 16: sluice.controller.v1.DeleteTopicsResponse
-	(*ListTopicsRequest)(nil),                   // 17: sluice.controller.v1.ListTopicsRequest
-	(*TopicListing)(nil),                        // 18: sluice.controller.v1.TopicListing
-	(*ListTopicsResponse)(nil),                  // 19: sluice.controller.v1.ListTopicsResponse
-	(*DescribeTopicsRequest)(nil),               // 20: sluice.controller.v1.DescribeTopicsRequest
-	(*TopicDescription)(nil),                    // 21: sluice.controller.v1.TopicDescription
-	(*DescribeTopicsResponse)(nil),              // 22: sluice.controller.v1.DescribeTopicsResponse
-	(*PartitionIncrease)(nil),                   // 23: sluice.controller.v1.PartitionIncrease
-	(*CreatePartitionsRequest)(nil),             // 24: sluice.controller.v1.CreatePartitionsRequest
-	(*CreatePartitionsResult)(nil),              // 25: sluice.controller.v1.CreatePartitionsResult
-	(*CreatePartitionsResponse)(nil),            // 26: sluice.controller.v1.CreatePartitionsResponse
-	(*ConfigResource)(nil),                      // 27: sluice.controller.v1.ConfigResource
-	(*ConfigEntry)(nil),                         // 28: sluice.controller.v1.ConfigEntry
-	(*DescribeConfigsRequest)(nil),              // 29: sluice.controller.v1.DescribeConfigsRequest
-	(*ConfigResourceResult)(nil),                // 30: sluice.controller.v1.ConfigResourceResult
-	(*DescribeConfigsResponse)(nil),             // 31: sluice.controller.v1.DescribeConfigsResponse
-	(*AlterConfigOp)(nil),                       // 32: sluice.controller.v1.AlterConfigOp
-	(*AlterConfigsResource)(nil),                // 33: sluice.controller.v1.AlterConfigsResource
-	(*AlterConfigsRequest)(nil),                 // 34: sluice.controller.v1.AlterConfigsRequest
-	(*AlterConfigsResult)(nil),                  // 35: sluice.controller.v1.AlterConfigsResult
-	(*AlterConfigsResponse)(nil),                // 36: sluice.controller.v1.AlterConfigsResponse
-	(*DescribeClusterRequest)(nil),              // 37: sluice.controller.v1.DescribeClusterRequest
-	(*ControllerMember)(nil),                    // 38: sluice.controller.v1.ControllerMember
-	(*QuorumStatus)(nil),                        // 39: sluice.controller.v1.QuorumStatus
-	(*DescribeClusterResponse)(nil),             // 40: sluice.controller.v1.DescribeClusterResponse
-	(*ElectLeadersRequest)(nil),                 // 41: sluice.controller.v1.ElectLeadersRequest
-	(*ElectLeadersResult)(nil),                  // 42: sluice.controller.v1.ElectLeadersResult
-	(*ElectLeadersResponse)(nil),                // 43: sluice.controller.v1.ElectLeadersResponse
-	(*PartitionReassignment)(nil),               // 44: sluice.controller.v1.PartitionReassignment
-	(*AlterPartitionReassignmentsRequest)(nil),  // 45: sluice.controller.v1.AlterPartitionReassignmentsRequest
-	(*ReassignmentResult)(nil),                  // 46: sluice.controller.v1.ReassignmentResult
-	(*AlterPartitionReassignmentsResponse)(nil), // 47: sluice.controller.v1.AlterPartitionReassignmentsResponse
-	(*ListPartitionReassignmentsRequest)(nil),   // 48: sluice.controller.v1.ListPartitionReassignmentsRequest
-	(*OngoingReassignment)(nil),                 // 49: sluice.controller.v1.OngoingReassignment
-	(*ListPartitionReassignmentsResponse)(nil),  // 50: sluice.controller.v1.ListPartitionReassignmentsResponse
-	(*AclBinding)(nil),                          // 51: sluice.controller.v1.AclBinding
-	(*CreateAclsRequest)(nil),                   // 52: sluice.controller.v1.CreateAclsRequest
-	(*CreateAclsResponse)(nil),                  // 53: sluice.controller.v1.CreateAclsResponse
-	(*DescribeAclsRequest)(nil),                 // 54: sluice.controller.v1.DescribeAclsRequest
-	(*DescribeAclsResponse)(nil),                // 55: sluice.controller.v1.DescribeAclsResponse
-	(*DeleteAclsRequest)(nil),                   // 56: sluice.controller.v1.DeleteAclsRequest
-	(*DeleteAclsResponse)(nil),                  // 57: sluice.controller.v1.DeleteAclsResponse
-	(*RegisterBrokerRequest)(nil),               // 58: sluice.controller.v1.RegisterBrokerRequest
-	(*RegisterBrokerResponse)(nil),              // 59: sluice.controller.v1.RegisterBrokerResponse
-	(*BrokerHeartbeatRequest)(nil),              // 60: sluice.controller.v1.BrokerHeartbeatRequest
-	(*BrokerHeartbeatResponse)(nil),             // 61: sluice.controller.v1.BrokerHeartbeatResponse
-	(*ControlledShutdownRequest)(nil),           // 62: sluice.controller.v1.ControlledShutdownRequest
-	(*ControlledShutdownResponse)(nil),          // 63: sluice.controller.v1.ControlledShutdownResponse
-	(*TopicMetadata)(nil),                       // 64: sluice.controller.v1.TopicMetadata
-	(*MetadataSnapshot)(nil),                    // 65: sluice.controller.v1.MetadataSnapshot
-	(*ClusterConfigs)(nil),                      // 66: sluice.controller.v1.ClusterConfigs
-	(*MetadataDelta)(nil),                       // 67: sluice.controller.v1.MetadataDelta
-	(*WatchMetadataRequest)(nil),                // 68: sluice.controller.v1.WatchMetadataRequest
-	(*WatchMetadataResponse)(nil),               // 69: sluice.controller.v1.WatchMetadataResponse
-	(*PartitionChange)(nil),                     // 70: sluice.controller.v1.PartitionChange
-	(*AlterPartitionRequest)(nil),               // 71: sluice.controller.v1.AlterPartitionRequest
-	(*AlterPartitionResult)(nil),                // 72: sluice.controller.v1.AlterPartitionResult
-	(*AlterPartitionResponse)(nil),              // 73: sluice.controller.v1.AlterPartitionResponse
-	(*AllocateProducerIdsRequest)(nil),          // 74: sluice.controller.v1.AllocateProducerIdsRequest
-	(*AllocateProducerIdsResponse)(nil),         // 75: sluice.controller.v1.AllocateProducerIdsResponse
-	nil,                                         // 76: sluice.controller.v1.TopicSpec.ConfigsEntry
-	nil,                                         // 77: sluice.controller.v1.CreateTopicResult.ConfigsEntry
-	nil,                                         // 78: sluice.controller.v1.TopicDescription.ConfigsEntry
-	nil,                                         // 79: sluice.controller.v1.OngoingReassignment.LagBytesEntry
-	nil,                                         // 80: sluice.controller.v1.TopicMetadata.ConfigsEntry
-	nil,                                         // 81: sluice.controller.v1.ClusterConfigs.ConfigsEntry
-	(*v1.Error)(nil),                            // 82: sluice.errordetails.v1.Error
-	(*v11.PartitionState)(nil),                  // 83: sluice.common.v1.PartitionState
-	(*v11.Broker)(nil),                          // 84: sluice.common.v1.Broker
-	(*v11.TopicPartition)(nil),                  // 85: sluice.common.v1.TopicPartition
-	(*v11.Endpoint)(nil),                        // 86: sluice.common.v1.Endpoint
-	(v11.BrokerState)(0),                        // 87: sluice.common.v1.BrokerState
+	(ResourceType)(0),                            // 0: sluice.controller.v1.ResourceType
+	(ConfigSource)(0),                            // 1: sluice.controller.v1.ConfigSource
+	(AlterConfigOpType)(0),                       // 2: sluice.controller.v1.AlterConfigOpType
+	(ControllerState)(0),                         // 3: sluice.controller.v1.ControllerState
+	(EtcdRole)(0),                                // 4: sluice.controller.v1.EtcdRole
+	(ElectionType)(0),                            // 5: sluice.controller.v1.ElectionType
+	(AclOperation)(0),                            // 6: sluice.controller.v1.AclOperation
+	(AclPermission)(0),                           // 7: sluice.controller.v1.AclPermission
+	(PatternType)(0),                             // 8: sluice.controller.v1.PatternType
+	(ScramMechanism)(0),                          // 9: sluice.controller.v1.ScramMechanism
+	(*TopicSpec)(nil),                            // 10: sluice.controller.v1.TopicSpec
+	(*ReplicaAssignment)(nil),                    // 11: sluice.controller.v1.ReplicaAssignment
+	(*CreateTopicsRequest)(nil),                  // 12: sluice.controller.v1.CreateTopicsRequest
+	(*CreateTopicResult)(nil),                    // 13: sluice.controller.v1.CreateTopicResult
+	(*CreateTopicsResponse)(nil),                 // 14: sluice.controller.v1.CreateTopicsResponse
+	(*DeleteTopicsRequest)(nil),                  // 15: sluice.controller.v1.DeleteTopicsRequest
+	(*DeleteTopicResult)(nil),                    // 16: sluice.controller.v1.DeleteTopicResult
+	(*DeleteTopicsResponse)(nil),                 // 17: sluice.controller.v1.DeleteTopicsResponse
+	(*ListTopicsRequest)(nil),                    // 18: sluice.controller.v1.ListTopicsRequest
+	(*TopicListing)(nil),                         // 19: sluice.controller.v1.TopicListing
+	(*ListTopicsResponse)(nil),                   // 20: sluice.controller.v1.ListTopicsResponse
+	(*DescribeTopicsRequest)(nil),                // 21: sluice.controller.v1.DescribeTopicsRequest
+	(*TopicDescription)(nil),                     // 22: sluice.controller.v1.TopicDescription
+	(*DescribeTopicsResponse)(nil),               // 23: sluice.controller.v1.DescribeTopicsResponse
+	(*PartitionIncrease)(nil),                    // 24: sluice.controller.v1.PartitionIncrease
+	(*CreatePartitionsRequest)(nil),              // 25: sluice.controller.v1.CreatePartitionsRequest
+	(*CreatePartitionsResult)(nil),               // 26: sluice.controller.v1.CreatePartitionsResult
+	(*CreatePartitionsResponse)(nil),             // 27: sluice.controller.v1.CreatePartitionsResponse
+	(*ConfigResource)(nil),                       // 28: sluice.controller.v1.ConfigResource
+	(*ConfigEntry)(nil),                          // 29: sluice.controller.v1.ConfigEntry
+	(*DescribeConfigsRequest)(nil),               // 30: sluice.controller.v1.DescribeConfigsRequest
+	(*ConfigResourceResult)(nil),                 // 31: sluice.controller.v1.ConfigResourceResult
+	(*DescribeConfigsResponse)(nil),              // 32: sluice.controller.v1.DescribeConfigsResponse
+	(*AlterConfigOp)(nil),                        // 33: sluice.controller.v1.AlterConfigOp
+	(*AlterConfigsResource)(nil),                 // 34: sluice.controller.v1.AlterConfigsResource
+	(*AlterConfigsRequest)(nil),                  // 35: sluice.controller.v1.AlterConfigsRequest
+	(*AlterConfigsResult)(nil),                   // 36: sluice.controller.v1.AlterConfigsResult
+	(*AlterConfigsResponse)(nil),                 // 37: sluice.controller.v1.AlterConfigsResponse
+	(*DescribeClusterRequest)(nil),               // 38: sluice.controller.v1.DescribeClusterRequest
+	(*ControllerMember)(nil),                     // 39: sluice.controller.v1.ControllerMember
+	(*QuorumStatus)(nil),                         // 40: sluice.controller.v1.QuorumStatus
+	(*DescribeClusterResponse)(nil),              // 41: sluice.controller.v1.DescribeClusterResponse
+	(*ElectLeadersRequest)(nil),                  // 42: sluice.controller.v1.ElectLeadersRequest
+	(*ElectLeadersResult)(nil),                   // 43: sluice.controller.v1.ElectLeadersResult
+	(*ElectLeadersResponse)(nil),                 // 44: sluice.controller.v1.ElectLeadersResponse
+	(*PartitionReassignment)(nil),                // 45: sluice.controller.v1.PartitionReassignment
+	(*AlterPartitionReassignmentsRequest)(nil),   // 46: sluice.controller.v1.AlterPartitionReassignmentsRequest
+	(*ReassignmentResult)(nil),                   // 47: sluice.controller.v1.ReassignmentResult
+	(*AlterPartitionReassignmentsResponse)(nil),  // 48: sluice.controller.v1.AlterPartitionReassignmentsResponse
+	(*ListPartitionReassignmentsRequest)(nil),    // 49: sluice.controller.v1.ListPartitionReassignmentsRequest
+	(*OngoingReassignment)(nil),                  // 50: sluice.controller.v1.OngoingReassignment
+	(*ListPartitionReassignmentsResponse)(nil),   // 51: sluice.controller.v1.ListPartitionReassignmentsResponse
+	(*AclBinding)(nil),                           // 52: sluice.controller.v1.AclBinding
+	(*CreateAclsRequest)(nil),                    // 53: sluice.controller.v1.CreateAclsRequest
+	(*CreateAclsResponse)(nil),                   // 54: sluice.controller.v1.CreateAclsResponse
+	(*DescribeAclsRequest)(nil),                  // 55: sluice.controller.v1.DescribeAclsRequest
+	(*DescribeAclsResponse)(nil),                 // 56: sluice.controller.v1.DescribeAclsResponse
+	(*DeleteAclsRequest)(nil),                    // 57: sluice.controller.v1.DeleteAclsRequest
+	(*DeleteAclsResponse)(nil),                   // 58: sluice.controller.v1.DeleteAclsResponse
+	(*ScramCredential)(nil),                      // 59: sluice.controller.v1.ScramCredential
+	(*UserScramCredentials)(nil),                 // 60: sluice.controller.v1.UserScramCredentials
+	(*ScramCredentialUpsertion)(nil),             // 61: sluice.controller.v1.ScramCredentialUpsertion
+	(*ScramCredentialDeletion)(nil),              // 62: sluice.controller.v1.ScramCredentialDeletion
+	(*AlterUserScramCredentialsRequest)(nil),     // 63: sluice.controller.v1.AlterUserScramCredentialsRequest
+	(*AlterUserScramCredentialsResult)(nil),      // 64: sluice.controller.v1.AlterUserScramCredentialsResult
+	(*AlterUserScramCredentialsResponse)(nil),    // 65: sluice.controller.v1.AlterUserScramCredentialsResponse
+	(*DescribeUserScramCredentialsRequest)(nil),  // 66: sluice.controller.v1.DescribeUserScramCredentialsRequest
+	(*ScramCredentialInfo)(nil),                  // 67: sluice.controller.v1.ScramCredentialInfo
+	(*DescribeUserScramCredentialsResult)(nil),   // 68: sluice.controller.v1.DescribeUserScramCredentialsResult
+	(*DescribeUserScramCredentialsResponse)(nil), // 69: sluice.controller.v1.DescribeUserScramCredentialsResponse
+	(*RegisterBrokerRequest)(nil),                // 70: sluice.controller.v1.RegisterBrokerRequest
+	(*RegisterBrokerResponse)(nil),               // 71: sluice.controller.v1.RegisterBrokerResponse
+	(*BrokerHeartbeatRequest)(nil),               // 72: sluice.controller.v1.BrokerHeartbeatRequest
+	(*BrokerHeartbeatResponse)(nil),              // 73: sluice.controller.v1.BrokerHeartbeatResponse
+	(*ControlledShutdownRequest)(nil),            // 74: sluice.controller.v1.ControlledShutdownRequest
+	(*ControlledShutdownResponse)(nil),           // 75: sluice.controller.v1.ControlledShutdownResponse
+	(*TopicMetadata)(nil),                        // 76: sluice.controller.v1.TopicMetadata
+	(*MetadataSnapshot)(nil),                     // 77: sluice.controller.v1.MetadataSnapshot
+	(*ClusterConfigs)(nil),                       // 78: sluice.controller.v1.ClusterConfigs
+	(*MetadataDelta)(nil),                        // 79: sluice.controller.v1.MetadataDelta
+	(*WatchMetadataRequest)(nil),                 // 80: sluice.controller.v1.WatchMetadataRequest
+	(*WatchMetadataResponse)(nil),                // 81: sluice.controller.v1.WatchMetadataResponse
+	(*PartitionChange)(nil),                      // 82: sluice.controller.v1.PartitionChange
+	(*AlterPartitionRequest)(nil),                // 83: sluice.controller.v1.AlterPartitionRequest
+	(*AlterPartitionResult)(nil),                 // 84: sluice.controller.v1.AlterPartitionResult
+	(*AlterPartitionResponse)(nil),               // 85: sluice.controller.v1.AlterPartitionResponse
+	(*AllocateProducerIdsRequest)(nil),           // 86: sluice.controller.v1.AllocateProducerIdsRequest
+	(*AllocateProducerIdsResponse)(nil),          // 87: sluice.controller.v1.AllocateProducerIdsResponse
+	nil,                                          // 88: sluice.controller.v1.TopicSpec.ConfigsEntry
+	nil,                                          // 89: sluice.controller.v1.CreateTopicResult.ConfigsEntry
+	nil,                                          // 90: sluice.controller.v1.TopicDescription.ConfigsEntry
+	nil,                                          // 91: sluice.controller.v1.OngoingReassignment.LagBytesEntry
+	nil,                                          // 92: sluice.controller.v1.TopicMetadata.ConfigsEntry
+	nil,                                          // 93: sluice.controller.v1.ClusterConfigs.ConfigsEntry
+	(*v1.Error)(nil),                             // 94: sluice.errordetails.v1.Error
+	(*v11.PartitionState)(nil),                   // 95: sluice.common.v1.PartitionState
+	(*v11.Broker)(nil),                           // 96: sluice.common.v1.Broker
+	(*v11.TopicPartition)(nil),                   // 97: sluice.common.v1.TopicPartition
+	(*v11.Endpoint)(nil),                         // 98: sluice.common.v1.Endpoint
+	(v11.BrokerState)(0),                         // 99: sluice.common.v1.BrokerState
 }
 var file_sluice_controller_v1_messages_proto_depIdxs = []int32{
-	10, // 0: sluice.controller.v1.TopicSpec.assignments:type_name -> sluice.controller.v1.ReplicaAssignment
-	76, // 1: sluice.controller.v1.TopicSpec.configs:type_name -> sluice.controller.v1.TopicSpec.ConfigsEntry
-	9,  // 2: sluice.controller.v1.CreateTopicsRequest.topics:type_name -> sluice.controller.v1.TopicSpec
-	82, // 3: sluice.controller.v1.CreateTopicResult.error:type_name -> sluice.errordetails.v1.Error
-	77, // 4: sluice.controller.v1.CreateTopicResult.configs:type_name -> sluice.controller.v1.CreateTopicResult.ConfigsEntry
-	12, // 5: sluice.controller.v1.CreateTopicsResponse.results:type_name -> sluice.controller.v1.CreateTopicResult
-	82, // 6: sluice.controller.v1.DeleteTopicResult.error:type_name -> sluice.errordetails.v1.Error
-	15, // 7: sluice.controller.v1.DeleteTopicsResponse.results:type_name -> sluice.controller.v1.DeleteTopicResult
-	18, // 8: sluice.controller.v1.ListTopicsResponse.topics:type_name -> sluice.controller.v1.TopicListing
-	82, // 9: sluice.controller.v1.TopicDescription.error:type_name -> sluice.errordetails.v1.Error
-	83, // 10: sluice.controller.v1.TopicDescription.partitions:type_name -> sluice.common.v1.PartitionState
-	78, // 11: sluice.controller.v1.TopicDescription.configs:type_name -> sluice.controller.v1.TopicDescription.ConfigsEntry
-	21, // 12: sluice.controller.v1.DescribeTopicsResponse.topics:type_name -> sluice.controller.v1.TopicDescription
-	10, // 13: sluice.controller.v1.PartitionIncrease.assignments:type_name -> sluice.controller.v1.ReplicaAssignment
-	23, // 14: sluice.controller.v1.CreatePartitionsRequest.topics:type_name -> sluice.controller.v1.PartitionIncrease
-	82, // 15: sluice.controller.v1.CreatePartitionsResult.error:type_name -> sluice.errordetails.v1.Error
-	25, // 16: sluice.controller.v1.CreatePartitionsResponse.results:type_name -> sluice.controller.v1.CreatePartitionsResult
+	11, // 0: sluice.controller.v1.TopicSpec.assignments:type_name -> sluice.controller.v1.ReplicaAssignment
+	88, // 1: sluice.controller.v1.TopicSpec.configs:type_name -> sluice.controller.v1.TopicSpec.ConfigsEntry
+	10, // 2: sluice.controller.v1.CreateTopicsRequest.topics:type_name -> sluice.controller.v1.TopicSpec
+	94, // 3: sluice.controller.v1.CreateTopicResult.error:type_name -> sluice.errordetails.v1.Error
+	89, // 4: sluice.controller.v1.CreateTopicResult.configs:type_name -> sluice.controller.v1.CreateTopicResult.ConfigsEntry
+	13, // 5: sluice.controller.v1.CreateTopicsResponse.results:type_name -> sluice.controller.v1.CreateTopicResult
+	94, // 6: sluice.controller.v1.DeleteTopicResult.error:type_name -> sluice.errordetails.v1.Error
+	16, // 7: sluice.controller.v1.DeleteTopicsResponse.results:type_name -> sluice.controller.v1.DeleteTopicResult
+	19, // 8: sluice.controller.v1.ListTopicsResponse.topics:type_name -> sluice.controller.v1.TopicListing
+	94, // 9: sluice.controller.v1.TopicDescription.error:type_name -> sluice.errordetails.v1.Error
+	95, // 10: sluice.controller.v1.TopicDescription.partitions:type_name -> sluice.common.v1.PartitionState
+	90, // 11: sluice.controller.v1.TopicDescription.configs:type_name -> sluice.controller.v1.TopicDescription.ConfigsEntry
+	22, // 12: sluice.controller.v1.DescribeTopicsResponse.topics:type_name -> sluice.controller.v1.TopicDescription
+	11, // 13: sluice.controller.v1.PartitionIncrease.assignments:type_name -> sluice.controller.v1.ReplicaAssignment
+	24, // 14: sluice.controller.v1.CreatePartitionsRequest.topics:type_name -> sluice.controller.v1.PartitionIncrease
+	94, // 15: sluice.controller.v1.CreatePartitionsResult.error:type_name -> sluice.errordetails.v1.Error
+	26, // 16: sluice.controller.v1.CreatePartitionsResponse.results:type_name -> sluice.controller.v1.CreatePartitionsResult
 	0,  // 17: sluice.controller.v1.ConfigResource.type:type_name -> sluice.controller.v1.ResourceType
 	1,  // 18: sluice.controller.v1.ConfigEntry.source:type_name -> sluice.controller.v1.ConfigSource
-	27, // 19: sluice.controller.v1.DescribeConfigsRequest.resources:type_name -> sluice.controller.v1.ConfigResource
-	27, // 20: sluice.controller.v1.ConfigResourceResult.resource:type_name -> sluice.controller.v1.ConfigResource
-	82, // 21: sluice.controller.v1.ConfigResourceResult.error:type_name -> sluice.errordetails.v1.Error
-	28, // 22: sluice.controller.v1.ConfigResourceResult.entries:type_name -> sluice.controller.v1.ConfigEntry
-	30, // 23: sluice.controller.v1.DescribeConfigsResponse.results:type_name -> sluice.controller.v1.ConfigResourceResult
+	28, // 19: sluice.controller.v1.DescribeConfigsRequest.resources:type_name -> sluice.controller.v1.ConfigResource
+	28, // 20: sluice.controller.v1.ConfigResourceResult.resource:type_name -> sluice.controller.v1.ConfigResource
+	94, // 21: sluice.controller.v1.ConfigResourceResult.error:type_name -> sluice.errordetails.v1.Error
+	29, // 22: sluice.controller.v1.ConfigResourceResult.entries:type_name -> sluice.controller.v1.ConfigEntry
+	31, // 23: sluice.controller.v1.DescribeConfigsResponse.results:type_name -> sluice.controller.v1.ConfigResourceResult
 	2,  // 24: sluice.controller.v1.AlterConfigOp.op:type_name -> sluice.controller.v1.AlterConfigOpType
-	27, // 25: sluice.controller.v1.AlterConfigsResource.resource:type_name -> sluice.controller.v1.ConfigResource
-	32, // 26: sluice.controller.v1.AlterConfigsResource.ops:type_name -> sluice.controller.v1.AlterConfigOp
-	33, // 27: sluice.controller.v1.AlterConfigsRequest.resources:type_name -> sluice.controller.v1.AlterConfigsResource
-	27, // 28: sluice.controller.v1.AlterConfigsResult.resource:type_name -> sluice.controller.v1.ConfigResource
-	82, // 29: sluice.controller.v1.AlterConfigsResult.error:type_name -> sluice.errordetails.v1.Error
-	35, // 30: sluice.controller.v1.AlterConfigsResponse.results:type_name -> sluice.controller.v1.AlterConfigsResult
+	28, // 25: sluice.controller.v1.AlterConfigsResource.resource:type_name -> sluice.controller.v1.ConfigResource
+	33, // 26: sluice.controller.v1.AlterConfigsResource.ops:type_name -> sluice.controller.v1.AlterConfigOp
+	34, // 27: sluice.controller.v1.AlterConfigsRequest.resources:type_name -> sluice.controller.v1.AlterConfigsResource
+	28, // 28: sluice.controller.v1.AlterConfigsResult.resource:type_name -> sluice.controller.v1.ConfigResource
+	94, // 29: sluice.controller.v1.AlterConfigsResult.error:type_name -> sluice.errordetails.v1.Error
+	36, // 30: sluice.controller.v1.AlterConfigsResponse.results:type_name -> sluice.controller.v1.AlterConfigsResult
 	3,  // 31: sluice.controller.v1.ControllerMember.state:type_name -> sluice.controller.v1.ControllerState
 	4,  // 32: sluice.controller.v1.ControllerMember.etcd_role:type_name -> sluice.controller.v1.EtcdRole
-	38, // 33: sluice.controller.v1.DescribeClusterResponse.controllers:type_name -> sluice.controller.v1.ControllerMember
-	84, // 34: sluice.controller.v1.DescribeClusterResponse.brokers:type_name -> sluice.common.v1.Broker
-	39, // 35: sluice.controller.v1.DescribeClusterResponse.quorum:type_name -> sluice.controller.v1.QuorumStatus
+	39, // 33: sluice.controller.v1.DescribeClusterResponse.controllers:type_name -> sluice.controller.v1.ControllerMember
+	96, // 34: sluice.controller.v1.DescribeClusterResponse.brokers:type_name -> sluice.common.v1.Broker
+	40, // 35: sluice.controller.v1.DescribeClusterResponse.quorum:type_name -> sluice.controller.v1.QuorumStatus
 	5,  // 36: sluice.controller.v1.ElectLeadersRequest.election_type:type_name -> sluice.controller.v1.ElectionType
-	85, // 37: sluice.controller.v1.ElectLeadersRequest.partitions:type_name -> sluice.common.v1.TopicPartition
-	85, // 38: sluice.controller.v1.ElectLeadersResult.partition:type_name -> sluice.common.v1.TopicPartition
-	82, // 39: sluice.controller.v1.ElectLeadersResult.error:type_name -> sluice.errordetails.v1.Error
-	83, // 40: sluice.controller.v1.ElectLeadersResult.state:type_name -> sluice.common.v1.PartitionState
-	42, // 41: sluice.controller.v1.ElectLeadersResponse.results:type_name -> sluice.controller.v1.ElectLeadersResult
-	85, // 42: sluice.controller.v1.PartitionReassignment.partition:type_name -> sluice.common.v1.TopicPartition
-	44, // 43: sluice.controller.v1.AlterPartitionReassignmentsRequest.reassignments:type_name -> sluice.controller.v1.PartitionReassignment
-	85, // 44: sluice.controller.v1.ReassignmentResult.partition:type_name -> sluice.common.v1.TopicPartition
-	82, // 45: sluice.controller.v1.ReassignmentResult.error:type_name -> sluice.errordetails.v1.Error
-	46, // 46: sluice.controller.v1.AlterPartitionReassignmentsResponse.results:type_name -> sluice.controller.v1.ReassignmentResult
-	85, // 47: sluice.controller.v1.OngoingReassignment.partition:type_name -> sluice.common.v1.TopicPartition
-	79, // 48: sluice.controller.v1.OngoingReassignment.lag_bytes:type_name -> sluice.controller.v1.OngoingReassignment.LagBytesEntry
-	49, // 49: sluice.controller.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> sluice.controller.v1.OngoingReassignment
+	97, // 37: sluice.controller.v1.ElectLeadersRequest.partitions:type_name -> sluice.common.v1.TopicPartition
+	97, // 38: sluice.controller.v1.ElectLeadersResult.partition:type_name -> sluice.common.v1.TopicPartition
+	94, // 39: sluice.controller.v1.ElectLeadersResult.error:type_name -> sluice.errordetails.v1.Error
+	95, // 40: sluice.controller.v1.ElectLeadersResult.state:type_name -> sluice.common.v1.PartitionState
+	43, // 41: sluice.controller.v1.ElectLeadersResponse.results:type_name -> sluice.controller.v1.ElectLeadersResult
+	97, // 42: sluice.controller.v1.PartitionReassignment.partition:type_name -> sluice.common.v1.TopicPartition
+	45, // 43: sluice.controller.v1.AlterPartitionReassignmentsRequest.reassignments:type_name -> sluice.controller.v1.PartitionReassignment
+	97, // 44: sluice.controller.v1.ReassignmentResult.partition:type_name -> sluice.common.v1.TopicPartition
+	94, // 45: sluice.controller.v1.ReassignmentResult.error:type_name -> sluice.errordetails.v1.Error
+	47, // 46: sluice.controller.v1.AlterPartitionReassignmentsResponse.results:type_name -> sluice.controller.v1.ReassignmentResult
+	97, // 47: sluice.controller.v1.OngoingReassignment.partition:type_name -> sluice.common.v1.TopicPartition
+	91, // 48: sluice.controller.v1.OngoingReassignment.lag_bytes:type_name -> sluice.controller.v1.OngoingReassignment.LagBytesEntry
+	50, // 49: sluice.controller.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> sluice.controller.v1.OngoingReassignment
 	0,  // 50: sluice.controller.v1.AclBinding.resource_type:type_name -> sluice.controller.v1.ResourceType
 	8,  // 51: sluice.controller.v1.AclBinding.pattern_type:type_name -> sluice.controller.v1.PatternType
 	6,  // 52: sluice.controller.v1.AclBinding.operation:type_name -> sluice.controller.v1.AclOperation
 	7,  // 53: sluice.controller.v1.AclBinding.permission:type_name -> sluice.controller.v1.AclPermission
-	51, // 54: sluice.controller.v1.CreateAclsRequest.bindings:type_name -> sluice.controller.v1.AclBinding
-	82, // 55: sluice.controller.v1.CreateAclsResponse.errors:type_name -> sluice.errordetails.v1.Error
-	51, // 56: sluice.controller.v1.DescribeAclsRequest.filter:type_name -> sluice.controller.v1.AclBinding
-	51, // 57: sluice.controller.v1.DescribeAclsResponse.bindings:type_name -> sluice.controller.v1.AclBinding
-	51, // 58: sluice.controller.v1.DeleteAclsRequest.filters:type_name -> sluice.controller.v1.AclBinding
-	51, // 59: sluice.controller.v1.DeleteAclsResponse.deleted:type_name -> sluice.controller.v1.AclBinding
-	86, // 60: sluice.controller.v1.RegisterBrokerRequest.endpoints:type_name -> sluice.common.v1.Endpoint
-	82, // 61: sluice.controller.v1.BrokerHeartbeatResponse.error:type_name -> sluice.errordetails.v1.Error
-	87, // 62: sluice.controller.v1.BrokerHeartbeatResponse.state:type_name -> sluice.common.v1.BrokerState
-	82, // 63: sluice.controller.v1.ControlledShutdownResponse.error:type_name -> sluice.errordetails.v1.Error
-	83, // 64: sluice.controller.v1.TopicMetadata.partitions:type_name -> sluice.common.v1.PartitionState
-	80, // 65: sluice.controller.v1.TopicMetadata.configs:type_name -> sluice.controller.v1.TopicMetadata.ConfigsEntry
-	84, // 66: sluice.controller.v1.MetadataSnapshot.brokers:type_name -> sluice.common.v1.Broker
-	64, // 67: sluice.controller.v1.MetadataSnapshot.topics:type_name -> sluice.controller.v1.TopicMetadata
-	38, // 68: sluice.controller.v1.MetadataSnapshot.controllers:type_name -> sluice.controller.v1.ControllerMember
-	66, // 69: sluice.controller.v1.MetadataSnapshot.cluster_configs:type_name -> sluice.controller.v1.ClusterConfigs
-	81, // 70: sluice.controller.v1.ClusterConfigs.configs:type_name -> sluice.controller.v1.ClusterConfigs.ConfigsEntry
-	64, // 71: sluice.controller.v1.MetadataDelta.upserted_topics:type_name -> sluice.controller.v1.TopicMetadata
-	84, // 72: sluice.controller.v1.MetadataDelta.upserted_brokers:type_name -> sluice.common.v1.Broker
-	38, // 73: sluice.controller.v1.MetadataDelta.controllers:type_name -> sluice.controller.v1.ControllerMember
-	66, // 74: sluice.controller.v1.MetadataDelta.cluster_configs:type_name -> sluice.controller.v1.ClusterConfigs
-	65, // 75: sluice.controller.v1.WatchMetadataResponse.snapshot:type_name -> sluice.controller.v1.MetadataSnapshot
-	67, // 76: sluice.controller.v1.WatchMetadataResponse.delta:type_name -> sluice.controller.v1.MetadataDelta
-	70, // 77: sluice.controller.v1.AlterPartitionRequest.changes:type_name -> sluice.controller.v1.PartitionChange
-	82, // 78: sluice.controller.v1.AlterPartitionResult.error:type_name -> sluice.errordetails.v1.Error
-	83, // 79: sluice.controller.v1.AlterPartitionResult.state:type_name -> sluice.common.v1.PartitionState
-	72, // 80: sluice.controller.v1.AlterPartitionResponse.results:type_name -> sluice.controller.v1.AlterPartitionResult
-	82, // 81: sluice.controller.v1.AllocateProducerIdsResponse.error:type_name -> sluice.errordetails.v1.Error
-	82, // [82:82] is the sub-list for method output_type
-	82, // [82:82] is the sub-list for method input_type
-	82, // [82:82] is the sub-list for extension type_name
-	82, // [82:82] is the sub-list for extension extendee
-	0,  // [0:82] is the sub-list for field type_name
+	52, // 54: sluice.controller.v1.CreateAclsRequest.bindings:type_name -> sluice.controller.v1.AclBinding
+	94, // 55: sluice.controller.v1.CreateAclsResponse.errors:type_name -> sluice.errordetails.v1.Error
+	52, // 56: sluice.controller.v1.DescribeAclsRequest.filter:type_name -> sluice.controller.v1.AclBinding
+	52, // 57: sluice.controller.v1.DescribeAclsResponse.bindings:type_name -> sluice.controller.v1.AclBinding
+	52, // 58: sluice.controller.v1.DeleteAclsRequest.filters:type_name -> sluice.controller.v1.AclBinding
+	52, // 59: sluice.controller.v1.DeleteAclsResponse.deleted:type_name -> sluice.controller.v1.AclBinding
+	9,  // 60: sluice.controller.v1.ScramCredential.mechanism:type_name -> sluice.controller.v1.ScramMechanism
+	59, // 61: sluice.controller.v1.UserScramCredentials.credentials:type_name -> sluice.controller.v1.ScramCredential
+	9,  // 62: sluice.controller.v1.ScramCredentialUpsertion.mechanism:type_name -> sluice.controller.v1.ScramMechanism
+	9,  // 63: sluice.controller.v1.ScramCredentialDeletion.mechanism:type_name -> sluice.controller.v1.ScramMechanism
+	62, // 64: sluice.controller.v1.AlterUserScramCredentialsRequest.deletions:type_name -> sluice.controller.v1.ScramCredentialDeletion
+	61, // 65: sluice.controller.v1.AlterUserScramCredentialsRequest.upsertions:type_name -> sluice.controller.v1.ScramCredentialUpsertion
+	94, // 66: sluice.controller.v1.AlterUserScramCredentialsResult.error:type_name -> sluice.errordetails.v1.Error
+	64, // 67: sluice.controller.v1.AlterUserScramCredentialsResponse.results:type_name -> sluice.controller.v1.AlterUserScramCredentialsResult
+	9,  // 68: sluice.controller.v1.ScramCredentialInfo.mechanism:type_name -> sluice.controller.v1.ScramMechanism
+	94, // 69: sluice.controller.v1.DescribeUserScramCredentialsResult.error:type_name -> sluice.errordetails.v1.Error
+	67, // 70: sluice.controller.v1.DescribeUserScramCredentialsResult.credentials:type_name -> sluice.controller.v1.ScramCredentialInfo
+	68, // 71: sluice.controller.v1.DescribeUserScramCredentialsResponse.results:type_name -> sluice.controller.v1.DescribeUserScramCredentialsResult
+	98, // 72: sluice.controller.v1.RegisterBrokerRequest.endpoints:type_name -> sluice.common.v1.Endpoint
+	94, // 73: sluice.controller.v1.BrokerHeartbeatResponse.error:type_name -> sluice.errordetails.v1.Error
+	99, // 74: sluice.controller.v1.BrokerHeartbeatResponse.state:type_name -> sluice.common.v1.BrokerState
+	94, // 75: sluice.controller.v1.ControlledShutdownResponse.error:type_name -> sluice.errordetails.v1.Error
+	95, // 76: sluice.controller.v1.TopicMetadata.partitions:type_name -> sluice.common.v1.PartitionState
+	92, // 77: sluice.controller.v1.TopicMetadata.configs:type_name -> sluice.controller.v1.TopicMetadata.ConfigsEntry
+	96, // 78: sluice.controller.v1.MetadataSnapshot.brokers:type_name -> sluice.common.v1.Broker
+	76, // 79: sluice.controller.v1.MetadataSnapshot.topics:type_name -> sluice.controller.v1.TopicMetadata
+	39, // 80: sluice.controller.v1.MetadataSnapshot.controllers:type_name -> sluice.controller.v1.ControllerMember
+	78, // 81: sluice.controller.v1.MetadataSnapshot.cluster_configs:type_name -> sluice.controller.v1.ClusterConfigs
+	60, // 82: sluice.controller.v1.MetadataSnapshot.scram_users:type_name -> sluice.controller.v1.UserScramCredentials
+	93, // 83: sluice.controller.v1.ClusterConfigs.configs:type_name -> sluice.controller.v1.ClusterConfigs.ConfigsEntry
+	76, // 84: sluice.controller.v1.MetadataDelta.upserted_topics:type_name -> sluice.controller.v1.TopicMetadata
+	96, // 85: sluice.controller.v1.MetadataDelta.upserted_brokers:type_name -> sluice.common.v1.Broker
+	39, // 86: sluice.controller.v1.MetadataDelta.controllers:type_name -> sluice.controller.v1.ControllerMember
+	78, // 87: sluice.controller.v1.MetadataDelta.cluster_configs:type_name -> sluice.controller.v1.ClusterConfigs
+	60, // 88: sluice.controller.v1.MetadataDelta.upserted_scram_users:type_name -> sluice.controller.v1.UserScramCredentials
+	77, // 89: sluice.controller.v1.WatchMetadataResponse.snapshot:type_name -> sluice.controller.v1.MetadataSnapshot
+	79, // 90: sluice.controller.v1.WatchMetadataResponse.delta:type_name -> sluice.controller.v1.MetadataDelta
+	82, // 91: sluice.controller.v1.AlterPartitionRequest.changes:type_name -> sluice.controller.v1.PartitionChange
+	94, // 92: sluice.controller.v1.AlterPartitionResult.error:type_name -> sluice.errordetails.v1.Error
+	95, // 93: sluice.controller.v1.AlterPartitionResult.state:type_name -> sluice.common.v1.PartitionState
+	84, // 94: sluice.controller.v1.AlterPartitionResponse.results:type_name -> sluice.controller.v1.AlterPartitionResult
+	94, // 95: sluice.controller.v1.AllocateProducerIdsResponse.error:type_name -> sluice.errordetails.v1.Error
+	96, // [96:96] is the sub-list for method output_type
+	96, // [96:96] is the sub-list for method input_type
+	96, // [96:96] is the sub-list for extension type_name
+	96, // [96:96] is the sub-list for extension extendee
+	0,  // [0:96] is the sub-list for field type_name
 }
 
 func init() { file_sluice_controller_v1_messages_proto_init() }
@@ -5331,8 +6143,8 @@ func file_sluice_controller_v1_messages_proto_init() {
 	}
 	file_sluice_controller_v1_messages_proto_msgTypes[0].OneofWrappers = []any{}
 	file_sluice_controller_v1_messages_proto_msgTypes[19].OneofWrappers = []any{}
-	file_sluice_controller_v1_messages_proto_msgTypes[58].OneofWrappers = []any{}
-	file_sluice_controller_v1_messages_proto_msgTypes[60].OneofWrappers = []any{
+	file_sluice_controller_v1_messages_proto_msgTypes[69].OneofWrappers = []any{}
+	file_sluice_controller_v1_messages_proto_msgTypes[71].OneofWrappers = []any{
 		(*WatchMetadataResponse_Snapshot)(nil),
 		(*WatchMetadataResponse_Delta)(nil),
 	}
@@ -5341,8 +6153,8 @@ func file_sluice_controller_v1_messages_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_controller_v1_messages_proto_rawDesc), len(file_sluice_controller_v1_messages_proto_rawDesc)),
-			NumEnums:      9,
-			NumMessages:   73,
+			NumEnums:      10,
+			NumMessages:   84,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -23,26 +23,28 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ControllerService_CreateTopics_FullMethodName                = "/sluice.controller.v1.ControllerService/CreateTopics"
-	ControllerService_DeleteTopics_FullMethodName                = "/sluice.controller.v1.ControllerService/DeleteTopics"
-	ControllerService_ListTopics_FullMethodName                  = "/sluice.controller.v1.ControllerService/ListTopics"
-	ControllerService_DescribeTopics_FullMethodName              = "/sluice.controller.v1.ControllerService/DescribeTopics"
-	ControllerService_CreatePartitions_FullMethodName            = "/sluice.controller.v1.ControllerService/CreatePartitions"
-	ControllerService_DescribeConfigs_FullMethodName             = "/sluice.controller.v1.ControllerService/DescribeConfigs"
-	ControllerService_AlterConfigs_FullMethodName                = "/sluice.controller.v1.ControllerService/AlterConfigs"
-	ControllerService_DescribeCluster_FullMethodName             = "/sluice.controller.v1.ControllerService/DescribeCluster"
-	ControllerService_ElectLeaders_FullMethodName                = "/sluice.controller.v1.ControllerService/ElectLeaders"
-	ControllerService_AlterPartitionReassignments_FullMethodName = "/sluice.controller.v1.ControllerService/AlterPartitionReassignments"
-	ControllerService_ListPartitionReassignments_FullMethodName  = "/sluice.controller.v1.ControllerService/ListPartitionReassignments"
-	ControllerService_CreateAcls_FullMethodName                  = "/sluice.controller.v1.ControllerService/CreateAcls"
-	ControllerService_DescribeAcls_FullMethodName                = "/sluice.controller.v1.ControllerService/DescribeAcls"
-	ControllerService_DeleteAcls_FullMethodName                  = "/sluice.controller.v1.ControllerService/DeleteAcls"
-	ControllerService_RegisterBroker_FullMethodName              = "/sluice.controller.v1.ControllerService/RegisterBroker"
-	ControllerService_BrokerHeartbeat_FullMethodName             = "/sluice.controller.v1.ControllerService/BrokerHeartbeat"
-	ControllerService_ControlledShutdown_FullMethodName          = "/sluice.controller.v1.ControllerService/ControlledShutdown"
-	ControllerService_WatchMetadata_FullMethodName               = "/sluice.controller.v1.ControllerService/WatchMetadata"
-	ControllerService_AlterPartition_FullMethodName              = "/sluice.controller.v1.ControllerService/AlterPartition"
-	ControllerService_AllocateProducerIds_FullMethodName         = "/sluice.controller.v1.ControllerService/AllocateProducerIds"
+	ControllerService_CreateTopics_FullMethodName                 = "/sluice.controller.v1.ControllerService/CreateTopics"
+	ControllerService_DeleteTopics_FullMethodName                 = "/sluice.controller.v1.ControllerService/DeleteTopics"
+	ControllerService_ListTopics_FullMethodName                   = "/sluice.controller.v1.ControllerService/ListTopics"
+	ControllerService_DescribeTopics_FullMethodName               = "/sluice.controller.v1.ControllerService/DescribeTopics"
+	ControllerService_CreatePartitions_FullMethodName             = "/sluice.controller.v1.ControllerService/CreatePartitions"
+	ControllerService_DescribeConfigs_FullMethodName              = "/sluice.controller.v1.ControllerService/DescribeConfigs"
+	ControllerService_AlterConfigs_FullMethodName                 = "/sluice.controller.v1.ControllerService/AlterConfigs"
+	ControllerService_DescribeCluster_FullMethodName              = "/sluice.controller.v1.ControllerService/DescribeCluster"
+	ControllerService_ElectLeaders_FullMethodName                 = "/sluice.controller.v1.ControllerService/ElectLeaders"
+	ControllerService_AlterPartitionReassignments_FullMethodName  = "/sluice.controller.v1.ControllerService/AlterPartitionReassignments"
+	ControllerService_ListPartitionReassignments_FullMethodName   = "/sluice.controller.v1.ControllerService/ListPartitionReassignments"
+	ControllerService_CreateAcls_FullMethodName                   = "/sluice.controller.v1.ControllerService/CreateAcls"
+	ControllerService_DescribeAcls_FullMethodName                 = "/sluice.controller.v1.ControllerService/DescribeAcls"
+	ControllerService_DeleteAcls_FullMethodName                   = "/sluice.controller.v1.ControllerService/DeleteAcls"
+	ControllerService_AlterUserScramCredentials_FullMethodName    = "/sluice.controller.v1.ControllerService/AlterUserScramCredentials"
+	ControllerService_DescribeUserScramCredentials_FullMethodName = "/sluice.controller.v1.ControllerService/DescribeUserScramCredentials"
+	ControllerService_RegisterBroker_FullMethodName               = "/sluice.controller.v1.ControllerService/RegisterBroker"
+	ControllerService_BrokerHeartbeat_FullMethodName              = "/sluice.controller.v1.ControllerService/BrokerHeartbeat"
+	ControllerService_ControlledShutdown_FullMethodName           = "/sluice.controller.v1.ControllerService/ControlledShutdown"
+	ControllerService_WatchMetadata_FullMethodName                = "/sluice.controller.v1.ControllerService/WatchMetadata"
+	ControllerService_AlterPartition_FullMethodName               = "/sluice.controller.v1.ControllerService/AlterPartition"
+	ControllerService_AllocateProducerIds_FullMethodName          = "/sluice.controller.v1.ControllerService/AllocateProducerIds"
 )
 
 // ControllerServiceClient is the client API for ControllerService service.
@@ -92,6 +94,14 @@ type ControllerServiceClient interface {
 	DescribeAcls(ctx context.Context, in *DescribeAclsRequest, opts ...grpc.CallOption) (*DescribeAclsResponse, error)
 	// DeleteAcls removes access control entries that match filters.
 	DeleteAcls(ctx context.Context, in *DeleteAclsRequest, opts ...grpc.CallOption) (*DeleteAclsResponse, error)
+	// AlterUserScramCredentials creates, replaces or deletes users' SCRAM
+	// credentials (Kafka's AlterUserScramCredentials, KIP-554). The request
+	// carries the salted password, never the password; the controller derives
+	// and stores StoredKey and ServerKey. Each user gets its own result.
+	AlterUserScramCredentials(ctx context.Context, in *AlterUserScramCredentialsRequest, opts ...grpc.CallOption) (*AlterUserScramCredentialsResponse, error)
+	// DescribeUserScramCredentials lists users with their SCRAM mechanisms and
+	// iteration counts; it never returns salts or keys.
+	DescribeUserScramCredentials(ctx context.Context, in *DescribeUserScramCredentialsRequest, opts ...grpc.CallOption) (*DescribeUserScramCredentialsResponse, error)
 	// RegisterBroker registers a node (of any role) with the controller and
 	// returns its broker epoch. A node registers once per process start; the
 	// new epoch fences everything the previous incarnation did.
@@ -267,6 +277,26 @@ func (c *controllerServiceClient) DeleteAcls(ctx context.Context, in *DeleteAcls
 	return out, nil
 }
 
+func (c *controllerServiceClient) AlterUserScramCredentials(ctx context.Context, in *AlterUserScramCredentialsRequest, opts ...grpc.CallOption) (*AlterUserScramCredentialsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AlterUserScramCredentialsResponse)
+	err := c.cc.Invoke(ctx, ControllerService_AlterUserScramCredentials_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controllerServiceClient) DescribeUserScramCredentials(ctx context.Context, in *DescribeUserScramCredentialsRequest, opts ...grpc.CallOption) (*DescribeUserScramCredentialsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DescribeUserScramCredentialsResponse)
+	err := c.cc.Invoke(ctx, ControllerService_DescribeUserScramCredentials_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *controllerServiceClient) RegisterBroker(ctx context.Context, in *RegisterBrokerRequest, opts ...grpc.CallOption) (*RegisterBrokerResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RegisterBrokerResponse)
@@ -386,6 +416,14 @@ type ControllerServiceServer interface {
 	DescribeAcls(context.Context, *DescribeAclsRequest) (*DescribeAclsResponse, error)
 	// DeleteAcls removes access control entries that match filters.
 	DeleteAcls(context.Context, *DeleteAclsRequest) (*DeleteAclsResponse, error)
+	// AlterUserScramCredentials creates, replaces or deletes users' SCRAM
+	// credentials (Kafka's AlterUserScramCredentials, KIP-554). The request
+	// carries the salted password, never the password; the controller derives
+	// and stores StoredKey and ServerKey. Each user gets its own result.
+	AlterUserScramCredentials(context.Context, *AlterUserScramCredentialsRequest) (*AlterUserScramCredentialsResponse, error)
+	// DescribeUserScramCredentials lists users with their SCRAM mechanisms and
+	// iteration counts; it never returns salts or keys.
+	DescribeUserScramCredentials(context.Context, *DescribeUserScramCredentialsRequest) (*DescribeUserScramCredentialsResponse, error)
 	// RegisterBroker registers a node (of any role) with the controller and
 	// returns its broker epoch. A node registers once per process start; the
 	// new epoch fences everything the previous incarnation did.
@@ -462,6 +500,12 @@ func (UnimplementedControllerServiceServer) DescribeAcls(context.Context, *Descr
 }
 func (UnimplementedControllerServiceServer) DeleteAcls(context.Context, *DeleteAclsRequest) (*DeleteAclsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteAcls not implemented")
+}
+func (UnimplementedControllerServiceServer) AlterUserScramCredentials(context.Context, *AlterUserScramCredentialsRequest) (*AlterUserScramCredentialsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AlterUserScramCredentials not implemented")
+}
+func (UnimplementedControllerServiceServer) DescribeUserScramCredentials(context.Context, *DescribeUserScramCredentialsRequest) (*DescribeUserScramCredentialsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DescribeUserScramCredentials not implemented")
 }
 func (UnimplementedControllerServiceServer) RegisterBroker(context.Context, *RegisterBrokerRequest) (*RegisterBrokerResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RegisterBroker not implemented")
@@ -754,6 +798,42 @@ func _ControllerService_DeleteAcls_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ControllerService_AlterUserScramCredentials_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AlterUserScramCredentialsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).AlterUserScramCredentials(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_AlterUserScramCredentials_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).AlterUserScramCredentials(ctx, req.(*AlterUserScramCredentialsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControllerService_DescribeUserScramCredentials_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeUserScramCredentialsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).DescribeUserScramCredentials(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_DescribeUserScramCredentials_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).DescribeUserScramCredentials(ctx, req.(*DescribeUserScramCredentialsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ControllerService_RegisterBroker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(RegisterBrokerRequest)
 	if err := dec(in); err != nil {
@@ -906,6 +986,14 @@ var ControllerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteAcls",
 			Handler:    _ControllerService_DeleteAcls_Handler,
+		},
+		{
+			MethodName: "AlterUserScramCredentials",
+			Handler:    _ControllerService_AlterUserScramCredentials_Handler,
+		},
+		{
+			MethodName: "DescribeUserScramCredentials",
+			Handler:    _ControllerService_DescribeUserScramCredentials_Handler,
 		},
 		{
 			MethodName: "RegisterBroker",
