@@ -4710,7 +4710,9 @@ type MetadataSnapshot struct {
 	ClusterConfigs *ClusterConfigs `protobuf:"bytes,7,opt,name=cluster_configs,json=clusterConfigs,proto3" json:"cluster_configs,omitempty"`
 	// Users' SCRAM credentials. WatchMetadata carries them to every listener;
 	// only role identities may watch once authorization is on.
-	ScramUsers    []*UserScramCredentials `protobuf:"bytes,20,rep,name=scram_users,json=scramUsers,proto3" json:"scram_users,omitempty"`
+	ScramUsers []*UserScramCredentials `protobuf:"bytes,20,rep,name=scram_users,json=scramUsers,proto3" json:"scram_users,omitempty"`
+	// Every ACL of the cluster. Every process's authorizer decides from them.
+	Acls          *AclSet `protobuf:"bytes,30,opt,name=acls,proto3" json:"acls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4801,6 +4803,60 @@ func (x *MetadataSnapshot) GetScramUsers() []*UserScramCredentials {
 	return nil
 }
 
+func (x *MetadataSnapshot) GetAcls() *AclSet {
+	if x != nil {
+		return x.Acls
+	}
+	return nil
+}
+
+// AclSet is the whole set of ACLs at one revision.
+type AclSet struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The ACLs, sorted by resource type, name, pattern type, principal, host,
+	// operation and permission.
+	Bindings      []*AclBinding `protobuf:"bytes,1,rep,name=bindings,proto3" json:"bindings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclSet) Reset() {
+	*x = AclSet{}
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclSet) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclSet) ProtoMessage() {}
+
+func (x *AclSet) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclSet.ProtoReflect.Descriptor instead.
+func (*AclSet) Descriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *AclSet) GetBindings() []*AclBinding {
+	if x != nil {
+		return x.Bindings
+	}
+	return nil
+}
+
 // ClusterConfigs holds cluster-wide dynamic configuration.
 type ClusterConfigs struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4812,7 +4868,7 @@ type ClusterConfigs struct {
 
 func (x *ClusterConfigs) Reset() {
 	*x = ClusterConfigs{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[68]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4824,7 +4880,7 @@ func (x *ClusterConfigs) String() string {
 func (*ClusterConfigs) ProtoMessage() {}
 
 func (x *ClusterConfigs) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[68]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4837,7 +4893,7 @@ func (x *ClusterConfigs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterConfigs.ProtoReflect.Descriptor instead.
 func (*ClusterConfigs) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{68}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ClusterConfigs) GetConfigs() map[string]string {
@@ -4873,13 +4929,16 @@ type MetadataDelta struct {
 	UpsertedScramUsers []*UserScramCredentials `protobuf:"bytes,20,rep,name=upserted_scram_users,json=upsertedScramUsers,proto3" json:"upserted_scram_users,omitempty"`
 	// Users whose last SCRAM credential was deleted.
 	DeletedScramUsers []string `protobuf:"bytes,21,rep,name=deleted_scram_users,json=deletedScramUsers,proto3" json:"deleted_scram_users,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The whole new ACL set, when ACLs changed (unset: unchanged). ACL sets
+	// are small and every process rebuilds its index from the whole set.
+	Acls          *AclSet `protobuf:"bytes,30,opt,name=acls,proto3" json:"acls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MetadataDelta) Reset() {
 	*x = MetadataDelta{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[69]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4891,7 +4950,7 @@ func (x *MetadataDelta) String() string {
 func (*MetadataDelta) ProtoMessage() {}
 
 func (x *MetadataDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[69]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4904,7 +4963,7 @@ func (x *MetadataDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataDelta.ProtoReflect.Descriptor instead.
 func (*MetadataDelta) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{69}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *MetadataDelta) GetRevision() int64 {
@@ -4977,6 +5036,13 @@ func (x *MetadataDelta) GetDeletedScramUsers() []string {
 	return nil
 }
 
+func (x *MetadataDelta) GetAcls() *AclSet {
+	if x != nil {
+		return x.Acls
+	}
+	return nil
+}
+
 // WatchMetadataRequest is the request of ControllerService.WatchMetadata.
 type WatchMetadataRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4990,7 +5056,7 @@ type WatchMetadataRequest struct {
 
 func (x *WatchMetadataRequest) Reset() {
 	*x = WatchMetadataRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[70]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5002,7 +5068,7 @@ func (x *WatchMetadataRequest) String() string {
 func (*WatchMetadataRequest) ProtoMessage() {}
 
 func (x *WatchMetadataRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[70]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5015,7 +5081,7 @@ func (x *WatchMetadataRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchMetadataRequest.ProtoReflect.Descriptor instead.
 func (*WatchMetadataRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{70}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *WatchMetadataRequest) GetBrokerId() int32 {
@@ -5049,7 +5115,7 @@ type WatchMetadataResponse struct {
 
 func (x *WatchMetadataResponse) Reset() {
 	*x = WatchMetadataResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[71]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5061,7 +5127,7 @@ func (x *WatchMetadataResponse) String() string {
 func (*WatchMetadataResponse) ProtoMessage() {}
 
 func (x *WatchMetadataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[71]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5074,7 +5140,7 @@ func (x *WatchMetadataResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchMetadataResponse.ProtoReflect.Descriptor instead.
 func (*WatchMetadataResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{71}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *WatchMetadataResponse) GetUpdate() isWatchMetadataResponse_Update {
@@ -5139,7 +5205,7 @@ type PartitionChange struct {
 
 func (x *PartitionChange) Reset() {
 	*x = PartitionChange{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[72]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5151,7 +5217,7 @@ func (x *PartitionChange) String() string {
 func (*PartitionChange) ProtoMessage() {}
 
 func (x *PartitionChange) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[72]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5164,7 +5230,7 @@ func (x *PartitionChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionChange.ProtoReflect.Descriptor instead.
 func (*PartitionChange) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{72}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *PartitionChange) GetTopic() string {
@@ -5217,7 +5283,7 @@ type AlterPartitionRequest struct {
 
 func (x *AlterPartitionRequest) Reset() {
 	*x = AlterPartitionRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[73]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5229,7 +5295,7 @@ func (x *AlterPartitionRequest) String() string {
 func (*AlterPartitionRequest) ProtoMessage() {}
 
 func (x *AlterPartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[73]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5242,7 +5308,7 @@ func (x *AlterPartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterPartitionRequest.ProtoReflect.Descriptor instead.
 func (*AlterPartitionRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{73}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *AlterPartitionRequest) GetBrokerId() int32 {
@@ -5284,7 +5350,7 @@ type AlterPartitionResult struct {
 
 func (x *AlterPartitionResult) Reset() {
 	*x = AlterPartitionResult{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[74]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5296,7 +5362,7 @@ func (x *AlterPartitionResult) String() string {
 func (*AlterPartitionResult) ProtoMessage() {}
 
 func (x *AlterPartitionResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[74]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5309,7 +5375,7 @@ func (x *AlterPartitionResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterPartitionResult.ProtoReflect.Descriptor instead.
 func (*AlterPartitionResult) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{74}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *AlterPartitionResult) GetTopic() string {
@@ -5351,7 +5417,7 @@ type AlterPartitionResponse struct {
 
 func (x *AlterPartitionResponse) Reset() {
 	*x = AlterPartitionResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[75]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5363,7 +5429,7 @@ func (x *AlterPartitionResponse) String() string {
 func (*AlterPartitionResponse) ProtoMessage() {}
 
 func (x *AlterPartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[75]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5376,7 +5442,7 @@ func (x *AlterPartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterPartitionResponse.ProtoReflect.Descriptor instead.
 func (*AlterPartitionResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{75}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *AlterPartitionResponse) GetResults() []*AlterPartitionResult {
@@ -5400,7 +5466,7 @@ type AllocateProducerIdsRequest struct {
 
 func (x *AllocateProducerIdsRequest) Reset() {
 	*x = AllocateProducerIdsRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[76]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5412,7 +5478,7 @@ func (x *AllocateProducerIdsRequest) String() string {
 func (*AllocateProducerIdsRequest) ProtoMessage() {}
 
 func (x *AllocateProducerIdsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[76]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5425,7 +5491,7 @@ func (x *AllocateProducerIdsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocateProducerIdsRequest.ProtoReflect.Descriptor instead.
 func (*AllocateProducerIdsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{76}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *AllocateProducerIdsRequest) GetBrokerId() int32 {
@@ -5458,7 +5524,7 @@ type AllocateProducerIdsResponse struct {
 
 func (x *AllocateProducerIdsResponse) Reset() {
 	*x = AllocateProducerIdsResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[77]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5470,7 +5536,7 @@ func (x *AllocateProducerIdsResponse) String() string {
 func (*AllocateProducerIdsResponse) ProtoMessage() {}
 
 func (x *AllocateProducerIdsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[77]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5483,7 +5549,7 @@ func (x *AllocateProducerIdsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocateProducerIdsResponse.ProtoReflect.Descriptor instead.
 func (*AllocateProducerIdsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{77}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *AllocateProducerIdsResponse) GetError() *v1.Error {
@@ -5794,7 +5860,7 @@ const file_sluice_controller_v1_messages_proto_rawDesc = "" +
 	"\aconfigs\x18\x05 \x03(\v20.sluice.controller.v1.TopicMetadata.ConfigsEntryR\aconfigs\x1a:\n" +
 	"\fConfigsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc9\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfb\x03\n" +
 	"\x10MetadataSnapshot\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12\x1d\n" +
 	"\n" +
@@ -5805,12 +5871,15 @@ const file_sluice_controller_v1_messages_proto_rawDesc = "" +
 	"\vcontrollers\x18\x06 \x03(\v2&.sluice.controller.v1.ControllerMemberR\vcontrollers\x12M\n" +
 	"\x0fcluster_configs\x18\a \x01(\v2$.sluice.controller.v1.ClusterConfigsR\x0eclusterConfigs\x12K\n" +
 	"\vscram_users\x18\x14 \x03(\v2*.sluice.controller.v1.UserScramCredentialsR\n" +
-	"scramUsers\"\x99\x01\n" +
+	"scramUsers\x120\n" +
+	"\x04acls\x18\x1e \x01(\v2\x1c.sluice.controller.v1.AclSetR\x04acls\"F\n" +
+	"\x06AclSet\x12<\n" +
+	"\bbindings\x18\x01 \x03(\v2 .sluice.controller.v1.AclBindingR\bbindings\"\x99\x01\n" +
 	"\x0eClusterConfigs\x12K\n" +
 	"\aconfigs\x18\x01 \x03(\v21.sluice.controller.v1.ClusterConfigs.ConfigsEntryR\aconfigs\x1a:\n" +
 	"\fConfigsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf1\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x05\n" +
 	"\rMetadataDelta\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12L\n" +
 	"\x0fupserted_topics\x18\x02 \x03(\v2#.sluice.controller.v1.TopicMetadataR\x0eupsertedTopics\x12%\n" +
@@ -5821,7 +5890,8 @@ const file_sluice_controller_v1_messages_proto_rawDesc = "" +
 	"\vcontrollers\x18\a \x03(\v2&.sluice.controller.v1.ControllerMemberR\vcontrollers\x12M\n" +
 	"\x0fcluster_configs\x18\b \x01(\v2$.sluice.controller.v1.ClusterConfigsR\x0eclusterConfigs\x12\\\n" +
 	"\x14upserted_scram_users\x18\x14 \x03(\v2*.sluice.controller.v1.UserScramCredentialsR\x12upsertedScramUsers\x12.\n" +
-	"\x13deleted_scram_users\x18\x15 \x03(\tR\x11deletedScramUsersB\x10\n" +
+	"\x13deleted_scram_users\x18\x15 \x03(\tR\x11deletedScramUsers\x120\n" +
+	"\x04acls\x18\x1e \x01(\v2\x1c.sluice.controller.v1.AclSetR\x04aclsB\x10\n" +
 	"\x0e_controller_id\"X\n" +
 	"\x14WatchMetadataRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12#\n" +
@@ -5929,7 +5999,7 @@ func file_sluice_controller_v1_messages_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_controller_v1_messages_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_sluice_controller_v1_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
+var file_sluice_controller_v1_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
 var file_sluice_controller_v1_messages_proto_goTypes = []any{
 	(ResourceType)(0),                            // 0: sluice.controller.v1.ResourceType
 	(ConfigSource)(0),                            // 1: sluice.controller.v1.ConfigSource
@@ -6009,131 +6079,135 @@ var file_sluice_controller_v1_messages_proto_goTypes = []any{
 	(*ControlledShutdownResponse)(nil),           // 75: sluice.controller.v1.ControlledShutdownResponse
 	(*TopicMetadata)(nil),                        // 76: sluice.controller.v1.TopicMetadata
 	(*MetadataSnapshot)(nil),                     // 77: sluice.controller.v1.MetadataSnapshot
-	(*ClusterConfigs)(nil),                       // 78: sluice.controller.v1.ClusterConfigs
-	(*MetadataDelta)(nil),                        // 79: sluice.controller.v1.MetadataDelta
-	(*WatchMetadataRequest)(nil),                 // 80: sluice.controller.v1.WatchMetadataRequest
-	(*WatchMetadataResponse)(nil),                // 81: sluice.controller.v1.WatchMetadataResponse
-	(*PartitionChange)(nil),                      // 82: sluice.controller.v1.PartitionChange
-	(*AlterPartitionRequest)(nil),                // 83: sluice.controller.v1.AlterPartitionRequest
-	(*AlterPartitionResult)(nil),                 // 84: sluice.controller.v1.AlterPartitionResult
-	(*AlterPartitionResponse)(nil),               // 85: sluice.controller.v1.AlterPartitionResponse
-	(*AllocateProducerIdsRequest)(nil),           // 86: sluice.controller.v1.AllocateProducerIdsRequest
-	(*AllocateProducerIdsResponse)(nil),          // 87: sluice.controller.v1.AllocateProducerIdsResponse
-	nil,                                          // 88: sluice.controller.v1.TopicSpec.ConfigsEntry
-	nil,                                          // 89: sluice.controller.v1.CreateTopicResult.ConfigsEntry
-	nil,                                          // 90: sluice.controller.v1.TopicDescription.ConfigsEntry
-	nil,                                          // 91: sluice.controller.v1.OngoingReassignment.LagBytesEntry
-	nil,                                          // 92: sluice.controller.v1.TopicMetadata.ConfigsEntry
-	nil,                                          // 93: sluice.controller.v1.ClusterConfigs.ConfigsEntry
-	(*v1.Error)(nil),                             // 94: sluice.errordetails.v1.Error
-	(*v11.PartitionState)(nil),                   // 95: sluice.common.v1.PartitionState
-	(*v11.Broker)(nil),                           // 96: sluice.common.v1.Broker
-	(*v11.TopicPartition)(nil),                   // 97: sluice.common.v1.TopicPartition
-	(*v11.Endpoint)(nil),                         // 98: sluice.common.v1.Endpoint
-	(v11.BrokerState)(0),                         // 99: sluice.common.v1.BrokerState
+	(*AclSet)(nil),                               // 78: sluice.controller.v1.AclSet
+	(*ClusterConfigs)(nil),                       // 79: sluice.controller.v1.ClusterConfigs
+	(*MetadataDelta)(nil),                        // 80: sluice.controller.v1.MetadataDelta
+	(*WatchMetadataRequest)(nil),                 // 81: sluice.controller.v1.WatchMetadataRequest
+	(*WatchMetadataResponse)(nil),                // 82: sluice.controller.v1.WatchMetadataResponse
+	(*PartitionChange)(nil),                      // 83: sluice.controller.v1.PartitionChange
+	(*AlterPartitionRequest)(nil),                // 84: sluice.controller.v1.AlterPartitionRequest
+	(*AlterPartitionResult)(nil),                 // 85: sluice.controller.v1.AlterPartitionResult
+	(*AlterPartitionResponse)(nil),               // 86: sluice.controller.v1.AlterPartitionResponse
+	(*AllocateProducerIdsRequest)(nil),           // 87: sluice.controller.v1.AllocateProducerIdsRequest
+	(*AllocateProducerIdsResponse)(nil),          // 88: sluice.controller.v1.AllocateProducerIdsResponse
+	nil,                                          // 89: sluice.controller.v1.TopicSpec.ConfigsEntry
+	nil,                                          // 90: sluice.controller.v1.CreateTopicResult.ConfigsEntry
+	nil,                                          // 91: sluice.controller.v1.TopicDescription.ConfigsEntry
+	nil,                                          // 92: sluice.controller.v1.OngoingReassignment.LagBytesEntry
+	nil,                                          // 93: sluice.controller.v1.TopicMetadata.ConfigsEntry
+	nil,                                          // 94: sluice.controller.v1.ClusterConfigs.ConfigsEntry
+	(*v1.Error)(nil),                             // 95: sluice.errordetails.v1.Error
+	(*v11.PartitionState)(nil),                   // 96: sluice.common.v1.PartitionState
+	(*v11.Broker)(nil),                           // 97: sluice.common.v1.Broker
+	(*v11.TopicPartition)(nil),                   // 98: sluice.common.v1.TopicPartition
+	(*v11.Endpoint)(nil),                         // 99: sluice.common.v1.Endpoint
+	(v11.BrokerState)(0),                         // 100: sluice.common.v1.BrokerState
 }
 var file_sluice_controller_v1_messages_proto_depIdxs = []int32{
-	11, // 0: sluice.controller.v1.TopicSpec.assignments:type_name -> sluice.controller.v1.ReplicaAssignment
-	88, // 1: sluice.controller.v1.TopicSpec.configs:type_name -> sluice.controller.v1.TopicSpec.ConfigsEntry
-	10, // 2: sluice.controller.v1.CreateTopicsRequest.topics:type_name -> sluice.controller.v1.TopicSpec
-	94, // 3: sluice.controller.v1.CreateTopicResult.error:type_name -> sluice.errordetails.v1.Error
-	89, // 4: sluice.controller.v1.CreateTopicResult.configs:type_name -> sluice.controller.v1.CreateTopicResult.ConfigsEntry
-	13, // 5: sluice.controller.v1.CreateTopicsResponse.results:type_name -> sluice.controller.v1.CreateTopicResult
-	94, // 6: sluice.controller.v1.DeleteTopicResult.error:type_name -> sluice.errordetails.v1.Error
-	16, // 7: sluice.controller.v1.DeleteTopicsResponse.results:type_name -> sluice.controller.v1.DeleteTopicResult
-	19, // 8: sluice.controller.v1.ListTopicsResponse.topics:type_name -> sluice.controller.v1.TopicListing
-	94, // 9: sluice.controller.v1.TopicDescription.error:type_name -> sluice.errordetails.v1.Error
-	95, // 10: sluice.controller.v1.TopicDescription.partitions:type_name -> sluice.common.v1.PartitionState
-	90, // 11: sluice.controller.v1.TopicDescription.configs:type_name -> sluice.controller.v1.TopicDescription.ConfigsEntry
-	22, // 12: sluice.controller.v1.DescribeTopicsResponse.topics:type_name -> sluice.controller.v1.TopicDescription
-	11, // 13: sluice.controller.v1.PartitionIncrease.assignments:type_name -> sluice.controller.v1.ReplicaAssignment
-	24, // 14: sluice.controller.v1.CreatePartitionsRequest.topics:type_name -> sluice.controller.v1.PartitionIncrease
-	94, // 15: sluice.controller.v1.CreatePartitionsResult.error:type_name -> sluice.errordetails.v1.Error
-	26, // 16: sluice.controller.v1.CreatePartitionsResponse.results:type_name -> sluice.controller.v1.CreatePartitionsResult
-	0,  // 17: sluice.controller.v1.ConfigResource.type:type_name -> sluice.controller.v1.ResourceType
-	1,  // 18: sluice.controller.v1.ConfigEntry.source:type_name -> sluice.controller.v1.ConfigSource
-	28, // 19: sluice.controller.v1.DescribeConfigsRequest.resources:type_name -> sluice.controller.v1.ConfigResource
-	28, // 20: sluice.controller.v1.ConfigResourceResult.resource:type_name -> sluice.controller.v1.ConfigResource
-	94, // 21: sluice.controller.v1.ConfigResourceResult.error:type_name -> sluice.errordetails.v1.Error
-	29, // 22: sluice.controller.v1.ConfigResourceResult.entries:type_name -> sluice.controller.v1.ConfigEntry
-	31, // 23: sluice.controller.v1.DescribeConfigsResponse.results:type_name -> sluice.controller.v1.ConfigResourceResult
-	2,  // 24: sluice.controller.v1.AlterConfigOp.op:type_name -> sluice.controller.v1.AlterConfigOpType
-	28, // 25: sluice.controller.v1.AlterConfigsResource.resource:type_name -> sluice.controller.v1.ConfigResource
-	33, // 26: sluice.controller.v1.AlterConfigsResource.ops:type_name -> sluice.controller.v1.AlterConfigOp
-	34, // 27: sluice.controller.v1.AlterConfigsRequest.resources:type_name -> sluice.controller.v1.AlterConfigsResource
-	28, // 28: sluice.controller.v1.AlterConfigsResult.resource:type_name -> sluice.controller.v1.ConfigResource
-	94, // 29: sluice.controller.v1.AlterConfigsResult.error:type_name -> sluice.errordetails.v1.Error
-	36, // 30: sluice.controller.v1.AlterConfigsResponse.results:type_name -> sluice.controller.v1.AlterConfigsResult
-	3,  // 31: sluice.controller.v1.ControllerMember.state:type_name -> sluice.controller.v1.ControllerState
-	4,  // 32: sluice.controller.v1.ControllerMember.etcd_role:type_name -> sluice.controller.v1.EtcdRole
-	39, // 33: sluice.controller.v1.DescribeClusterResponse.controllers:type_name -> sluice.controller.v1.ControllerMember
-	96, // 34: sluice.controller.v1.DescribeClusterResponse.brokers:type_name -> sluice.common.v1.Broker
-	40, // 35: sluice.controller.v1.DescribeClusterResponse.quorum:type_name -> sluice.controller.v1.QuorumStatus
-	5,  // 36: sluice.controller.v1.ElectLeadersRequest.election_type:type_name -> sluice.controller.v1.ElectionType
-	97, // 37: sluice.controller.v1.ElectLeadersRequest.partitions:type_name -> sluice.common.v1.TopicPartition
-	97, // 38: sluice.controller.v1.ElectLeadersResult.partition:type_name -> sluice.common.v1.TopicPartition
-	94, // 39: sluice.controller.v1.ElectLeadersResult.error:type_name -> sluice.errordetails.v1.Error
-	95, // 40: sluice.controller.v1.ElectLeadersResult.state:type_name -> sluice.common.v1.PartitionState
-	43, // 41: sluice.controller.v1.ElectLeadersResponse.results:type_name -> sluice.controller.v1.ElectLeadersResult
-	97, // 42: sluice.controller.v1.PartitionReassignment.partition:type_name -> sluice.common.v1.TopicPartition
-	45, // 43: sluice.controller.v1.AlterPartitionReassignmentsRequest.reassignments:type_name -> sluice.controller.v1.PartitionReassignment
-	97, // 44: sluice.controller.v1.ReassignmentResult.partition:type_name -> sluice.common.v1.TopicPartition
-	94, // 45: sluice.controller.v1.ReassignmentResult.error:type_name -> sluice.errordetails.v1.Error
-	47, // 46: sluice.controller.v1.AlterPartitionReassignmentsResponse.results:type_name -> sluice.controller.v1.ReassignmentResult
-	97, // 47: sluice.controller.v1.OngoingReassignment.partition:type_name -> sluice.common.v1.TopicPartition
-	91, // 48: sluice.controller.v1.OngoingReassignment.lag_bytes:type_name -> sluice.controller.v1.OngoingReassignment.LagBytesEntry
-	50, // 49: sluice.controller.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> sluice.controller.v1.OngoingReassignment
-	0,  // 50: sluice.controller.v1.AclBinding.resource_type:type_name -> sluice.controller.v1.ResourceType
-	8,  // 51: sluice.controller.v1.AclBinding.pattern_type:type_name -> sluice.controller.v1.PatternType
-	6,  // 52: sluice.controller.v1.AclBinding.operation:type_name -> sluice.controller.v1.AclOperation
-	7,  // 53: sluice.controller.v1.AclBinding.permission:type_name -> sluice.controller.v1.AclPermission
-	52, // 54: sluice.controller.v1.CreateAclsRequest.bindings:type_name -> sluice.controller.v1.AclBinding
-	94, // 55: sluice.controller.v1.CreateAclsResponse.errors:type_name -> sluice.errordetails.v1.Error
-	52, // 56: sluice.controller.v1.DescribeAclsRequest.filter:type_name -> sluice.controller.v1.AclBinding
-	52, // 57: sluice.controller.v1.DescribeAclsResponse.bindings:type_name -> sluice.controller.v1.AclBinding
-	52, // 58: sluice.controller.v1.DeleteAclsRequest.filters:type_name -> sluice.controller.v1.AclBinding
-	52, // 59: sluice.controller.v1.DeleteAclsResponse.deleted:type_name -> sluice.controller.v1.AclBinding
-	9,  // 60: sluice.controller.v1.ScramCredential.mechanism:type_name -> sluice.controller.v1.ScramMechanism
-	59, // 61: sluice.controller.v1.UserScramCredentials.credentials:type_name -> sluice.controller.v1.ScramCredential
-	9,  // 62: sluice.controller.v1.ScramCredentialUpsertion.mechanism:type_name -> sluice.controller.v1.ScramMechanism
-	9,  // 63: sluice.controller.v1.ScramCredentialDeletion.mechanism:type_name -> sluice.controller.v1.ScramMechanism
-	62, // 64: sluice.controller.v1.AlterUserScramCredentialsRequest.deletions:type_name -> sluice.controller.v1.ScramCredentialDeletion
-	61, // 65: sluice.controller.v1.AlterUserScramCredentialsRequest.upsertions:type_name -> sluice.controller.v1.ScramCredentialUpsertion
-	94, // 66: sluice.controller.v1.AlterUserScramCredentialsResult.error:type_name -> sluice.errordetails.v1.Error
-	64, // 67: sluice.controller.v1.AlterUserScramCredentialsResponse.results:type_name -> sluice.controller.v1.AlterUserScramCredentialsResult
-	9,  // 68: sluice.controller.v1.ScramCredentialInfo.mechanism:type_name -> sluice.controller.v1.ScramMechanism
-	94, // 69: sluice.controller.v1.DescribeUserScramCredentialsResult.error:type_name -> sluice.errordetails.v1.Error
-	67, // 70: sluice.controller.v1.DescribeUserScramCredentialsResult.credentials:type_name -> sluice.controller.v1.ScramCredentialInfo
-	68, // 71: sluice.controller.v1.DescribeUserScramCredentialsResponse.results:type_name -> sluice.controller.v1.DescribeUserScramCredentialsResult
-	98, // 72: sluice.controller.v1.RegisterBrokerRequest.endpoints:type_name -> sluice.common.v1.Endpoint
-	94, // 73: sluice.controller.v1.BrokerHeartbeatResponse.error:type_name -> sluice.errordetails.v1.Error
-	99, // 74: sluice.controller.v1.BrokerHeartbeatResponse.state:type_name -> sluice.common.v1.BrokerState
-	94, // 75: sluice.controller.v1.ControlledShutdownResponse.error:type_name -> sluice.errordetails.v1.Error
-	95, // 76: sluice.controller.v1.TopicMetadata.partitions:type_name -> sluice.common.v1.PartitionState
-	92, // 77: sluice.controller.v1.TopicMetadata.configs:type_name -> sluice.controller.v1.TopicMetadata.ConfigsEntry
-	96, // 78: sluice.controller.v1.MetadataSnapshot.brokers:type_name -> sluice.common.v1.Broker
-	76, // 79: sluice.controller.v1.MetadataSnapshot.topics:type_name -> sluice.controller.v1.TopicMetadata
-	39, // 80: sluice.controller.v1.MetadataSnapshot.controllers:type_name -> sluice.controller.v1.ControllerMember
-	78, // 81: sluice.controller.v1.MetadataSnapshot.cluster_configs:type_name -> sluice.controller.v1.ClusterConfigs
-	60, // 82: sluice.controller.v1.MetadataSnapshot.scram_users:type_name -> sluice.controller.v1.UserScramCredentials
-	93, // 83: sluice.controller.v1.ClusterConfigs.configs:type_name -> sluice.controller.v1.ClusterConfigs.ConfigsEntry
-	76, // 84: sluice.controller.v1.MetadataDelta.upserted_topics:type_name -> sluice.controller.v1.TopicMetadata
-	96, // 85: sluice.controller.v1.MetadataDelta.upserted_brokers:type_name -> sluice.common.v1.Broker
-	39, // 86: sluice.controller.v1.MetadataDelta.controllers:type_name -> sluice.controller.v1.ControllerMember
-	78, // 87: sluice.controller.v1.MetadataDelta.cluster_configs:type_name -> sluice.controller.v1.ClusterConfigs
-	60, // 88: sluice.controller.v1.MetadataDelta.upserted_scram_users:type_name -> sluice.controller.v1.UserScramCredentials
-	77, // 89: sluice.controller.v1.WatchMetadataResponse.snapshot:type_name -> sluice.controller.v1.MetadataSnapshot
-	79, // 90: sluice.controller.v1.WatchMetadataResponse.delta:type_name -> sluice.controller.v1.MetadataDelta
-	82, // 91: sluice.controller.v1.AlterPartitionRequest.changes:type_name -> sluice.controller.v1.PartitionChange
-	94, // 92: sluice.controller.v1.AlterPartitionResult.error:type_name -> sluice.errordetails.v1.Error
-	95, // 93: sluice.controller.v1.AlterPartitionResult.state:type_name -> sluice.common.v1.PartitionState
-	84, // 94: sluice.controller.v1.AlterPartitionResponse.results:type_name -> sluice.controller.v1.AlterPartitionResult
-	94, // 95: sluice.controller.v1.AllocateProducerIdsResponse.error:type_name -> sluice.errordetails.v1.Error
-	96, // [96:96] is the sub-list for method output_type
-	96, // [96:96] is the sub-list for method input_type
-	96, // [96:96] is the sub-list for extension type_name
-	96, // [96:96] is the sub-list for extension extendee
-	0,  // [0:96] is the sub-list for field type_name
+	11,  // 0: sluice.controller.v1.TopicSpec.assignments:type_name -> sluice.controller.v1.ReplicaAssignment
+	89,  // 1: sluice.controller.v1.TopicSpec.configs:type_name -> sluice.controller.v1.TopicSpec.ConfigsEntry
+	10,  // 2: sluice.controller.v1.CreateTopicsRequest.topics:type_name -> sluice.controller.v1.TopicSpec
+	95,  // 3: sluice.controller.v1.CreateTopicResult.error:type_name -> sluice.errordetails.v1.Error
+	90,  // 4: sluice.controller.v1.CreateTopicResult.configs:type_name -> sluice.controller.v1.CreateTopicResult.ConfigsEntry
+	13,  // 5: sluice.controller.v1.CreateTopicsResponse.results:type_name -> sluice.controller.v1.CreateTopicResult
+	95,  // 6: sluice.controller.v1.DeleteTopicResult.error:type_name -> sluice.errordetails.v1.Error
+	16,  // 7: sluice.controller.v1.DeleteTopicsResponse.results:type_name -> sluice.controller.v1.DeleteTopicResult
+	19,  // 8: sluice.controller.v1.ListTopicsResponse.topics:type_name -> sluice.controller.v1.TopicListing
+	95,  // 9: sluice.controller.v1.TopicDescription.error:type_name -> sluice.errordetails.v1.Error
+	96,  // 10: sluice.controller.v1.TopicDescription.partitions:type_name -> sluice.common.v1.PartitionState
+	91,  // 11: sluice.controller.v1.TopicDescription.configs:type_name -> sluice.controller.v1.TopicDescription.ConfigsEntry
+	22,  // 12: sluice.controller.v1.DescribeTopicsResponse.topics:type_name -> sluice.controller.v1.TopicDescription
+	11,  // 13: sluice.controller.v1.PartitionIncrease.assignments:type_name -> sluice.controller.v1.ReplicaAssignment
+	24,  // 14: sluice.controller.v1.CreatePartitionsRequest.topics:type_name -> sluice.controller.v1.PartitionIncrease
+	95,  // 15: sluice.controller.v1.CreatePartitionsResult.error:type_name -> sluice.errordetails.v1.Error
+	26,  // 16: sluice.controller.v1.CreatePartitionsResponse.results:type_name -> sluice.controller.v1.CreatePartitionsResult
+	0,   // 17: sluice.controller.v1.ConfigResource.type:type_name -> sluice.controller.v1.ResourceType
+	1,   // 18: sluice.controller.v1.ConfigEntry.source:type_name -> sluice.controller.v1.ConfigSource
+	28,  // 19: sluice.controller.v1.DescribeConfigsRequest.resources:type_name -> sluice.controller.v1.ConfigResource
+	28,  // 20: sluice.controller.v1.ConfigResourceResult.resource:type_name -> sluice.controller.v1.ConfigResource
+	95,  // 21: sluice.controller.v1.ConfigResourceResult.error:type_name -> sluice.errordetails.v1.Error
+	29,  // 22: sluice.controller.v1.ConfigResourceResult.entries:type_name -> sluice.controller.v1.ConfigEntry
+	31,  // 23: sluice.controller.v1.DescribeConfigsResponse.results:type_name -> sluice.controller.v1.ConfigResourceResult
+	2,   // 24: sluice.controller.v1.AlterConfigOp.op:type_name -> sluice.controller.v1.AlterConfigOpType
+	28,  // 25: sluice.controller.v1.AlterConfigsResource.resource:type_name -> sluice.controller.v1.ConfigResource
+	33,  // 26: sluice.controller.v1.AlterConfigsResource.ops:type_name -> sluice.controller.v1.AlterConfigOp
+	34,  // 27: sluice.controller.v1.AlterConfigsRequest.resources:type_name -> sluice.controller.v1.AlterConfigsResource
+	28,  // 28: sluice.controller.v1.AlterConfigsResult.resource:type_name -> sluice.controller.v1.ConfigResource
+	95,  // 29: sluice.controller.v1.AlterConfigsResult.error:type_name -> sluice.errordetails.v1.Error
+	36,  // 30: sluice.controller.v1.AlterConfigsResponse.results:type_name -> sluice.controller.v1.AlterConfigsResult
+	3,   // 31: sluice.controller.v1.ControllerMember.state:type_name -> sluice.controller.v1.ControllerState
+	4,   // 32: sluice.controller.v1.ControllerMember.etcd_role:type_name -> sluice.controller.v1.EtcdRole
+	39,  // 33: sluice.controller.v1.DescribeClusterResponse.controllers:type_name -> sluice.controller.v1.ControllerMember
+	97,  // 34: sluice.controller.v1.DescribeClusterResponse.brokers:type_name -> sluice.common.v1.Broker
+	40,  // 35: sluice.controller.v1.DescribeClusterResponse.quorum:type_name -> sluice.controller.v1.QuorumStatus
+	5,   // 36: sluice.controller.v1.ElectLeadersRequest.election_type:type_name -> sluice.controller.v1.ElectionType
+	98,  // 37: sluice.controller.v1.ElectLeadersRequest.partitions:type_name -> sluice.common.v1.TopicPartition
+	98,  // 38: sluice.controller.v1.ElectLeadersResult.partition:type_name -> sluice.common.v1.TopicPartition
+	95,  // 39: sluice.controller.v1.ElectLeadersResult.error:type_name -> sluice.errordetails.v1.Error
+	96,  // 40: sluice.controller.v1.ElectLeadersResult.state:type_name -> sluice.common.v1.PartitionState
+	43,  // 41: sluice.controller.v1.ElectLeadersResponse.results:type_name -> sluice.controller.v1.ElectLeadersResult
+	98,  // 42: sluice.controller.v1.PartitionReassignment.partition:type_name -> sluice.common.v1.TopicPartition
+	45,  // 43: sluice.controller.v1.AlterPartitionReassignmentsRequest.reassignments:type_name -> sluice.controller.v1.PartitionReassignment
+	98,  // 44: sluice.controller.v1.ReassignmentResult.partition:type_name -> sluice.common.v1.TopicPartition
+	95,  // 45: sluice.controller.v1.ReassignmentResult.error:type_name -> sluice.errordetails.v1.Error
+	47,  // 46: sluice.controller.v1.AlterPartitionReassignmentsResponse.results:type_name -> sluice.controller.v1.ReassignmentResult
+	98,  // 47: sluice.controller.v1.OngoingReassignment.partition:type_name -> sluice.common.v1.TopicPartition
+	92,  // 48: sluice.controller.v1.OngoingReassignment.lag_bytes:type_name -> sluice.controller.v1.OngoingReassignment.LagBytesEntry
+	50,  // 49: sluice.controller.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> sluice.controller.v1.OngoingReassignment
+	0,   // 50: sluice.controller.v1.AclBinding.resource_type:type_name -> sluice.controller.v1.ResourceType
+	8,   // 51: sluice.controller.v1.AclBinding.pattern_type:type_name -> sluice.controller.v1.PatternType
+	6,   // 52: sluice.controller.v1.AclBinding.operation:type_name -> sluice.controller.v1.AclOperation
+	7,   // 53: sluice.controller.v1.AclBinding.permission:type_name -> sluice.controller.v1.AclPermission
+	52,  // 54: sluice.controller.v1.CreateAclsRequest.bindings:type_name -> sluice.controller.v1.AclBinding
+	95,  // 55: sluice.controller.v1.CreateAclsResponse.errors:type_name -> sluice.errordetails.v1.Error
+	52,  // 56: sluice.controller.v1.DescribeAclsRequest.filter:type_name -> sluice.controller.v1.AclBinding
+	52,  // 57: sluice.controller.v1.DescribeAclsResponse.bindings:type_name -> sluice.controller.v1.AclBinding
+	52,  // 58: sluice.controller.v1.DeleteAclsRequest.filters:type_name -> sluice.controller.v1.AclBinding
+	52,  // 59: sluice.controller.v1.DeleteAclsResponse.deleted:type_name -> sluice.controller.v1.AclBinding
+	9,   // 60: sluice.controller.v1.ScramCredential.mechanism:type_name -> sluice.controller.v1.ScramMechanism
+	59,  // 61: sluice.controller.v1.UserScramCredentials.credentials:type_name -> sluice.controller.v1.ScramCredential
+	9,   // 62: sluice.controller.v1.ScramCredentialUpsertion.mechanism:type_name -> sluice.controller.v1.ScramMechanism
+	9,   // 63: sluice.controller.v1.ScramCredentialDeletion.mechanism:type_name -> sluice.controller.v1.ScramMechanism
+	62,  // 64: sluice.controller.v1.AlterUserScramCredentialsRequest.deletions:type_name -> sluice.controller.v1.ScramCredentialDeletion
+	61,  // 65: sluice.controller.v1.AlterUserScramCredentialsRequest.upsertions:type_name -> sluice.controller.v1.ScramCredentialUpsertion
+	95,  // 66: sluice.controller.v1.AlterUserScramCredentialsResult.error:type_name -> sluice.errordetails.v1.Error
+	64,  // 67: sluice.controller.v1.AlterUserScramCredentialsResponse.results:type_name -> sluice.controller.v1.AlterUserScramCredentialsResult
+	9,   // 68: sluice.controller.v1.ScramCredentialInfo.mechanism:type_name -> sluice.controller.v1.ScramMechanism
+	95,  // 69: sluice.controller.v1.DescribeUserScramCredentialsResult.error:type_name -> sluice.errordetails.v1.Error
+	67,  // 70: sluice.controller.v1.DescribeUserScramCredentialsResult.credentials:type_name -> sluice.controller.v1.ScramCredentialInfo
+	68,  // 71: sluice.controller.v1.DescribeUserScramCredentialsResponse.results:type_name -> sluice.controller.v1.DescribeUserScramCredentialsResult
+	99,  // 72: sluice.controller.v1.RegisterBrokerRequest.endpoints:type_name -> sluice.common.v1.Endpoint
+	95,  // 73: sluice.controller.v1.BrokerHeartbeatResponse.error:type_name -> sluice.errordetails.v1.Error
+	100, // 74: sluice.controller.v1.BrokerHeartbeatResponse.state:type_name -> sluice.common.v1.BrokerState
+	95,  // 75: sluice.controller.v1.ControlledShutdownResponse.error:type_name -> sluice.errordetails.v1.Error
+	96,  // 76: sluice.controller.v1.TopicMetadata.partitions:type_name -> sluice.common.v1.PartitionState
+	93,  // 77: sluice.controller.v1.TopicMetadata.configs:type_name -> sluice.controller.v1.TopicMetadata.ConfigsEntry
+	97,  // 78: sluice.controller.v1.MetadataSnapshot.brokers:type_name -> sluice.common.v1.Broker
+	76,  // 79: sluice.controller.v1.MetadataSnapshot.topics:type_name -> sluice.controller.v1.TopicMetadata
+	39,  // 80: sluice.controller.v1.MetadataSnapshot.controllers:type_name -> sluice.controller.v1.ControllerMember
+	79,  // 81: sluice.controller.v1.MetadataSnapshot.cluster_configs:type_name -> sluice.controller.v1.ClusterConfigs
+	60,  // 82: sluice.controller.v1.MetadataSnapshot.scram_users:type_name -> sluice.controller.v1.UserScramCredentials
+	78,  // 83: sluice.controller.v1.MetadataSnapshot.acls:type_name -> sluice.controller.v1.AclSet
+	52,  // 84: sluice.controller.v1.AclSet.bindings:type_name -> sluice.controller.v1.AclBinding
+	94,  // 85: sluice.controller.v1.ClusterConfigs.configs:type_name -> sluice.controller.v1.ClusterConfigs.ConfigsEntry
+	76,  // 86: sluice.controller.v1.MetadataDelta.upserted_topics:type_name -> sluice.controller.v1.TopicMetadata
+	97,  // 87: sluice.controller.v1.MetadataDelta.upserted_brokers:type_name -> sluice.common.v1.Broker
+	39,  // 88: sluice.controller.v1.MetadataDelta.controllers:type_name -> sluice.controller.v1.ControllerMember
+	79,  // 89: sluice.controller.v1.MetadataDelta.cluster_configs:type_name -> sluice.controller.v1.ClusterConfigs
+	60,  // 90: sluice.controller.v1.MetadataDelta.upserted_scram_users:type_name -> sluice.controller.v1.UserScramCredentials
+	78,  // 91: sluice.controller.v1.MetadataDelta.acls:type_name -> sluice.controller.v1.AclSet
+	77,  // 92: sluice.controller.v1.WatchMetadataResponse.snapshot:type_name -> sluice.controller.v1.MetadataSnapshot
+	80,  // 93: sluice.controller.v1.WatchMetadataResponse.delta:type_name -> sluice.controller.v1.MetadataDelta
+	83,  // 94: sluice.controller.v1.AlterPartitionRequest.changes:type_name -> sluice.controller.v1.PartitionChange
+	95,  // 95: sluice.controller.v1.AlterPartitionResult.error:type_name -> sluice.errordetails.v1.Error
+	96,  // 96: sluice.controller.v1.AlterPartitionResult.state:type_name -> sluice.common.v1.PartitionState
+	85,  // 97: sluice.controller.v1.AlterPartitionResponse.results:type_name -> sluice.controller.v1.AlterPartitionResult
+	95,  // 98: sluice.controller.v1.AllocateProducerIdsResponse.error:type_name -> sluice.errordetails.v1.Error
+	99,  // [99:99] is the sub-list for method output_type
+	99,  // [99:99] is the sub-list for method input_type
+	99,  // [99:99] is the sub-list for extension type_name
+	99,  // [99:99] is the sub-list for extension extendee
+	0,   // [0:99] is the sub-list for field type_name
 }
 
 func init() { file_sluice_controller_v1_messages_proto_init() }
@@ -6143,8 +6217,8 @@ func file_sluice_controller_v1_messages_proto_init() {
 	}
 	file_sluice_controller_v1_messages_proto_msgTypes[0].OneofWrappers = []any{}
 	file_sluice_controller_v1_messages_proto_msgTypes[19].OneofWrappers = []any{}
-	file_sluice_controller_v1_messages_proto_msgTypes[69].OneofWrappers = []any{}
-	file_sluice_controller_v1_messages_proto_msgTypes[71].OneofWrappers = []any{
+	file_sluice_controller_v1_messages_proto_msgTypes[70].OneofWrappers = []any{}
+	file_sluice_controller_v1_messages_proto_msgTypes[72].OneofWrappers = []any{
 		(*WatchMetadataResponse_Snapshot)(nil),
 		(*WatchMetadataResponse_Delta)(nil),
 	}
@@ -6154,7 +6228,7 @@ func file_sluice_controller_v1_messages_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_controller_v1_messages_proto_rawDesc), len(file_sluice_controller_v1_messages_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   84,
+			NumMessages:   85,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
