@@ -115,7 +115,10 @@ func writeTimeline(w io.Writer, h check.History, start time.Time) error {
 		}
 		s.printf(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#f4a261" fill-opacity="0.25"><title>%s</title></rect>`+"\n",
 			x(from), panel1, math.Max(x(to)-x(from), 1), panel2+panelH-panel1, html.EscapeString(label+" "+f.Detail))
-		s.printf(`<text x="%.1f" y="%d" fill="#b35c00">%s</text>`+"\n", x(from)+2, plotTop-6-(i%3)*11, html.EscapeString(label))
+		// A label that would run past the right edge is moved left to end
+		// inside the image (about 6.2 px a character at 11 px).
+		lx := math.Max(math.Min(x(from)+2, float64(plotW)-4-6.2*float64(len(label))), 2)
+		s.printf(`<text x="%.1f" y="%d" fill="#b35c00">%s</text>`+"\n", lx, plotTop-6-(i%3)*11, html.EscapeString(label))
 	}
 
 	// Panel 1: records per second by outcome, stacked.

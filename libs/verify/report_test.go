@@ -285,3 +285,27 @@ func TestTimelineWriteError(t *testing.T) {
 type failWriter struct{}
 
 func (failWriter) Write([]byte) (int, error) { return 0, io.ErrClosedPipe }
+
+// A fault near the end of the run keeps its label inside the image.
+func TestTimelineLabelStaysInside(t *testing.T) {
+	t0 := time.Now().UnixNano()
+	h := sampleHistory(t0)
+	h.Faults = append(h.Faults, check.Fault{Kind: "partition", Target: "storage-leader-with-a-long-name", Start: t0 + 4e9, End: t0 + 4.5e9})
+	var b strings.Builder
+	require.NoError(t, writeTimeline(&b, h, time.Unix(0, t0)))
+	var doc struct {
+		Texts []struct {
+			X    float64 `xml:"x,attr"`
+			Text string  `xml:",chardata"`
+		} `xml:"text"`
+	}
+	require.NoError(t, xml.Unmarshal([]byte(b.String()), &doc))
+	found := false
+	for _, tx := range doc.Texts {
+		if strings.HasPrefix(tx.Text, "partition storage-leader") {
+			found = true
+			require.LessOrEqual(t, tx.X+6.2*float64(len(tx.Text)), float64(plotW), "label %q at x=%.1f runs past the %d px image", tx.Text, tx.X, plotW)
+		}
+	}
+	require.True(t, found)
+}

@@ -164,6 +164,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	start := time.Now()
 	work, stopWork := context.WithTimeout(ctx, cfg.Duration)
 	defer stopWork()
+	if cfg.StopEarly != nil {
+		go func() {
+			select {
+			case <-cfg.StopEarly:
+				log.Info("verify: stopping the workload early; checking what ran")
+				stopWork()
+			case <-work.Done():
+			}
+		}()
+	}
 	readers, stopReaders := context.WithCancel(ctx)
 	defer stopReaders()
 	drain, stopDrain := context.WithCancel(ctx)

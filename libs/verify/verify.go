@@ -44,6 +44,11 @@ type Config struct {
 	// Duration is how long producers and consumers run before the quiet
 	// phase and the final reads. Required.
 	Duration time.Duration
+	// StopEarly, when it closes, ends the workload before Duration: the
+	// quiet phase, the final reads and the checks run on what ran (an
+	// operator's first Ctrl-C). Canceling Run's context instead abandons
+	// the run without a report.
+	StopEarly <-chan struct{}
 	// Seed drives every random choice of the workload (keys, transaction
 	// sizes, which transactions abort) and names the topics. Default: the
 	// time the run starts.

@@ -1,13 +1,16 @@
 package cmd
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -73,7 +76,30 @@ connection error.
 			}
 			cfg.Logger = progressLogger(cmd.ErrOrStderr())
 			fmt.Fprintf(cmd.ErrOrStderr(), "verify: against %s for %s, report in %s\n", strings.Join(cfg.Bootstrap, ","), duration, cfg.Out)
-			rep, err := verify.Run(cmd.Context(), cfg)
+			// The first Ctrl-C ends the workload early and still checks and
+			// reports what ran; a second one abandons the run.
+			ctx, abandon := context.WithCancel(context.Background())
+			defer abandon()
+			stopEarly := make(chan struct{})
+			cfg.StopEarly = stopEarly
+			sigs := make(chan os.Signal, 2)
+			signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+			defer signal.Stop(sigs)
+			go func() {
+				select {
+				case <-sigs:
+				case <-ctx.Done():
+					return
+				}
+				fmt.Fprintln(cmd.ErrOrStderr(), "verify: interrupted: ending the workload and checking what ran (interrupt again to abandon the run)")
+				close(stopEarly)
+				select {
+				case <-sigs:
+					abandon()
+				case <-ctx.Done():
+				}
+			}()
+			rep, err := verify.Run(ctx, cfg)
 			if err != nil {
 				return &exitError{code: verifyUsage, err: err}
 			}
