@@ -34,6 +34,9 @@ type Image struct {
 	// ClusterConfigs are the cluster-wide dynamic defaults of topic configs
 	// (Kafka's broker names).
 	ClusterConfigs map[string]string
+	// ScramUsers are users' SCRAM credentials by user name (see
+	// libs/scram, which verifies against them).
+	ScramUsers map[string]*controllerv1.UserScramCredentials
 }
 
 // Topic is one topic in an Image.
@@ -60,6 +63,7 @@ func FromSnapshot(s *controllerv1.MetadataSnapshot) *Image {
 		Brokers:        make(map[int32]*commonv1.Broker, len(s.GetBrokers())),
 		Topics:         make(map[string]*Topic, len(s.GetTopics())),
 		ClusterConfigs: s.GetClusterConfigs().GetConfigs(),
+		ScramUsers:     scramUsers(s.GetScramUsers()),
 	}
 	for _, b := range s.GetBrokers() {
 		img.Brokers[b.GetId()] = b
@@ -109,6 +113,18 @@ func (img *Image) Apply(d *controllerv1.MetadataDelta) *Image {
 			delete(out.Brokers, id)
 		}
 	}
+	if len(d.GetUpsertedScramUsers()) > 0 || len(d.GetDeletedScramUsers()) > 0 {
+		out.ScramUsers = maps.Clone(img.ScramUsers)
+		if out.ScramUsers == nil {
+			out.ScramUsers = map[string]*controllerv1.UserScramCredentials{}
+		}
+		for _, u := range d.GetUpsertedScramUsers() {
+			out.ScramUsers[u.GetUser()] = u
+		}
+		for _, name := range d.GetDeletedScramUsers() {
+			delete(out.ScramUsers, name)
+		}
+	}
 	if len(d.GetUpsertedTopics()) > 0 || len(d.GetDeletedTopics()) > 0 {
 		out.Topics = maps.Clone(img.Topics)
 		for _, name := range d.GetDeletedTopics() {
@@ -136,7 +152,19 @@ func (img *Image) Snapshot() *controllerv1.MetadataSnapshot {
 	for _, name := range img.TopicNames(true) {
 		s.Topics = append(s.Topics, img.Topics[name].Metadata())
 	}
+	for _, name := range slices.Sorted(maps.Keys(img.ScramUsers)) {
+		s.ScramUsers = append(s.ScramUsers, img.ScramUsers[name])
+	}
 	return s
+}
+
+// scramUsers indexes users' SCRAM credentials by name.
+func scramUsers(us []*controllerv1.UserScramCredentials) map[string]*controllerv1.UserScramCredentials {
+	out := make(map[string]*controllerv1.UserScramCredentials, len(us))
+	for _, u := range us {
+		out[u.GetUser()] = u
+	}
+	return out
 }
 
 // Metadata renders the topic as a metadata message.

@@ -20,6 +20,7 @@ import (
 //	partitions/<topic>/<partition>  partition state (metastore.v1.PartitionRecord)
 //	configs/broker/<id|default>     dynamic broker configs (metastore.v1.ConfigRecord)
 //	producer-ids/next               next unallocated producer id (decimal string)
+//	users/scram/<user>              a user's SCRAM credentials (controller.v1.UserScramCredentials)
 const (
 	KeyClusterID        = "cluster/id"
 	KeyControllerLeader = "controller/leader"
@@ -31,7 +32,11 @@ const (
 	PrefixPartitions    = "partitions/"
 	PrefixBrokerConfigs = "configs/broker/"
 	KeyProducerIDNext   = "producer-ids/next"
+	PrefixScramUsers    = "users/scram/"
 )
+
+// ScramUserKey is the key of a user's SCRAM credentials.
+func ScramUserKey(user string) string { return PrefixScramUsers + user }
 
 // ControllerKey is the presence key of a controller.
 func ControllerKey(nodeID int32) string { return PrefixControllers + strconv.Itoa(int(nodeID)) }

@@ -1,0 +1,154 @@
+package scram_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	xscram "github.com/xdg-go/scram"
+
+	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
+	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/metadata"
+	"github.com/sluice-io/sluice/libs/scram"
+)
+
+// storeWith returns a store whose image holds the given users, each with
+// both mechanisms set to its password.
+func storeWith(t *testing.T, users map[string]string) (*scram.Store, *metadata.Cache) {
+	t.Helper()
+	cache := metadata.NewCache()
+	setUsers(t, cache, users)
+	return scram.NewStore(cache), cache
+}
+
+func setUsers(t *testing.T, cache *metadata.Cache, users map[string]string) {
+	t.Helper()
+	img := metadata.Empty()
+	img.ScramUsers = map[string]*controllerv1.UserScramCredentials{}
+	for user, pw := range users {
+		u := &controllerv1.UserScramCredentials{User: user}
+		for _, m := range scram.Mechanisms {
+			up, err := scram.NewUpsertion(user, m, pw, scram.MinIterations)
+			require.NoError(t, err)
+			c, err := scram.CredentialFrom(up)
+			require.NoError(t, err)
+			u.Credentials = append(u.Credentials, c)
+		}
+		img.ScramUsers[user] = u
+	}
+	cache.Reset(img)
+}
+
+// The keys match what an independent SCRAM client derives from the same
+// password, salt and iterations.
+func TestKeysMatchClient(t *testing.T) {
+	for _, tc := range []struct {
+		m   scram.Mechanism
+		gen xscram.HashGeneratorFcn
+	}{{scram.SHA256, xscram.SHA256}, {scram.SHA512, xscram.SHA512}} {
+		up, err := scram.NewUpsertion("alice", tc.m, "pencil", 4096)
+		require.NoError(t, err)
+		c, err := scram.CredentialFrom(up)
+		require.NoError(t, err)
+		cl, err := tc.gen.NewClient("alice", "pencil", "")
+		require.NoError(t, err)
+		want := cl.GetStoredCredentials(xscram.KeyFactors{Salt: string(up.GetSalt()), Iters: 4096})
+		require.Equal(t, want.StoredKey, c.GetStoredKey(), scram.Name(tc.m))
+		require.Equal(t, want.ServerKey, c.GetServerKey(), scram.Name(tc.m))
+	}
+}
+
+func TestCredentialFromValidates(t *testing.T) {
+	good, err := scram.NewUpsertion("bob", scram.SHA256, "pw", 4096)
+	require.NoError(t, err)
+	for name, mut := range map[string]func(u *controllerv1.ScramCredentialUpsertion){
+		"empty user":     func(u *controllerv1.ScramCredentialUpsertion) { u.User = "" },
+		"control char":   func(u *controllerv1.ScramCredentialUpsertion) { u.User = "a\nb" },
+		"few iterations": func(u *controllerv1.ScramCredentialUpsertion) { u.Iterations = 4095 },
+		"many":           func(u *controllerv1.ScramCredentialUpsertion) { u.Iterations = 16385 },
+		"short salt":     func(u *controllerv1.ScramCredentialUpsertion) { u.Salt = u.Salt[:15] },
+		"no mechanism":   func(u *controllerv1.ScramCredentialUpsertion) { u.Mechanism = 0 },
+		"salted length":  func(u *controllerv1.ScramCredentialUpsertion) { u.SaltedPassword = u.SaltedPassword[:31] },
+	} {
+		u := &controllerv1.ScramCredentialUpsertion{User: good.User, Mechanism: good.Mechanism, Iterations: good.Iterations, Salt: good.Salt, SaltedPassword: good.SaltedPassword}
+		mut(u)
+		_, err := scram.CredentialFrom(u)
+		require.Error(t, err, name)
+		require.Equal(t, errs.InvalidRequest, errs.CodeOf(err), name)
+	}
+	_, err = scram.NewUpsertion("bob", scram.SHA256, "pw", 100)
+	require.Error(t, err)
+}
+
+// converse runs a whole SCRAM conversation between an xdg-go client and a
+// server conversation of store.
+func converse(t *testing.T, store *scram.Store, m scram.Mechanism, user, pw string) (ok bool, authUser string) {
+	t.Helper()
+	gen := map[scram.Mechanism]xscram.HashGeneratorFcn{scram.SHA256: xscram.SHA256, scram.SHA512: xscram.SHA512}[m]
+	cl, err := gen.NewClient(user, pw, "")
+	require.NoError(t, err)
+	cc := cl.NewConversation()
+	sc, err := store.NewConversation(m)
+	require.NoError(t, err)
+	c1, err := cc.Step("")
+	require.NoError(t, err)
+	s1, err := sc.Step(c1)
+	if err != nil {
+		return false, ""
+	}
+	c2, err := cc.Step(s1)
+	require.NoError(t, err)
+	s2, err := sc.Step(c2)
+	if err != nil || !sc.Valid() {
+		return false, ""
+	}
+	_, err = cc.Step(s2) // the client checks the server's signature
+	require.NoError(t, err)
+	return true, sc.Username()
+}
+
+func TestConversation(t *testing.T) {
+	store, _ := storeWith(t, map[string]string{"alice": "secret-a"})
+	for _, m := range scram.Mechanisms {
+		ok, who := converse(t, store, m, "alice", "secret-a")
+		require.True(t, ok, scram.Name(m))
+		require.Equal(t, "alice", who)
+		ok, _ = converse(t, store, m, "alice", "wrong")
+		require.False(t, ok, scram.Name(m))
+		// An unknown user fails the same way, at the proof.
+		ok, _ = converse(t, store, m, "mallory", "secret-a")
+		require.False(t, ok, scram.Name(m))
+	}
+}
+
+func TestVerifier(t *testing.T) {
+	store, cache := storeWith(t, map[string]string{"alice": "secret-a", "bob": "secret-b"})
+	v := scram.NewVerifier(store, time.Minute)
+	ctx := context.Background()
+	require.NoError(t, v.Verify(ctx, "alice", "secret-a"))
+	require.NoError(t, v.Verify(ctx, "bob", "secret-b"))
+	for _, bad := range [][2]string{{"alice", "secret-b"}, {"alice", ""}, {"carol", "secret-a"}, {"", ""}, {"alice", "secret-a "}} {
+		err := v.Verify(ctx, bad[0], bad[1])
+		require.Error(t, err, bad)
+		require.Equal(t, errs.SaslAuthenticationFailed, errs.CodeOf(err), bad)
+	}
+
+	// A remembered success costs no PBKDF2: far faster than the first.
+	start := time.Now()
+	require.NoError(t, v.Verify(ctx, "alice", "secret-a"))
+	cachedTook := time.Since(start)
+	v2 := scram.NewVerifier(store, -1)
+	start = time.Now()
+	require.NoError(t, v2.Verify(ctx, "alice", "secret-a"))
+	fullTook := time.Since(start)
+	t.Logf("verify: %v with PBKDF2 (%d iterations), %v remembered", fullTook, scram.MinIterations, cachedTook)
+	require.Less(t, cachedTook, fullTook)
+
+	// A changed password takes effect at once, remembered or not.
+	setUsers(t, cache, map[string]string{"alice": "new-a"})
+	require.Error(t, v.Verify(ctx, "alice", "secret-a"))
+	require.NoError(t, v.Verify(ctx, "alice", "new-a"))
+	require.Error(t, v.Verify(ctx, "bob", "secret-b"), "deleted user")
+}

@@ -1,0 +1,99 @@
+package scram
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+
+	"github.com/xdg-go/scram"
+
+	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
+	"github.com/sluice-io/sluice/libs/metadata"
+)
+
+// Store is the credential store of a process: the SCRAM credentials of the
+// process's current metadata image. It is safe for concurrent use; a
+// credential changed by the controller is used from the moment the
+// process's metadata watch delivers it.
+type Store struct {
+	cache *metadata.Cache
+	// fakeKey derives stand-in credentials for unknown users, so a SCRAM
+	// conversation for a user that does not exist looks like one with a
+	// wrong password (it fails at the proof, with a stable salt) and does
+	// not reveal which users exist.
+	fakeKey []byte
+}
+
+// NewStore returns the store reading cache.
+func NewStore(cache *metadata.Cache) *Store {
+	k := make([]byte, 32)
+	_, _ = rand.Read(k) // crypto/rand.Read never fails (Go 1.24+)
+	return &Store{cache: cache, fakeKey: k}
+}
+
+// Lookup returns user's credential for m.
+func (s *Store) Lookup(user string, m Mechanism) (*controllerv1.ScramCredential, bool) {
+	u, ok := s.cache.Load().ScramUsers[user]
+	if !ok {
+		return nil, false
+	}
+	for _, c := range u.GetCredentials() {
+		if c.GetMechanism() == m {
+			return c, true
+		}
+	}
+	return nil, false
+}
+
+// credentials returns every credential of user.
+func (s *Store) credentials(user string) []*controllerv1.ScramCredential {
+	return s.cache.Load().ScramUsers[user].GetCredentials()
+}
+
+// errUnknownUser is what a lookup reports for a user without a credential
+// for the mechanism; conversations answer it like a wrong password.
+var errUnknownUser = errors.New("no such user or no credential for the mechanism")
+
+// NewConversation starts the server side of one SCRAM conversation for m
+// (RFC 5802). Step it with each client message; Valid reports success and
+// Username the authenticated user.
+func (s *Store) NewConversation(m Mechanism) (*scram.ServerConversation, error) {
+	var gen scram.HashGeneratorFcn
+	switch m {
+	case SHA256:
+		gen = scram.SHA256
+	case SHA512:
+		gen = scram.SHA512
+	default:
+		return nil, errors.New("unknown SCRAM mechanism")
+	}
+	srv, err := gen.NewServer(func(user string) (scram.StoredCredentials, error) {
+		c, ok := s.Lookup(user, m)
+		if !ok {
+			return s.fake(user, m), nil
+		}
+		return scram.StoredCredentials{
+			KeyFactors: scram.KeyFactors{Salt: string(c.GetSalt()), Iters: int(c.GetIterations())},
+			StoredKey:  c.GetStoredKey(), ServerKey: c.GetServerKey(),
+		}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return srv.NewConversation(), nil
+}
+
+// fake returns a credential no password matches, stable per user, for a
+// user that has none.
+func (s *Store) fake(user string, m Mechanism) scram.StoredCredentials {
+	salt := hmac.New(sha256.New, s.fakeKey)
+	salt.Write([]byte{byte(m)})
+	salt.Write([]byte(user))
+	key := make([]byte, 64)
+	_, _ = rand.Read(key) // never fails
+	return scram.StoredCredentials{
+		KeyFactors: scram.KeyFactors{Salt: string(salt.Sum(nil)), Iters: DefaultIterations},
+		StoredKey:  key, ServerKey: key,
+	}
+}
