@@ -2,6 +2,7 @@ package grpcx
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,12 +19,14 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-io/sluice/libs/authn"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/client/wire"
 	"github.com/sluice-io/sluice/libs/telemetry"
@@ -66,6 +69,12 @@ type ServerOptions struct {
 	// server span is reported under that role's service name, or to
 	// telemetry.Process. Nil reports every call under the process's name.
 	RoleOf func(fullMethod string) string
+	// TLS, if set, serves every connection over TLS with this configuration
+	// (tlsx.Source.ServerConfig, with "h2"); nil serves plaintext.
+	TLS *tls.Config
+	// Authn builds every call's identity (auth.Identity in its context) or
+	// refuses the call; nil makes every caller ANONYMOUS.
+	Authn *authn.Authenticator
 	// Extra server options, such as a codec.
 	Extra []grpc.ServerOption
 }
@@ -112,6 +121,9 @@ func NewServer(cfg ServerConfig, o ServerOptions) *Server {
 		o.Logger.ErrorContext(ctx, "panic in gRPC handler", slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
 		return errs.New(errs.UnknownServerError, "internal error; the server logged the details")
 	})
+	if o.Authn == nil {
+		o.Authn = authn.New(authn.Options{Logger: o.Logger})
+	}
 	opts := []grpc.ServerOption{
 		// Frames go out without copying their bodies; everything else is
 		// plain protobuf.
@@ -130,11 +142,13 @@ func NewServer(cfg ServerConfig, o ServerOptions) *Server {
 		// Clients ping idle connections every 10 s (see Dial); allow it.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		// Interceptors run outermost first: log the final outcome, map errors
-		// to statuses, recover panics, then validate the request.
+		// to statuses, recover panics, authenticate the caller, then validate
+		// the request.
 		grpc.ChainUnaryInterceptor(
 			logging.UnaryServerInterceptor(slogAdapter(o.Logger), logOpts...),
 			unaryErrorInterceptor(o.Logger),
 			recovery.UnaryServerInterceptor(recoveryOpt),
+			o.Authn.UnaryServerInterceptor(),
 			s.unaryGate,
 			s.Validators.unaryInterceptor(),
 		),
@@ -142,12 +156,16 @@ func NewServer(cfg ServerConfig, o ServerOptions) *Server {
 			logging.StreamServerInterceptor(slogAdapter(o.Logger), logOpts...),
 			streamErrorInterceptor(o.Logger),
 			recovery.StreamServerInterceptor(recoveryOpt),
+			o.Authn.StreamServerInterceptor(),
 			s.streamGate,
 			s.Validators.streamInterceptor(),
 		),
 	}
 	if o.Telemetry != nil {
 		opts = append(opts, grpc.StatsHandler(newRoleStatsHandler(o.Telemetry, o.RoleOf)))
+	}
+	if o.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(o.TLS)))
 	}
 	opts = append(opts, o.Extra...)
 	s.GRPC = grpc.NewServer(opts...)
