@@ -3,6 +3,7 @@ package kafka
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -38,6 +39,10 @@ type conn struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
+	// idCtx is ctx carrying the connection's auth.Identity: the parent of
+	// every request's context. Set before the first request is read and
+	// read only by the reader.
+	idCtx context.Context
 
 	pending chan *slot
 	// outstanding counts slots queued and not yet written: a connection
@@ -109,12 +114,16 @@ func callRelease(logger *slog.Logger, release func()) {
 func newConn(s *Server, nc net.Conn) *conn {
 	ctx, cancel := context.WithCancel(s.ctx)
 	remote := nc.RemoteAddr()
+	if s.tls != nil {
+		nc = tls.Server(nc, s.tls)
+	}
 	return &conn{
 		s: s, nc: nc,
 		info:    &Conn{Remote: remote, Local: nc.LocalAddr(), Principal: "User:ANONYMOUS"},
 		logger:  s.logger.With(slog.String("remote", remote.String())),
 		br:      bufio.NewReaderSize(nc, 32<<10),
 		ctx:     ctx,
+		idCtx:   ctx,
 		cancel:  cancel,
 		pending: make(chan *slot, s.cfg.MaxPendingResponses),
 		stop:    make(chan struct{}),
@@ -173,6 +182,10 @@ func (c *conn) readLoop() {
 	// connection.
 	defer close(c.pending)
 	c.logger.Debug("Kafka connection opened")
+	if !c.authenticate() {
+		c.close()
+		return
+	}
 	var sizeBuf [4]byte
 	for {
 		if !c.armRead(c.s.cfg.IdleTimeout) {
@@ -284,7 +297,7 @@ func (c *conn) handle(frame []byte) bool {
 	}
 	req := &Request{Key: h.key, Version: h.version, CorrelationID: h.correlationID, ClientID: h.clientID, Msg: msg, Conn: c.info}
 
-	ctx, span := c.s.tracer.Start(c.ctx, "kafka."+apiName(h.key), trace.WithSpanKind(trace.SpanKindServer),
+	ctx, span := c.s.tracer.Start(c.idCtx, "kafka."+apiName(h.key), trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithTimestamp(start),
 		trace.WithAttributes(
 			attribute.Int("kafka.api_key", int(h.key)),

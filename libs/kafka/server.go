@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluice-io/sluice/libs/authn"
 	"github.com/sluice-io/sluice/libs/log"
 )
 
@@ -22,6 +24,12 @@ type ServerOptions struct {
 	Meter metric.MeterProvider
 	// Tracer makes a span per request ("kafka.<ApiName>"); nil makes none.
 	Tracer trace.TracerProvider
+	// TLS, if set, serves every connection over TLS with this
+	// configuration (tlsx.Source.ServerConfig); nil serves plaintext.
+	TLS *tls.Config
+	// Authn names the principal of a verified client certificate; nil
+	// maps it with the DEFAULT rule.
+	Authn *authn.Authenticator
 }
 
 // Server serves a Mux on a listener: it reads size-prefixed request frames,
@@ -39,6 +47,8 @@ type Server struct {
 	logger  *slog.Logger
 	metrics *metrics
 	tracer  trace.Tracer
+	tls     *tls.Config
+	authn   *authn.Authenticator
 	// queued bounds the request bytes held over all connections.
 	queued *budget
 
@@ -71,6 +81,10 @@ func NewServer(cfg Config, mux *Mux, lis net.Listener, opts ServerOptions) *Serv
 		metrics: newMetrics(opts.Meter), tracer: tracerOf(opts.Tracer),
 		queued: newBudget(cfg.withDefaults().MaxQueuedRequestBytes),
 		ctx:    ctx, cancel: cancel, conns: map[*conn]struct{}{},
+		tls: opts.TLS, authn: opts.Authn,
+	}
+	if s.authn == nil {
+		s.authn = authn.New(authn.Options{Logger: logger})
 	}
 	mux.Handle(apiVersionsKey, 0, apiVersionsMax, s.apiVersions)
 	return s

@@ -1,0 +1,44 @@
+package kafka
+
+import (
+	"crypto/tls"
+	"log/slog"
+
+	"github.com/sluice-io/sluice/libs/auth"
+	"github.com/sluice-io/sluice/libs/authn"
+	"github.com/sluice-io/sluice/libs/log"
+)
+
+// authenticate runs the TLS handshake of a TLS connection (bounded by the
+// request timeout) and puts the connection's identity on its context: the
+// principal of a verified client certificate (mechanism "mtls", with the
+// roles its URI SANs name), else ANONYMOUS until SASL authenticates the
+// connection. It reports false when the connection must close: the
+// handshake failed (a plaintext client, an untrusted or expired
+// certificate) or no mapping rule applies to the certificate.
+func (c *conn) authenticate() bool {
+	host := authn.HostOf(c.info.Remote)
+	id := auth.Identity{Principal: auth.Anonymous, Host: host}
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		if !c.armRead(c.s.cfg.RequestTimeout) {
+			return false
+		}
+		if err := tc.HandshakeContext(c.ctx); err != nil {
+			// Plaintext clients and untrusted certificates end here; the
+			// client sees a closed connection or a TLS alert.
+			c.logger.Info("Kafka TLS handshake failed, closing the connection", log.Err(err))
+			return false
+		}
+		if st := tc.ConnectionState(); len(st.VerifiedChains) > 0 && len(st.PeerCertificates) > 0 {
+			var err error
+			if id, err = c.s.authn.FromCertificate(host, st.PeerCertificates[0]); err != nil {
+				c.logger.Info("Kafka client certificate refused, closing the connection", log.Err(err))
+				return false
+			}
+			c.logger.Debug("Kafka client authenticated by certificate", slog.String("principal", id.Principal.String()))
+		}
+	}
+	c.info.Principal = id.Principal.String()
+	c.idCtx = auth.NewContext(c.ctx, id)
+	return true
+}
