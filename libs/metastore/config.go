@@ -1,6 +1,7 @@
 package metastore
 
 import (
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"net"
@@ -48,10 +49,28 @@ type Config struct {
 	// preallocated before the current one fills.
 	WalDir string
 
+	// TLS, when set, serves the embedded member's client and peer traffic
+	// over TLS (https URLs) and connects to it with TLS. The process sets
+	// it from its --tls.* flags; it has no flags of its own.
+	TLS *TLS
+
 	// Tuning for tests: shorter raft ticks and no fsync. Never in production.
 	TickMs        uint
 	ElectionMs    uint
 	UnsafeNoFsync bool
+}
+
+// TLS is the TLS identity of an embedded etcd member and of its client.
+type TLS struct {
+	// CertFile and KeyFile are the member's certificate (serving clients
+	// and peers, and presented to peers as client certificate) and key;
+	// etcd reads them again at every handshake, so a replaced certificate
+	// is used by new connections. CAFile verifies clients and peers; etcd
+	// reads it once, at start.
+	CertFile, KeyFile, CAFile string
+	// Client is the configuration the Sluice controller connects to the
+	// member with (its certificate as client certificate).
+	Client *tls.Config
 }
 
 // RegisterFlags registers the flags under prefix (for example
@@ -105,6 +124,9 @@ func (c *Config) Validate() error {
 	if c.QuotaBackendBytes < 0 {
 		return fmt.Errorf("etcd quota-backend-bytes: %d is negative", c.QuotaBackendBytes)
 	}
+	if c.TLS != nil && strings.Contains(c.InitialCluster, "http://") {
+		return fmt.Errorf("etcd initial-cluster: with TLS every peer URL must be https://, got %q", c.InitialCluster)
+	}
 	if !strings.HasPrefix(c.Prefix, "/") {
 		return fmt.Errorf("etcd prefix %q must start with /", c.Prefix)
 	}
@@ -141,4 +163,11 @@ func parseInitialCluster(s string) ([]string, error) {
 		names = append(names, name)
 	}
 	return names, nil
+}
+
+func (c *Config) scheme() string {
+	if c.TLS != nil {
+		return "https"
+	}
+	return "http"
 }

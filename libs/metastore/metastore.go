@@ -11,6 +11,7 @@ package metastore
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -62,10 +64,15 @@ func Open(ctx context.Context, cfg Config, name, dataDir string, logger *slog.Lo
 		if err := s.startEmbedded(ctx, dataDir); err != nil {
 			return nil, err
 		}
-		endpoints = []string{"http://" + cfg.ClientListen}
+		endpoints = []string{cfg.scheme() + "://" + cfg.ClientListen}
+	}
+	var clientTLS *tls.Config
+	if cfg.TLS != nil && cfg.Embedded() {
+		clientTLS = cfg.TLS.Client
 	}
 	client, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
+		TLS:         clientTLS,
 		DialTimeout: cfg.DialTimeout,
 		Logger:      zap.NewNop(), // client retries are reported by our own callers
 		Context:     context.WithoutCancel(ctx),
@@ -95,13 +102,19 @@ func (s *Store) startEmbedded(ctx context.Context, dataDir string) error {
 	if err := os.MkdirAll(ec.Dir, 0o700); err != nil {
 		return fmt.Errorf("creating etcd data dir: %w", err)
 	}
-	clientURL, err := url.Parse("http://" + s.cfg.ClientListen)
+	clientURL, err := url.Parse(s.cfg.scheme() + "://" + s.cfg.ClientListen)
 	if err != nil {
 		return fmt.Errorf("etcd client-listen: %w", err)
 	}
-	peerURL, err := url.Parse("http://" + s.cfg.PeerListen)
+	peerURL, err := url.Parse(s.cfg.scheme() + "://" + s.cfg.PeerListen)
 	if err != nil {
 		return fmt.Errorf("etcd peer-listen: %w", err)
+	}
+	if t := s.cfg.TLS; t != nil {
+		// Clients (the controllers) and peers must present a certificate
+		// the CA signed: etcd holds every secret of the cluster's metadata.
+		info := transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.CAFile, ClientCertAuth: true}
+		ec.ClientTLSInfo, ec.PeerTLSInfo = info, info
 	}
 	ec.ListenClientUrls = []url.URL{*clientURL}
 	ec.AdvertiseClientUrls = []url.URL{*clientURL}
