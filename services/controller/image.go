@@ -42,6 +42,7 @@ type state struct {
 	pidNext        versioned[string]
 	brokerEpoch    versioned[string]
 	clusterConfigs versioned[*metastorev1.ConfigRecord]
+	scramUsers     map[string]*versioned[*controllerv1.UserScramCredentials]
 }
 
 type electionKey struct {
@@ -62,6 +63,7 @@ func newState() *state {
 		brokers:    map[int32]*versioned[*metastorev1.BrokerRecord]{},
 		topics:     map[string]*versioned[*metastorev1.TopicRecord]{},
 		partitions: map[string]map[int32]*versioned[*metastorev1.PartitionRecord]{},
+		scramUsers: map[string]*versioned[*controllerv1.UserScramCredentials]{},
 	}
 }
 
@@ -147,10 +149,11 @@ type change struct {
 	deleted     map[string]bool
 	controllers bool
 	configs     bool
+	scramUsers  map[string]bool
 }
 
 func newChange() *change {
-	return &change{brokers: map[int32]bool{}, topics: map[string]bool{}, partitions: map[string]map[int32]bool{}, deleted: map[string]bool{}}
+	return &change{brokers: map[int32]bool{}, topics: map[string]bool{}, partitions: map[string]map[int32]bool{}, deleted: map[string]bool{}, scramUsers: map[string]bool{}}
 }
 
 // apply applies one etcd key-value event to the state. key is relative to
@@ -193,6 +196,8 @@ func (s *state) apply(key string, kv *mvccpb.KeyValue, deleted bool, ch *change)
 			s.election[key] = electionKey{createRev: kv.CreateRevision, nodeID: int32(id)}
 		}
 		ch.controllers = true
+	case strings.HasPrefix(key, metastore.PrefixScramUsers):
+		return s.applyScramUser(strings.TrimPrefix(key, metastore.PrefixScramUsers), kv, deleted, ch)
 	case strings.HasPrefix(key, metastore.PrefixControllers):
 		id, err := strconv.Atoi(strings.TrimPrefix(key, metastore.PrefixControllers))
 		if err != nil {
@@ -284,6 +289,7 @@ func (s *state) image() *metadata.Image {
 	for id, b := range s.brokers {
 		img.Brokers[id] = b.val.GetBroker()
 	}
+	img.ScramUsers = s.scramImage()
 	for name := range s.topics {
 		img.Topics[name] = s.topicImage(name, nil)
 	}
@@ -346,6 +352,7 @@ func (s *state) delta(ch *change) *controllerv1.MetadataDelta {
 		d.ControllerId = &id
 		d.Controllers = s.controllers()
 	}
+	s.scramDelta(ch, d)
 	for id := range ch.brokers {
 		if b, ok := s.brokers[id]; ok {
 			d.UpsertedBrokers = append(d.UpsertedBrokers, b.val.GetBroker())
