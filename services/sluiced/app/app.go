@@ -59,9 +59,14 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 	if err != nil {
 		return err
 	}
+	sec, err := setupSecurity(&cfg, logger)
+	if err != nil {
+		return err
+	}
 	// Filled in as the roles are built, before the server accepts a call.
 	served := serviceRoles{}
-	srv := grpcx.NewServer(cfg.GRPC, grpcx.ServerOptions{Logger: logger, Telemetry: tel, RoleOf: served.RoleOf})
+	srv := grpcx.NewServer(cfg.GRPC, grpcx.ServerOptions{Logger: logger, Telemetry: tel, RoleOf: served.RoleOf,
+		TLS: sec.serverTLS("h2"), Authn: sec.authn})
 	// Bind before anything starts, so a port in use fails at once with a
 	// clear error.
 	lis, err := net.Listen("tcp", cfg.Node.Listen)
@@ -89,7 +94,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 	n := &node{cfg: cfg, logger: logger, tel: tel, srv: srv,
 		cache: metadata.NewCache(),
 		kafka: kafka.NewMux(),
-		pool:  wire.NewPool(wire.ClientOptions{Telemetry: tel.Client(telemetry.Process)})}
+		pool:  wire.NewPool(wire.ClientOptions{Telemetry: tel.Client(telemetry.Process), TLS: sec.clientTLS()})}
 	if kit != nil {
 		n.now = kit.clock.Now
 	}
@@ -148,7 +153,8 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 		// Last to start, once every role has registered its handlers;
 		// first to stop, so no Kafka request reaches a stopped role.
 		m.Add(kafka.NewServer(cfg.Kafka, n.kafka, kafkaLis, kafka.ServerOptions{
-			Logger: logger, Meter: tel.Meter, Tracer: tel.Tracer(telemetry.Process)}))
+			Logger: logger, Meter: tel.Meter, Tracer: tel.Tracer(telemetry.Process),
+			TLS: sec.serverTLS(), Authn: sec.authn}))
 	}
 	m.Ready = func() {
 		logger.Info("sluiced ready", slog.String("roles", cfg.Roles.String()), slog.String("listen", lis.Addr().String()))

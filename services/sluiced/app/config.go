@@ -5,12 +5,14 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/sluice-io/sluice/libs/authn"
 	"github.com/sluice-io/sluice/libs/config"
 	"github.com/sluice-io/sluice/libs/grpcx"
 	"github.com/sluice-io/sluice/libs/kafka"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/role"
 	"github.com/sluice-io/sluice/libs/telemetry"
+	"github.com/sluice-io/sluice/libs/tlsx"
 	"github.com/sluice-io/sluice/services/controller"
 	"github.com/sluice-io/sluice/services/groupcoord"
 	"github.com/sluice-io/sluice/services/replication"
@@ -27,6 +29,8 @@ type Config struct {
 	Telemetry telemetry.Config
 	GRPC      grpcx.ServerConfig
 	Kafka     kafka.Config
+	TLS       tlsx.Config
+	Auth      authn.Config
 	Unsafe    UnsafeConfig
 
 	Controller             controller.Config
@@ -49,7 +53,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 }
 
 func (c *Config) components() []config.Component {
-	return []config.Component{&c.Node, &c.Log, &c.Telemetry, &c.GRPC, &c.Kafka, &c.Unsafe}
+	return []config.Component{&c.Node, &c.Log, &c.Telemetry, &c.GRPC, &c.Kafka, &c.TLS, &c.Auth, &c.Unsafe}
 }
 
 func (c *Config) roleComponents() map[role.Role]config.Component {
