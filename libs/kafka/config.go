@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -33,6 +34,14 @@ type Config struct {
 	// one is written, so a client that pipelines without end cannot queue
 	// unbounded memory.
 	MaxPendingResponses int
+	// SASLMechanisms are the SASL mechanisms the listener requires a
+	// client to authenticate with (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512);
+	// empty: no SASL. Comma-separated on the command line.
+	SASLMechanisms string
+	// SASLSessionLifetime is the longest a SASL authentication lasts before
+	// the client must reauthenticate on its connection (KIP-368, Kafka's
+	// connections.max.reauth.ms); zero: no limit.
+	SASLSessionLifetime time.Duration
 }
 
 // DefaultConfig returns the defaults the flags have.
@@ -59,6 +68,16 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"Deadline for answering one Kafka request, waits included.")
 	fs.IntVar(&c.MaxPendingResponses, "kafka.max-pending-responses", d.MaxPendingResponses,
 		"Requests of one Kafka connection answered but not yet written; the connection reads no more until one is written.")
+	fs.StringVar(&c.SASLMechanisms, "kafka.sasl.mechanisms", "",
+		"Comma-separated SASL mechanisms Kafka clients must authenticate with: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (empty: no SASL; a client certificate also authenticates).")
+	fs.DurationVar(&c.SASLSessionLifetime, "kafka.sasl.session-lifetime", 0,
+		"Longest a SASL authentication lasts before the client must reauthenticate on its connection (KIP-368, Kafka's connections.max.reauth.ms); 0 = no limit.")
+}
+
+// Mechanisms returns the SASL mechanisms, validated and upper-cased.
+func (c *Config) Mechanisms() []string {
+	ms, _ := ValidateMechanisms(strings.Split(c.SASLMechanisms, ","))
+	return ms
 }
 
 // Validate checks the configuration.
@@ -78,6 +97,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxPendingResponses < 1 || c.MaxPendingResponses > 1024 {
 		errs = append(errs, fmt.Errorf("kafka.max-pending-responses: %d is outside 1..1024", c.MaxPendingResponses))
+	}
+	if _, err := ValidateMechanisms(strings.Split(c.SASLMechanisms, ",")); err != nil {
+		errs = append(errs, fmt.Errorf("kafka.sasl.mechanisms: %w", err))
+	}
+	if c.SASLSessionLifetime < 0 || (c.SASLSessionLifetime > 0 && c.SASLSessionLifetime < time.Second) {
+		errs = append(errs, fmt.Errorf("kafka.sasl.session-lifetime: %v must be 0 or at least 1s", c.SASLSessionLifetime))
 	}
 	return errors.Join(errs...)
 }

@@ -43,6 +43,8 @@ type conn struct {
 	// every request's context. Set before the first request is read and
 	// read only by the reader.
 	idCtx context.Context
+	// sasl is the connection's SASL authentication (see sasl.go).
+	sasl saslState
 
 	pending chan *slot
 	// outstanding counts slots queued and not yet written: a connection
@@ -117,7 +119,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	if s.tls != nil {
 		nc = tls.Server(nc, s.tls)
 	}
-	return &conn{
+	c := &conn{
 		s: s, nc: nc,
 		info:    &Conn{Remote: remote, Local: nc.LocalAddr(), Principal: "User:ANONYMOUS"},
 		logger:  s.logger.With(slog.String("remote", remote.String())),
@@ -128,6 +130,8 @@ func newConn(s *Server, nc net.Conn) *conn {
 		pending: make(chan *slot, s.cfg.MaxPendingResponses),
 		stop:    make(chan struct{}),
 	}
+	c.info.c = c
+	return c
 }
 
 // close ends the connection at once: responses not yet written are
@@ -265,9 +269,12 @@ func (c *conn) handle(frame []byte) bool {
 		c.s.metrics.request(-1, outcomeInvalid, -1)
 		return false
 	}
-	// Authentication comes here with the security work: until a
-	// connection has authenticated, only ApiVersions, SaslHandshake and
-	// SaslAuthenticate pass, and Conn.Principal then names the user.
+	if ok, why := c.saslPermits(h.key); !ok {
+		c.logger.Info("Kafka request refused, closing the connection", slog.String("reason", why),
+			slog.String("api", apiName(h.key)), slog.String("client_id", h.clientID))
+		c.s.metrics.request(h.key, outcomeUnauthenticated, -1)
+		return false
+	}
 	handler, minV, maxV, ok := c.s.mux.Lookup(h.key)
 	if !ok || h.version < minV || h.version > maxV {
 		if h.key == apiVersionsKey {

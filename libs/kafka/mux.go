@@ -32,9 +32,11 @@ type Request struct {
 type Conn struct {
 	Remote net.Addr
 	Local  net.Addr
-	// Principal is the authenticated principal; "User:ANONYMOUS" until
-	// authentication exists.
+	// Principal is the authenticated principal, "User:ANONYMOUS" until
+	// the connection authenticates (TLS client certificate or SASL).
 	Principal string
+
+	c *conn // the connection's state, for the SASL handlers
 }
 
 // Reply is a handler's answer. Msg is the answer when it is ready now. Wait,

@@ -30,6 +30,9 @@ type ServerOptions struct {
 	// Authn names the principal of a verified client certificate; nil
 	// maps it with the DEFAULT rule.
 	Authn *authn.Authenticator
+	// SASL, when it names mechanisms, requires SASL authentication of
+	// every connection not authenticated by a client certificate.
+	SASL *SASLOptions
 }
 
 // Server serves a Mux on a listener: it reads size-prefixed request frames,
@@ -49,6 +52,7 @@ type Server struct {
 	tracer  trace.Tracer
 	tls     *tls.Config
 	authn   *authn.Authenticator
+	sasl    *saslServer // nil: no SASL
 	// queued bounds the request bytes held over all connections.
 	queued *budget
 
@@ -87,6 +91,7 @@ func NewServer(cfg Config, mux *Mux, lis net.Listener, opts ServerOptions) *Serv
 		s.authn = authn.New(authn.Options{Logger: logger})
 	}
 	mux.Handle(apiVersionsKey, 0, apiVersionsMax, s.apiVersions)
+	s.registerSASL(opts.SASL)
 	return s
 }
 

@@ -32,6 +32,10 @@ const (
 	// outcomeCanceled: the connection closed or the server stopped before
 	// the response was written.
 	outcomeCanceled = "canceled"
+	// outcomeUnauthenticated: a request other than ApiVersions and the
+	// SASL ones before SASL authentication, or after its session expired;
+	// the connection closes.
+	outcomeUnauthenticated = "unauthenticated"
 )
 
 // metrics are the listener's instruments.
