@@ -1,6 +1,7 @@
 package authz
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -125,6 +126,20 @@ func opsOf(rt ResourceType) string {
 		names = append(names, o.String())
 	}
 	return strings.Join(names, ", ")
+}
+
+// Compare orders ACLs by resource type, name, pattern type, principal,
+// host, operation and permission (the order listings use).
+func Compare(a, b ACL) int {
+	return cmp.Or(
+		cmp.Compare(a.ResourceType, b.ResourceType),
+		strings.Compare(a.Name, b.Name),
+		cmp.Compare(a.Pattern, b.Pattern),
+		strings.Compare(a.Principal, b.Principal),
+		strings.Compare(a.Host, b.Host),
+		cmp.Compare(a.Operation, b.Operation),
+		cmp.Compare(a.Permission, b.Permission),
+	)
 }
 
 // Filter selects ACLs, for listing and deleting them. A zero field matches

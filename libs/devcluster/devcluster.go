@@ -12,6 +12,7 @@ package devcluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -82,6 +83,11 @@ type Spec struct {
 	OnExit func(p *Process, err error)
 	// ReadyTimeout bounds the wait for each process to report SERVING.
 	ReadyTimeout time.Duration
+	// TLS runs every listener, etcd member and role-to-role connection
+	// over TLS with certificates from a throw-away CA under Dir/tls (made
+	// on first use, kept across restarts); Cluster.TLS names the files a
+	// client needs.
+	TLS bool
 }
 
 // Cluster is a running set of processes.
@@ -89,6 +95,9 @@ type Cluster struct {
 	spec  Spec
 	procs []*Process
 	out   *lockedWriter
+
+	tls       *TLSFiles
+	clientTLS *tls.Config // nil for plaintext
 }
 
 // Start launches every process and waits until each one reports SERVING.
@@ -129,7 +138,11 @@ func Start(ctx context.Context, spec Spec) (*Cluster, error) {
 		return spec.Host
 	}
 	for i := range spec.Controllers {
-		peers = append(peers, fmt.Sprintf("controller-%d=http://%s:%d", i+1, host(i), ports[i][3]))
+		scheme := "http"
+		if spec.TLS {
+			scheme = "https"
+		}
+		peers = append(peers, fmt.Sprintf("controller-%d=%s://%s:%d", i+1, scheme, host(i), ports[i][3]))
 		controllerAddrs = append(controllerAddrs, fmt.Sprintf("%s:%d", host(i), ports[i][0]))
 	}
 	for k := range n {
@@ -190,8 +203,15 @@ func Start(ctx context.Context, spec Spec) (*Cluster, error) {
 				"--controller.etcd.initial-cluster="+strings.Join(peers, ","),
 			)
 		}
-		p.Args = append(p.Args, spec.ExtraArgs...)
 		c.procs = append(c.procs, p)
+	}
+	if spec.TLS {
+		if err := c.setupTLS(spec.Dir, host); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range c.procs {
+		p.Args = append(p.Args, spec.ExtraArgs...)
 	}
 	for _, p := range c.procs {
 		if err := p.Start(); err != nil {

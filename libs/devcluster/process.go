@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -240,7 +241,11 @@ func (p *Process) ExitErr() error {
 func (p *Process) WaitHealthy(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	conn, err := grpc.NewClient("passthrough:///"+p.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	if p.cluster.clientTLS != nil {
+		creds = credentials.NewTLS(p.cluster.clientTLS)
+	}
+	conn, err := grpc.NewClient("passthrough:///"+p.Addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return fmt.Errorf("%s: %w", p.Name, err)
 	}

@@ -37,6 +37,9 @@ type Image struct {
 	// ScramUsers are users' SCRAM credentials by user name (see
 	// libs/scram, which verifies against them).
 	ScramUsers map[string]*controllerv1.UserScramCredentials
+	// ACLs is every ACL of the cluster (process authorizers decide from
+	// it, see authz.FromProtoSet).
+	ACLs *controllerv1.AclSet
 }
 
 // Topic is one topic in an Image.
@@ -64,6 +67,7 @@ func FromSnapshot(s *controllerv1.MetadataSnapshot) *Image {
 		Topics:         make(map[string]*Topic, len(s.GetTopics())),
 		ClusterConfigs: s.GetClusterConfigs().GetConfigs(),
 		ScramUsers:     scramUsers(s.GetScramUsers()),
+		ACLs:           s.GetAcls(),
 	}
 	for _, b := range s.GetBrokers() {
 		img.Brokers[b.GetId()] = b
@@ -113,6 +117,9 @@ func (img *Image) Apply(d *controllerv1.MetadataDelta) *Image {
 			delete(out.Brokers, id)
 		}
 	}
+	if d.GetAcls() != nil {
+		out.ACLs = d.GetAcls()
+	}
 	if len(d.GetUpsertedScramUsers()) > 0 || len(d.GetDeletedScramUsers()) > 0 {
 		out.ScramUsers = maps.Clone(img.ScramUsers)
 		if out.ScramUsers == nil {
@@ -152,6 +159,7 @@ func (img *Image) Snapshot() *controllerv1.MetadataSnapshot {
 	for _, name := range img.TopicNames(true) {
 		s.Topics = append(s.Topics, img.Topics[name].Metadata())
 	}
+	s.Acls = img.ACLs
 	for _, name := range slices.Sorted(maps.Keys(img.ScramUsers)) {
 		s.ScramUsers = append(s.ScramUsers, img.ScramUsers[name])
 	}

@@ -21,6 +21,7 @@ import (
 //	configs/broker/<id|default>     dynamic broker configs (metastore.v1.ConfigRecord)
 //	producer-ids/next               next unallocated producer id (decimal string)
 //	users/scram/<user>              a user's SCRAM credentials (controller.v1.UserScramCredentials)
+//	acls/<id>                       one ACL (controller.v1.AclBinding); id hashes its fields
 const (
 	KeyClusterID        = "cluster/id"
 	KeyControllerLeader = "controller/leader"
@@ -33,7 +34,11 @@ const (
 	PrefixBrokerConfigs = "configs/broker/"
 	KeyProducerIDNext   = "producer-ids/next"
 	PrefixScramUsers    = "users/scram/"
+	PrefixACLs          = "acls/"
 )
+
+// ACLKey is the key of one ACL.
+func ACLKey(id string) string { return PrefixACLs + id }
 
 // ScramUserKey is the key of a user's SCRAM credentials.
 func ScramUserKey(user string) string { return PrefixScramUsers + user }

@@ -43,6 +43,7 @@ type state struct {
 	brokerEpoch    versioned[string]
 	clusterConfigs versioned[*metastorev1.ConfigRecord]
 	scramUsers     map[string]*versioned[*controllerv1.UserScramCredentials]
+	acls           map[string]*versioned[*controllerv1.AclBinding] // by id, see acls.go
 }
 
 type electionKey struct {
@@ -150,6 +151,7 @@ type change struct {
 	controllers bool
 	configs     bool
 	scramUsers  map[string]bool
+	acls        bool
 }
 
 func newChange() *change {
@@ -196,6 +198,8 @@ func (s *state) apply(key string, kv *mvccpb.KeyValue, deleted bool, ch *change)
 			s.election[key] = electionKey{createRev: kv.CreateRevision, nodeID: int32(id)}
 		}
 		ch.controllers = true
+	case strings.HasPrefix(key, metastore.PrefixACLs):
+		return s.applyACL(strings.TrimPrefix(key, metastore.PrefixACLs), kv, deleted, ch)
 	case strings.HasPrefix(key, metastore.PrefixScramUsers):
 		return s.applyScramUser(strings.TrimPrefix(key, metastore.PrefixScramUsers), kv, deleted, ch)
 	case strings.HasPrefix(key, metastore.PrefixControllers):
@@ -290,6 +294,7 @@ func (s *state) image() *metadata.Image {
 		img.Brokers[id] = b.val.GetBroker()
 	}
 	img.ScramUsers = s.scramImage()
+	img.ACLs = s.aclSet()
 	for name := range s.topics {
 		img.Topics[name] = s.topicImage(name, nil)
 	}
@@ -353,6 +358,7 @@ func (s *state) delta(ch *change) *controllerv1.MetadataDelta {
 		d.Controllers = s.controllers()
 	}
 	s.scramDelta(ch, d)
+	s.aclDelta(ch, d)
 	for id := range ch.brokers {
 		if b, ok := s.brokers[id]; ok {
 			d.UpsertedBrokers = append(d.UpsertedBrokers, b.val.GetBroker())

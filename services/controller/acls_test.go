@@ -1,0 +1,202 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
+	"github.com/sluice-io/sluice/libs/auth"
+	"github.com/sluice-io/sluice/libs/authz"
+	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/config"
+	"github.com/sluice-io/sluice/libs/grpcx"
+	"github.com/sluice-io/sluice/libs/log"
+	"github.com/sluice-io/sluice/libs/metadata"
+	"github.com/sluice-io/sluice/libs/metastore/metastoretest"
+	"github.com/sluice-io/sluice/libs/service"
+	"github.com/sluice-io/sluice/libs/testutil"
+)
+
+func topicACL(principal string, op controllerv1.AclOperation, name string, pt controllerv1.PatternType) *controllerv1.AclBinding {
+	return &controllerv1.AclBinding{
+		ResourceType: controllerv1.ResourceType_RESOURCE_TYPE_TOPIC, ResourceName: name, PatternType: pt,
+		Principal: principal, Host: "*", Operation: op, Permission: controllerv1.AclPermission_ACL_PERMISSION_ALLOW,
+	}
+}
+
+// The ACL calls store ACLs in etcd, validate every binding, are themselves
+// authorized (Alter / Describe on the cluster), and every other process
+// learns the change through its metadata watch: the test runs a second
+// metadata cache fed by a Watcher over real gRPC, with an ACLAuthorizer
+// following it, and measures how long after CreateAcls / DeleteAcls return
+// that authorizer decides with the new set.
+func TestACLsStoredAndDistributed(t *testing.T) {
+	etcd, dir := metastoretest.Config(t), t.TempDir()
+	cfg := Config{
+		Etcd: etcd, ElectionTTL: time.Second, SessionTimeout: time.Minute, HeartbeatInterval: time.Second,
+		DefaultPartitions: 1, DefaultReplicationFactor: 1,
+	}
+	srv := grpcx.NewServer(grpcx.ServerConfig{MaxRecvMsgBytes: 1 << 20}, grpcx.ServerOptions{Logger: log.Discard()})
+	own := authz.New(authz.Config{SuperUsers: []string{"User:admin"}})
+	deps := service.Deps{Logger: log.Discard(), Server: srv, Node: config.Node{ID: 1, DataDir: dir}, Metadata: metadata.NewCache(), Authz: own}
+	c := New(cfg, deps)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	require.NoError(t, c.Start(ctx))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv.SetServing(true, c.HealthServices()...)
+	go func() { _ = srv.Serve(lis) }() // ends when the listener closes
+	defer srv.GRPC.Stop()
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if !c.IsActive() {
+			return errors.New("the controller is not active yet")
+		}
+		return nil
+	})
+	authz.Follow(ctx, own, deps.Metadata)
+
+	admin := auth.NewContext(ctx, auth.Identity{Principal: auth.User("admin"), Host: "127.0.0.1"})
+	alice := auth.Identity{Principal: auth.User("alice"), Host: "127.0.0.1"}
+
+	// Another process: its own cache from the controller's watch stream.
+	// Watching metadata takes ClusterAction on the cluster; this server
+	// authenticates nobody, so the watcher is User:ANONYMOUS and gets an
+	// ACL for it.
+	_, err = c.CreateAcls(admin, &controllerv1.CreateAclsRequest{Bindings: []*controllerv1.AclBinding{{
+		ResourceType: controllerv1.ResourceType_RESOURCE_TYPE_CLUSTER, ResourceName: authz.ClusterName,
+		Principal: "User:ANONYMOUS", Operation: controllerv1.AclOperation_ACL_OPERATION_CLUSTER_ACTION,
+		Permission: controllerv1.AclPermission_ACL_PERMISSION_ALLOW,
+	}}})
+	require.NoError(t, err)
+	testutil.Eventually(t, 10*time.Second, time.Millisecond, func() error {
+		if !own.Authorize(ctx, auth.Identity{Principal: auth.Anonymous}, authz.ClusterAction, authz.Cluster, authz.ClusterName) {
+			return errors.New("the controller's authorizer does not see the ACL yet")
+		}
+		return nil
+	})
+	remoteCache := metadata.NewCache()
+	w := metadata.NewWatcher(remoteCache, []string{lis.Addr().String()}, func(addr string) (*grpc.ClientConn, error) {
+		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}, 2, log.Discard())
+	require.NoError(t, w.Start(ctx))
+	defer func() { require.NoError(t, w.Stop(context.Background())) }()
+	remote := authz.New(authz.Config{})
+	authz.Follow(ctx, remote, remoteCache)
+
+	// The ACL calls need Alter / Describe on the cluster.
+	_, err = c.CreateAcls(auth.NewContext(ctx, alice), &controllerv1.CreateAclsRequest{Bindings: []*controllerv1.AclBinding{topicACL("User:alice", controllerv1.AclOperation_ACL_OPERATION_ALL, "*", 0)}})
+	require.Equal(t, errs.ClusterAuthorizationFailed, errs.CodeOf(err), "%v", err)
+	_, err = c.DescribeAcls(ctx, &controllerv1.DescribeAclsRequest{})
+	require.Equal(t, errs.ClusterAuthorizationFailed, errs.CodeOf(err), "no identity is User:ANONYMOUS: %v", err)
+	_, err = c.CreateAcls(admin, &controllerv1.CreateAclsRequest{})
+	require.Equal(t, errs.InvalidRequest, errs.CodeOf(err))
+
+	// One valid binding (host and pattern type default to "*" and
+	// LITERAL), three invalid ones answered in their slots.
+	valid := topicACL("User:alice", controllerv1.AclOperation_ACL_OPERATION_READ, "orders-", controllerv1.PatternType_PATTERN_TYPE_PREFIXED)
+	literal := topicACL("User:alice", controllerv1.AclOperation_ACL_OPERATION_WRITE, "payments", 0)
+	literal.Host = ""
+	badHost := topicACL("User:alice", controllerv1.AclOperation_ACL_OPERATION_READ, "x", 0)
+	badHost.Host = "db.example.com"
+	badOp := topicACL("User:alice", controllerv1.AclOperation_ACL_OPERATION_CLUSTER_ACTION, "x", 0)
+	badPrincipal := topicACL("alice", controllerv1.AclOperation_ACL_OPERATION_READ, "x", 0)
+	resp, err := c.CreateAcls(admin, &controllerv1.CreateAclsRequest{Bindings: []*controllerv1.AclBinding{valid, badHost, literal, badOp, badPrincipal}})
+	require.NoError(t, err)
+	require.Len(t, resp.GetErrors(), 5)
+	require.Nil(t, resp.GetErrors()[0])
+	require.Nil(t, resp.GetErrors()[2])
+	for i, field := range map[int]string{1: "bindings[1].host", 3: "bindings[3].operation", 4: "bindings[4].principal"} {
+		require.Equal(t, errs.InvalidRequest, resp.GetErrors()[i].GetCode())
+		require.Contains(t, resp.GetErrors()[i].GetMessage(), field)
+	}
+	// Creating it again is a no-op.
+	resp, err = c.CreateAcls(admin, &controllerv1.CreateAclsRequest{Bindings: []*controllerv1.AclBinding{valid}})
+	require.NoError(t, err)
+	require.Nil(t, resp.GetErrors()[0])
+
+	desc, err := c.DescribeAcls(admin, &controllerv1.DescribeAclsRequest{})
+	require.NoError(t, err)
+	require.Len(t, desc.GetBindings(), 3)
+	require.Equal(t, "payments", desc.GetBindings()[1].GetResourceName(), "sorted by type, then name")
+	require.Equal(t, "*", desc.GetBindings()[1].GetHost())
+	require.Equal(t, controllerv1.PatternType_PATTERN_TYPE_LITERAL, desc.GetBindings()[1].GetPatternType())
+	require.Equal(t, controllerv1.ResourceType_RESOURCE_TYPE_CLUSTER, desc.GetBindings()[2].GetResourceType())
+	desc, err = c.DescribeAcls(admin, &controllerv1.DescribeAclsRequest{Filter: &controllerv1.AclBinding{PatternType: controllerv1.PatternType_PATTERN_TYPE_PREFIXED}})
+	require.NoError(t, err)
+	require.Len(t, desc.GetBindings(), 1)
+	_, err = c.DescribeAcls(admin, &controllerv1.DescribeAclsRequest{Filter: &controllerv1.AclBinding{ResourceType: controllerv1.ResourceType_RESOURCE_TYPE_BROKER}})
+	require.Equal(t, errs.InvalidRequest, errs.CodeOf(err))
+
+	// Both authorizers see them.
+	testutil.Eventually(t, 10*time.Second, time.Millisecond, func() error {
+		if !remote.Authorize(ctx, alice, authz.Read, authz.Topic, "orders-eu") {
+			return errors.New("the other process does not see the ACL yet")
+		}
+		return nil
+	})
+	require.True(t, own.Authorize(ctx, alice, authz.Write, authz.Topic, "payments"), "the controller's own authorizer follows its cache")
+
+	// From a change returning to the other process deciding with it.
+	const rounds = 20
+	var created, deleted []time.Duration
+	waitRemote := func(name string, want bool) time.Duration {
+		start := time.Now()
+		for remote.Authorize(ctx, alice, authz.Write, authz.Topic, name) != want {
+			require.Less(t, time.Since(start), 10*time.Second, "ACL change on %q never reached the other process", name)
+			time.Sleep(50 * time.Microsecond)
+		}
+		return time.Since(start)
+	}
+	for i := 0; i < rounds; i++ {
+		b := topicACL("User:alice", controllerv1.AclOperation_ACL_OPERATION_WRITE, fmt.Sprintf("lat-%d", i), 0)
+		_, err := c.CreateAcls(admin, &controllerv1.CreateAclsRequest{Bindings: []*controllerv1.AclBinding{b}})
+		require.NoError(t, err)
+		created = append(created, waitRemote(b.GetResourceName(), true))
+		del, err := c.DeleteAcls(admin, &controllerv1.DeleteAclsRequest{Filters: []*controllerv1.AclBinding{{ResourceName: b.GetResourceName()}}})
+		require.NoError(t, err)
+		require.Len(t, del.GetDeleted(), 1)
+		deleted = append(deleted, waitRemote(b.GetResourceName(), false))
+	}
+	slices.Sort(created)
+	slices.Sort(deleted)
+	t.Logf("ACL change to another process's authorizer over %d rounds: create p50 %v max %v; delete p50 %v max %v",
+		rounds, created[rounds/2], created[rounds-1], deleted[rounds/2], deleted[rounds-1])
+
+	// A filter with only a principal deletes all of alice's ACLs.
+	del, err := c.DeleteAcls(admin, &controllerv1.DeleteAclsRequest{Filters: []*controllerv1.AclBinding{{Principal: "User:alice"}}})
+	require.NoError(t, err)
+	require.Len(t, del.GetDeleted(), 2)
+	_, err = c.DeleteAcls(admin, &controllerv1.DeleteAclsRequest{})
+	require.Equal(t, errs.InvalidRequest, errs.CodeOf(err))
+	testutil.Eventually(t, 10*time.Second, time.Millisecond, func() error {
+		if remote.Authorize(ctx, alice, authz.Read, authz.Topic, "orders-eu") {
+			return errors.New("the other process still allows a deleted ACL")
+		}
+		return nil
+	})
+
+	// A restarted controller loads the ACLs from etcd.
+	_, err = c.CreateAcls(admin, &controllerv1.CreateAclsRequest{Bindings: []*controllerv1.AclBinding{valid}})
+	require.NoError(t, err)
+	c.mu.RLock()
+	n := len(c.st.acls)
+	c.mu.RUnlock()
+	require.Equal(t, 2, n)
+	stopController(t, c)
+	c = startActiveController(t, etcd, dir)
+	defer stopController(t, c)
+	desc, err = c.DescribeAcls(admin, &controllerv1.DescribeAclsRequest{Filter: &controllerv1.AclBinding{Principal: "User:alice"}})
+	require.NoError(t, err)
+	require.Len(t, desc.GetBindings(), 1)
+	require.Equal(t, "orders-", desc.GetBindings()[0].GetResourceName())
+}
