@@ -28,6 +28,7 @@ type devOptions struct {
 	sluiced      string
 	fresh        bool
 	autoRestart  bool
+	tls          bool
 	extra        []string
 }
 
@@ -47,6 +48,14 @@ metrics), +4 (Kafka protocol), and controllers also on +2 and +3 (etcd). With
 the default base port the first controller is at 127.0.0.1:9090, the default
 --bootstrap of every sluice command, and Kafka clients can bootstrap from any
 process's Kafka address.
+
+With --tls every listener (gRPC, Kafka, etcd) and every connection between
+processes uses TLS, with certificates from a throw-away CA under
+<data-dir>/tls; the admin client certificate there maps to User:admin.
+
+The command writes <data-dir>/client.conf (bootstrap and, with --tls, the CA
+and admin certificate); sluice commands run from the same directory read it
+(or set SLUICE_CONFIG to its path).
 
 Every log line is prefixed with its process name. Ctrl-C stops everything.
 While it runs, type a command and Enter:
@@ -69,6 +78,7 @@ While it runs, type a command and Enter:
 	f.StringVar(&o.sluiced, "sluiced", "", "Path of the sluiced binary; default: next to this sluice binary, then $PATH.")
 	f.BoolVar(&o.fresh, "fresh", false, "Delete the data directory first.")
 	f.BoolVar(&o.autoRestart, "auto-restart", false, "Restart a process that exits by itself.")
+	f.BoolVar(&o.tls, "tls", false, "Use TLS everywhere, with a throw-away CA under the data directory.")
 	f.StringArrayVar(&o.extra, "sluiced-arg", nil, "Extra flag for every sluiced process (repeatable).")
 	return cmd
 }
@@ -114,6 +124,7 @@ func runDev(ctx context.Context, out io.Writer, in io.Reader, o *devOptions) err
 		TransactionCoordinators: o.txnCoords,
 		BasePort:                o.basePort,
 		ExtraArgs:               o.extra,
+		TLS:                     o.tls,
 		Output:                  out,
 		OnExit: func(p *devcluster.Process, err error) {
 			fmt.Fprintf(out, "*** %s (pid exited) stopped unexpectedly: %v; type `restart %s` to start it again\n", p.Name, err, p.Name)
@@ -137,7 +148,16 @@ func runDev(ctx context.Context, out io.Writer, in io.Reader, o *devOptions) err
 	for _, p := range c.Controllers() {
 		ctrl = append(ctrl, p.Addr)
 	}
-	fmt.Fprintf(out, "cluster ready: Ctrl-C stops it; for other shells:\n  export SLUICE_BOOTSTRAP=%s\n  sluice cluster describe\n", strings.Join(ctrl, ","))
+	conf := map[string]string{"bootstrap": strings.Join(ctrl, ",")}
+	if t := c.TLS(); t != nil {
+		conf["tls-ca"], conf["tls-cert"], conf["tls-key"] = t.CA, t.ClientCert, t.ClientKey
+		fmt.Fprintf(out, "TLS: CA %s; admin (User:admin) certificate %s, key %s\n", t.CA, t.ClientCert, t.ClientKey)
+	}
+	confPath := filepath.Join(dir, "client.conf")
+	if err := writeClientConfig(confPath, conf); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "cluster ready: Ctrl-C stops it; for other shells:\n  export SLUICE_BOOTSTRAP=%s SLUICE_CONFIG=%s\n  sluice cluster describe\n", strings.Join(ctrl, ","), confPath)
 	fmt.Fprintf(out, "Kafka clients: bootstrap.servers=%s\n", strings.Join(c.KafkaBootstrap(), ","))
 
 	lines := make(chan string)

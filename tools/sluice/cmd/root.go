@@ -3,6 +3,7 @@ package cmd
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/sluice-io/sluice/libs/client"
 	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/client/wire"
 	"github.com/sluice-io/sluice/libs/telemetry"
 )
 
@@ -30,7 +32,10 @@ type globals struct {
 	output    string
 	// timeout bounds each call to the cluster, retries included.
 	timeout time.Duration
-	tracing tracing
+	// tlsCA, tlsCert and tlsKey are PEM files: the CA that signed the
+	// servers' certificates, and a client certificate and key.
+	tlsCA, tlsCert, tlsKey string
+	tracing                tracing
 }
 
 // Execute runs the CLI and returns the process exit code.
@@ -68,6 +73,9 @@ func newRoot() (*cobra.Command, *globals) {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyClientConfig(cmd); err != nil {
+				return err
+			}
 			if g.output != "text" && g.output != "json" {
 				return fmt.Errorf("--output must be text or json, got %q", g.output)
 			}
@@ -85,7 +93,10 @@ func newRoot() (*cobra.Command, *globals) {
 	root.PersistentFlags().DurationVar(&g.timeout, "request-timeout", 30*time.Second,
 		"How long a call to the cluster may take, retries included (default.api.timeout.ms); when it ends, the last error the cluster answered with is shown.")
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "text", "Output format: text or json.")
-	root.AddCommand(newClusterCmd(g), newTopicCmd(g), newPartitionCmd(g), newProduceCmd(g), newConsumeCmd(g), newGroupCmd(g), newTxnCmd(g), newProducersCmd(g), newDevCmd(g), newPerfCmd(g), newVerifyCmd(g))
+	root.PersistentFlags().StringVar(&g.tlsCA, "tls-ca", "", "PEM file of the CA that signed the cluster's certificates; connects over TLS.")
+	root.PersistentFlags().StringVar(&g.tlsCert, "tls-cert", "", "PEM file of a client certificate for mutual TLS (with --tls-key).")
+	root.PersistentFlags().StringVar(&g.tlsKey, "tls-key", "", "PEM file of the key of --tls-cert.")
+	root.AddCommand(newClusterCmd(g), newTopicCmd(g), newPartitionCmd(g), newProduceCmd(g), newConsumeCmd(g), newGroupCmd(g), newTxnCmd(g), newProducersCmd(g), newDevCmd(g), newCertsCmd(), newPerfCmd(g), newVerifyCmd(g))
 	return root, g
 }
 
@@ -104,7 +115,20 @@ func (g *globals) client() (*client.Client, error) {
 	// Retry warnings (no node answering yet) go to stderr, so a command
 	// waiting on a cluster that is down says so instead of waiting silently.
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	return client.New(client.Config{Bootstrap: addrs, RequestTimeout: g.timeout, Telemetry: tel, Logger: logger})
+	tlsCfg, err := g.clientTLS()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(client.Config{Bootstrap: addrs, RequestTimeout: g.timeout, Telemetry: tel, Logger: logger, TLS: tlsCfg})
+}
+
+// clientTLS is the TLS configuration the --tls-* flags ask for, nil for
+// plaintext.
+func (g *globals) clientTLS() (*tls.Config, error) {
+	if g.tlsCA == "" && g.tlsCert == "" && g.tlsKey == "" {
+		return nil, nil
+	}
+	return wire.ClientTLS(g.tlsCA, g.tlsCert, g.tlsKey)
 }
 
 // print writes msg as JSON (--output json) or through text.
