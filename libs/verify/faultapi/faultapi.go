@@ -6,6 +6,7 @@
 //	POST /debug/faults/disk   {"op": "sync", "path_contains": ".log", "error": "EIO", "latency": "200ms", "duration": "5s"}
 //	POST /debug/faults/flip   {"topic": "t", "partition": 0}
 //	POST /debug/faults/clock  {"offset": "-30s"}
+//	POST /debug/faults/link   {"peer": "10.0.0.2:7001", "delay": "100ms", "jitter": "50ms", "duplicate": 0.5, "duration": "5s"}
 //	POST /debug/faults/clear  {}
 //
 // Every answer is a JSON Response; bad input is 400 with Response.Error
@@ -38,6 +39,7 @@ const (
 	ActionDisk  = "disk"
 	ActionFlip  = "flip"
 	ActionClock = "clock"
+	ActionLink  = "link"
 	ActionClear = "clear"
 )
 
@@ -83,6 +85,36 @@ type ClockRequest struct {
 	Offset string `json:"offset"`
 }
 
+// AnyPeer is the LinkRequest.Peer that matches every peer.
+const AnyPeer = "*"
+
+// LinkRequest is the body of link: the gRPC calls this process makes to
+// other Sluice processes (its role-to-role connections, not the calls it
+// serves, nor the Kafka listener) to Peer (an address as the process dials
+// it, host:port, or AnyPeer), on methods whose full name contains
+// MethodContains ("" = every method), are slowed down and duplicated:
+//
+//   - every message crossing such a call waits Delay plus a uniform draw
+//     in [0, Jitter): a unary request before it is sent and its answer
+//     once it arrived; a stream's opening, each message it sends and each
+//     message it receives, including on streams opened before the fault;
+//   - with probability Duplicate (0 to 1) a unary request is sent a second
+//     time once the first was answered (the copy waits the delay too, and
+//     its answer is dropped: the caller sees one answer). Stream messages
+//     are not duplicated.
+//
+// At least one of Delay, Jitter and Duplicate is required; Delay and Jitter
+// are at most 1m. The fault lasts Duration ("" = until clear). Link faults
+// add up: a call matched by several waits the sum of their delays.
+type LinkRequest struct {
+	Peer           string  `json:"peer"`
+	MethodContains string  `json:"method_contains,omitempty"`
+	Delay          string  `json:"delay,omitempty"`
+	Jitter         string  `json:"jitter,omitempty"`
+	Duplicate      float64 `json:"duplicate,omitempty"`
+	Duration       string  `json:"duration,omitempty"`
+}
+
 // Response is every answer.
 type Response struct {
 	// OK is true when the fault is in place.
@@ -118,6 +150,37 @@ func (f DiskFault) Request() DiskRequest {
 	r := DiskRequest{Op: f.Op, PathContains: f.PathContains, Error: f.Error}
 	if f.Latency != 0 {
 		r.Latency = f.Latency.String()
+	}
+	if f.Duration != 0 {
+		r.Duration = f.Duration.String()
+	}
+	return r
+}
+
+// LinkFault is a link fault for Client.Link (see LinkRequest).
+type LinkFault struct {
+	// Peer is the address (host:port) the process dials, or AnyPeer.
+	Peer string
+	// MethodContains restricts the fault to methods whose full name
+	// ("/sluice.replication.v1.ReplicationService/FollowerFetch") contains
+	// it.
+	MethodContains string
+	// Delay and Jitter: each message waits Delay plus up to Jitter.
+	Delay, Jitter time.Duration
+	// Duplicate is the probability that a unary request is sent twice.
+	Duplicate float64
+	// Duration is how long the fault lasts; 0 means until Clear.
+	Duration time.Duration
+}
+
+// Request returns the wire form of f.
+func (f LinkFault) Request() LinkRequest {
+	r := LinkRequest{Peer: f.Peer, MethodContains: f.MethodContains, Duplicate: f.Duplicate}
+	if f.Delay != 0 {
+		r.Delay = f.Delay.String()
+	}
+	if f.Jitter != 0 {
+		r.Jitter = f.Jitter.String()
 	}
 	if f.Duration != 0 {
 		r.Duration = f.Duration.String()
@@ -169,7 +232,13 @@ func (c Client) Clock(ctx context.Context, offset time.Duration) (Response, erro
 	return c.post(ctx, ActionClock, ClockRequest{Offset: offset.String()})
 }
 
-// Clear removes every active disk fault and sets the clock offset to 0.
+// Link slows down and duplicates the process's calls to a peer.
+func (c Client) Link(ctx context.Context, f LinkFault) (Response, error) {
+	return c.post(ctx, ActionLink, f.Request())
+}
+
+// Clear removes every active disk and link fault and sets the clock offset
+// to 0.
 func (c Client) Clear(ctx context.Context) error {
 	_, err := c.post(ctx, ActionClear, struct{}{})
 	return err

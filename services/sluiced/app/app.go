@@ -94,7 +94,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 	n := &node{cfg: cfg, logger: logger, tel: tel, srv: srv,
 		cache: metadata.NewCache(),
 		kafka: kafka.NewMux(),
-		pool:  wire.NewPool(wire.ClientOptions{Telemetry: tel.Client(telemetry.Process), TLS: sec.clientTLS()})}
+		pool:  wire.NewPool(wire.ClientOptions{Telemetry: tel.Client(telemetry.Process), TLS: sec.clientTLS(), Extra: kit.dialOptions()})}
 	if kit != nil {
 		n.now = kit.clock.Now
 	}

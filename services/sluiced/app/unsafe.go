@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/planted"
 	"github.com/sluice-io/sluice/libs/replica"
@@ -19,8 +21,9 @@ import (
 // UnsafeConfig holds switches for testing a cluster to destruction. Never
 // on in production.
 type UnsafeConfig struct {
-	// FaultInjection serves /debug/faults/* on the HTTP listener and runs
-	// storage on a FaultFS with a shiftable clock.
+	// FaultInjection serves /debug/faults/* on the HTTP listener, runs
+	// storage on a FaultFS with a shiftable clock, and role-to-role calls
+	// through the link faults' interceptors.
 	FaultInjection bool
 	// FaultSeed seeds the FaultFS's random choices; 0 picks one from the
 	// time (logged).
@@ -30,8 +33,9 @@ type UnsafeConfig struct {
 // RegisterFlags registers the flags.
 func (c *UnsafeConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.FaultInjection, "unsafe.fault-injection", false,
-		"UNSAFE, for tests only: serve POST /debug/faults/{crash,disk,flip,clock,clear} on the HTTP listener "+
-			"(anyone who reaches it can crash the process or corrupt its data), and run storage through a fault-injecting file system and a shiftable clock.")
+		"UNSAFE, for tests only: serve POST /debug/faults/{crash,disk,flip,clock,link,clear} on the HTTP listener "+
+			"(anyone who reaches it can crash the process or corrupt its data), run storage through a fault-injecting file system and a shiftable clock, "+
+			"and calls to other processes through interceptors that can delay and duplicate them.")
 	fs.Uint64Var(&c.FaultSeed, "unsafe.fault-seed", 0,
 		"Seed of the fault-injecting file system's random choices (0 = from the time, logged). Only with --unsafe.fault-injection.")
 }
@@ -40,10 +44,12 @@ func (c *UnsafeConfig) RegisterFlags(fs *flag.FlagSet) {
 func (c *UnsafeConfig) Validate() error { return nil }
 
 // faultKit is what fault injection builds before the roles: the storage
-// file system and clock the replicas use, and the HTTP handler.
+// file system and clock the replicas use, the link faults of the
+// process's role-to-role connections, and the HTTP handler.
 type faultKit struct {
 	fs      *vfs.FaultFS
 	clock   *storage.ShiftedClock
+	links   *faults.Links
 	handler *faults.Handler
 }
 
@@ -66,7 +72,17 @@ func setupUnsafe(cfg Config, logger *slog.Logger) *faultKit {
 	if cfg.Node.HTTPListen == "" {
 		logger.Warn("fault injection has no endpoint: --http-listen is empty")
 	}
-	return &faultKit{fs: vfs.NewFaultFS(vfs.OS, seed), clock: storage.NewShiftedClock()}
+	return &faultKit{fs: vfs.NewFaultFS(vfs.OS, seed), clock: storage.NewShiftedClock(), links: faults.NewLinks(seed)}
+}
+
+// dialOptions are the options of the process's role-to-role connections:
+// the link faults' interceptors, or none without fault injection (then no
+// call pays for them).
+func (k *faultKit) dialOptions() []grpc.DialOption {
+	if k == nil {
+		return nil
+	}
+	return k.links.DialOptions()
 }
 
 // replicaConfig applies the kit to a replica manager's configuration: every
@@ -87,7 +103,7 @@ func (k *faultKit) register(mux *http.ServeMux, replicas *replica.Manager, logge
 	if k == nil {
 		return
 	}
-	d := faults.Deps{Clock: k.clock, Logger: logger.With(log.Component("faults"))}
+	d := faults.Deps{Clock: k.clock, Links: k.links, Logger: logger.With(log.Component("faults"))}
 	if replicas != nil {
 		d.FS = k.fs
 		d.ReplicaDir = func(topic string, partition int32) (string, bool) {

@@ -2,8 +2,9 @@
 // (/debug/faults/*, see libs/verify/faultapi for the wire format) on the
 // process's HTTP listener when it runs with --unsafe.fault-injection. The
 // faults act on what the process was built with: the storage FaultFS
-// shared by every log, and the shifted clock its storage and replica lag
-// decisions read.
+// shared by every log, the shifted clock its storage and replica lag
+// decisions read, and the Links whose interceptors are on its role-to-role
+// connections (link.go).
 package faults
 
 import (
@@ -12,11 +13,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -43,6 +47,9 @@ type Deps struct {
 	FS *vfs.FaultFS
 	// Clock is the process's shifted clock.
 	Clock *storage.ShiftedClock
+	// Links are the link faults of the process's role-to-role
+	// connections; nil when it has none (link then answers 400).
+	Links *Links
 	// ReplicaDir returns the log directory of this process's replica of a
 	// partition; nil, or false, when it holds none.
 	ReplicaDir func(topic string, partition int32) (string, bool)
@@ -127,12 +134,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err = decode(body, &req); err == nil {
 			resp, err = h.clock(req)
 		}
+	case faultapi.ActionLink:
+		var req faultapi.LinkRequest
+		if err = decode(body, &req); err == nil {
+			resp, err = h.link(req)
+		}
 	case faultapi.ActionClear:
 		if err = decodeEmpty(body); err == nil {
 			resp = h.clear()
 		}
 	default:
-		err = notFound{fmt.Sprintf("unknown fault action %q; one of crash, disk, flip, clock, clear", action)}
+		err = notFound{fmt.Sprintf("unknown fault action %q; one of crash, disk, flip, clock, link, clear", action)}
 	}
 	var br badRequest
 	var nf notFound
@@ -348,7 +360,61 @@ func (h *Handler) clear() faultapi.Response {
 	if h.d.FS != nil {
 		h.d.FS.ClearFaults()
 	}
+	links := 0
+	if h.d.Links != nil {
+		links = h.d.Links.Clear()
+	}
 	h.d.Clock.SetOffset(0)
 	h.d.Logger.Warn("fault injection: every fault cleared")
-	return faultapi.Response{Detail: fmt.Sprintf("removed %d disk fault(s); clock offset 0", len(removes)), ClockOffset: "0s"}
+	return faultapi.Response{Detail: fmt.Sprintf("removed %d disk fault(s) and %d link fault(s); clock offset 0", len(removes), links), ClockOffset: "0s"}
+}
+
+// maxLinkDelay bounds a link fault's delay and jitter: longer is a
+// partition, which network namespaces do better.
+const maxLinkDelay = time.Minute
+
+func (h *Handler) link(req faultapi.LinkRequest) (faultapi.Response, error) {
+	var resp faultapi.Response
+	if req.Peer == "" {
+		return resp, bad("peer: required, the address (host:port) this process dials, or %q for every peer", faultapi.AnyPeer)
+	}
+	if req.Peer != faultapi.AnyPeer {
+		host, port, err := net.SplitHostPort(req.Peer)
+		if p, perr := strconv.ParseUint(port, 10, 16); err != nil || host == "" || perr != nil || p == 0 {
+			return resp, bad("peer: %q is not host:port (or %q for every peer)", req.Peer, faultapi.AnyPeer)
+		}
+	}
+	delay, err := parseDuration("delay", req.Delay, false)
+	if err != nil {
+		return resp, err
+	}
+	jitter, err := parseDuration("jitter", req.Jitter, false)
+	if err != nil {
+		return resp, err
+	}
+	if delay > maxLinkDelay || jitter > maxLinkDelay {
+		return resp, bad("delay and jitter: at most %s each (got %s and %s)", maxLinkDelay, delay, jitter)
+	}
+	if req.Duplicate < 0 || req.Duplicate > 1 || math.IsNaN(req.Duplicate) {
+		return resp, bad("duplicate: %v is not a probability between 0 and 1", req.Duplicate)
+	}
+	if delay == 0 && jitter == 0 && req.Duplicate == 0 {
+		return resp, bad("delay, jitter or duplicate: a link fault needs at least one")
+	}
+	duration, err := parseDuration("duration", req.Duration, false)
+	if err != nil {
+		return resp, err
+	}
+	if h.d.Links == nil {
+		return resp, bad("link: this process has no role-to-role connections to slow down")
+	}
+	remove := h.d.Links.Add(LinkRule{Peer: req.Peer, MethodContains: req.MethodContains, Delay: delay, Jitter: jitter, Duplicate: req.Duplicate})
+	if duration > 0 {
+		time.AfterFunc(duration, remove) // removing twice (after clear) does nothing
+	}
+	resp.Detail = fmt.Sprintf("calls to %s on methods containing %q: delay %s + up to %s per message, unary requests sent twice with probability %v, for %s",
+		req.Peer, req.MethodContains, delay, jitter, req.Duplicate, durationText(duration))
+	h.d.Logger.Warn("fault injection: link fault", slog.String("peer", req.Peer), slog.String("method_contains", req.MethodContains),
+		slog.Duration("delay", delay), slog.Duration("jitter", jitter), slog.Float64("duplicate", req.Duplicate), slog.Duration("duration", duration))
+	return resp, nil
 }
