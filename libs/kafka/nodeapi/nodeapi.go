@@ -80,6 +80,8 @@ func Register(mux *kafka.Mux, d Deps) {
 	mux.Handle(kmsg.ElectLeaders.Int16(), electLeadersMin, electLeadersMax, typed(n.electLeaders))
 	mux.Handle(kmsg.AlterPartitionAssignments.Int16(), alterReassignMin, alterReassignMax, typed(n.alterPartitionReassignments))
 	mux.Handle(kmsg.ListPartitionReassignments.Int16(), listReassignMin, listReassignMax, typed(n.listPartitionReassignments))
+	mux.Handle(kmsg.DescribeUserSCRAMCredentials.Int16(), describeScramMin, describeScramMax, typed(n.describeUserScram))
+	mux.Handle(kmsg.AlterUserSCRAMCredentials.Int16(), alterScramMin, alterScramMax, typed(n.alterUserScram))
 
 	// Security APIs are registered here once authentication and
 	// authorization exist: SaslHandshake (17) and SaslAuthenticate (36)
