@@ -36,6 +36,7 @@ const (
 	UnsupportedSaslMechanism           = edpb.ErrorCode_ERROR_CODE_UNSUPPORTED_SASL_MECHANISM
 	IllegalSaslState                   = edpb.ErrorCode_ERROR_CODE_ILLEGAL_SASL_STATE
 	TransactionalIDAuthorizationFailed = edpb.ErrorCode_ERROR_CODE_TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+	OperationNotAttempted              = edpb.ErrorCode_ERROR_CODE_OPERATION_NOT_ATTEMPTED
 	SecurityDisabled                   = edpb.ErrorCode_ERROR_CODE_SECURITY_DISABLED
 	SaslAuthenticationFailed           = edpb.ErrorCode_ERROR_CODE_SASL_AUTHENTICATION_FAILED
 	InvalidTimestamp                   = edpb.ErrorCode_ERROR_CODE_INVALID_TIMESTAMP

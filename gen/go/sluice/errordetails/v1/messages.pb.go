@@ -102,6 +102,9 @@ const (
 	ErrorCode_ERROR_CODE_ILLEGAL_SASL_STATE ErrorCode = 34
 	// The caller is not authorized for the transactional id.
 	ErrorCode_ERROR_CODE_TRANSACTIONAL_ID_AUTHORIZATION_FAILED ErrorCode = 53
+	// The item was not processed because another item of the same request failed (AddPartitionsToTxn:
+	// a partition whose topic the caller may not write makes the whole request fail).
+	ErrorCode_ERROR_CODE_OPERATION_NOT_ATTEMPTED ErrorCode = 55
 	// Security features (ACLs, users) are used while the cluster has no authorizer configured.
 	ErrorCode_ERROR_CODE_SECURITY_DISABLED ErrorCode = 54
 	// Authentication failed: unknown user, wrong password or credentials, or an untrusted certificate.
@@ -264,6 +267,7 @@ var (
 		33:   "ERROR_CODE_UNSUPPORTED_SASL_MECHANISM",
 		34:   "ERROR_CODE_ILLEGAL_SASL_STATE",
 		53:   "ERROR_CODE_TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+		55:   "ERROR_CODE_OPERATION_NOT_ATTEMPTED",
 		54:   "ERROR_CODE_SECURITY_DISABLED",
 		58:   "ERROR_CODE_SASL_AUTHENTICATION_FAILED",
 		32:   "ERROR_CODE_INVALID_TIMESTAMP",
@@ -354,6 +358,7 @@ var (
 		"ERROR_CODE_UNSUPPORTED_SASL_MECHANISM":            33,
 		"ERROR_CODE_ILLEGAL_SASL_STATE":                    34,
 		"ERROR_CODE_TRANSACTIONAL_ID_AUTHORIZATION_FAILED": 53,
+		"ERROR_CODE_OPERATION_NOT_ATTEMPTED":               55,
 		"ERROR_CODE_SECURITY_DISABLED":                     54,
 		"ERROR_CODE_SASL_AUTHENTICATION_FAILED":            58,
 		"ERROR_CODE_INVALID_TIMESTAMP":                     32,
@@ -1012,7 +1017,7 @@ const file_sluice_errordetails_v1_messages_proto_rawDesc = "" +
 	"\x10field_violations\x18\x01 \x03(\v2&.sluice.errordetails.v1.FieldViolationR\x0ffieldViolations\"H\n" +
 	"\x0eFieldViolation\x12\x14\n" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12 \n" +
-	"\vdescription\x18\x02 \x01(\tR\vdescription*\xe1*\n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription*\x98+\n" +
 	"\tErrorCode\x12$\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x1a\b\x82\xb5\x18\x04\x12\x02OK\x126\n" +
 	"\x1eERROR_CODE_OFFSET_OUT_OF_RANGE\x10\x01\x1a\x12\x82\xb5\x18\x0e\x12\fOUT_OF_RANGE\x128\n" +
@@ -1044,7 +1049,8 @@ const file_sluice_errordetails_v1_messages_proto_rawDesc = "" +
 	"'ERROR_CODE_CLUSTER_AUTHORIZATION_FAILED\x10\x1f\x1a\x17\x82\xb5\x18\x13\x12\x11PERMISSION_DENIED\x12@\n" +
 	"%ERROR_CODE_UNSUPPORTED_SASL_MECHANISM\x10!\x1a\x15\x82\xb5\x18\x11\x12\x0fUNAUTHENTICATED\x128\n" +
 	"\x1dERROR_CODE_ILLEGAL_SASL_STATE\x10\"\x1a\x15\x82\xb5\x18\x11\x12\x0fUNAUTHENTICATED\x12M\n" +
-	"0ERROR_CODE_TRANSACTIONAL_ID_AUTHORIZATION_FAILED\x105\x1a\x17\x82\xb5\x18\x13\x12\x11PERMISSION_DENIED\x12;\n" +
+	"0ERROR_CODE_TRANSACTIONAL_ID_AUTHORIZATION_FAILED\x105\x1a\x17\x82\xb5\x18\x13\x12\x11PERMISSION_DENIED\x125\n" +
+	"\"ERROR_CODE_OPERATION_NOT_ATTEMPTED\x107\x1a\r\x82\xb5\x18\t\x12\aABORTED\x12;\n" +
 	"\x1cERROR_CODE_SECURITY_DISABLED\x106\x1a\x19\x82\xb5\x18\x15\x12\x13FAILED_PRECONDITION\x12@\n" +
 	"%ERROR_CODE_SASL_AUTHENTICATION_FAILED\x10:\x1a\x15\x82\xb5\x18\x11\x12\x0fUNAUTHENTICATED\x128\n" +
 	"\x1cERROR_CODE_INVALID_TIMESTAMP\x10 \x1a\x16\x82\xb5\x18\x12\x12\x10INVALID_ARGUMENT\x129\n" +

@@ -1,0 +1,74 @@
+package authz_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-io/sluice/libs/auth"
+	"github.com/sluice-io/sluice/libs/authz"
+	"github.com/sluice-io/sluice/libs/authz/authztest"
+	"github.com/sluice-io/sluice/libs/client/errs"
+)
+
+func TestCheckOffAllocatesNothing(t *testing.T) {
+	ctx := authztest.Ctx(context.Background(), "alice")
+	var a authz.Authorizer = authz.AllowAll{}
+	allocs := testing.AllocsPerRun(1000, func() {
+		if authz.Check(ctx, a, authz.Write, authz.Topic, "orders") != nil {
+			t.Fatal("AllowAll refused")
+		}
+	})
+	require.Zero(t, allocs)
+}
+
+func TestCheckInternalRoles(t *testing.T) {
+	a := authztest.New(authztest.Allow("User:ops", authz.ClusterAction, authz.Cluster, authz.ClusterName))
+	bg := context.Background()
+	require.NoError(t, authz.CheckInternal(authztest.RoleCtx(bg, "storage-node"), a, "RegisterBroker", "storage-node", "replication"))
+	require.NoError(t, authz.CheckInternal(authztest.RoleCtx(bg, "controller,storage-node"), a, "RegisterBroker", "storage-node"))
+	err := authz.CheckInternal(authztest.RoleCtx(bg, "group-coordinator"), a, "AlterPartition", "storage-node")
+	require.Equal(t, errs.ClusterAuthorizationFailed, errs.CodeOf(err))
+	require.Contains(t, err.Error(), "only the storage-node role calls it")
+	// A client with ClusterAction may; one without may not.
+	require.NoError(t, authz.CheckInternal(authztest.Ctx(bg, "ops"), a, "AlterPartition", "storage-node"))
+	err = authz.CheckInternal(auth.NewContext(bg, auth.Identity{Principal: auth.User("alice")}), a, "AlterPartition", "storage-node")
+	require.Equal(t, errs.ClusterAuthorizationFailed, errs.CodeOf(err))
+	require.NoError(t, authz.CheckInternal(bg, authz.AllowAll{}, "AlterPartition", "storage-node"))
+}
+
+func TestMemoChecksEachNameOnce(t *testing.T) {
+	a := &countingAuthorizer{inner: authztest.New(authztest.Allow("User:alice", authz.Write, authz.Topic, "a"))}
+	ctx := authztest.Ctx(context.Background(), "alice")
+	m := authz.NewMemo(ctx, a, authz.Write, authz.Topic)
+	for _, n := range []string{"a", "a", "b", "b", "a", "b"} {
+		err := m.Check(n)
+		if n == "a" {
+			require.NoError(t, err)
+		} else {
+			require.Equal(t, errs.TopicAuthorizationFailed, errs.CodeOf(err))
+		}
+	}
+	require.Equal(t, 2, a.n)
+
+	off := authz.NewMemo(ctx, authz.AllowAll{}, authz.Write, authz.Topic)
+	require.Zero(t, testing.AllocsPerRun(100, func() {
+		m := authz.NewMemo(ctx, authz.AllowAll{}, authz.Write, authz.Topic)
+		_ = m.Check("a")
+		_ = m.Check("b")
+	}))
+	require.NoError(t, off.Check("x"))
+}
+
+type countingAuthorizer struct {
+	inner authz.Authorizer
+	n     int
+}
+
+func (c *countingAuthorizer) Enabled() bool { return true }
+
+func (c *countingAuthorizer) Authorize(ctx context.Context, id auth.Identity, op authz.Operation, rt authz.ResourceType, name string) bool {
+	c.n++
+	return c.inner.Authorize(ctx, id, op, rt, name)
+}
