@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/devcluster"
 	"github.com/sluice-io/sluice/libs/role"
+	"github.com/sluice-io/sluice/libs/verify/faultapi"
 	"github.com/sluice-io/sluice/libs/verify/netns"
 )
 
@@ -53,6 +54,9 @@ type FaultAPI interface {
 	Crash(ctx context.Context, dropUnsynced bool) error
 	Disk(ctx context.Context, detail string, d time.Duration) error
 	Clock(ctx context.Context, offset time.Duration) error
+	// Link slows down or duplicates the process's calls to peerAddr
+	// (faultapi.AnyPeer for every peer) for d.
+	Link(ctx context.Context, peerAddr string, l Link, d time.Duration) error
 	Clear(ctx context.Context) error
 }
 
@@ -470,6 +474,69 @@ func (t *ClusterTarget) Clock(ctx context.Context, name string, offset time.Dura
 	}
 	t.logf("nemesis: clock of %s shifted by %v", name, offset)
 	return api.Clock(ctx, offset)
+}
+
+// Peer implements Target.
+func (t *ClusterTarget) Peer(ctx context.Context, r Role, from string, rng *rand.Rand) (Victim, error) {
+	if r == AnyProcess {
+		return Victim{Name: faultapi.AnyPeer, Why: "every peer"}, nil
+	}
+	src, err := t.proc(from)
+	if err != nil {
+		return Victim{}, err
+	}
+	if r == StorageLeader || r == StorageFollower {
+		lctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+		defer cancel()
+		// A partition that links the two: from follows it (r is its
+		// leader) or leads it (r is a follower of it).
+		var peer *devcluster.Process
+		ps, err := t.workloadPartition(lctx, rng, func(ps *commonv1.PartitionState) bool {
+			if r == StorageLeader {
+				p := t.byID(ps.GetLeaderId())
+				return p != nil && p != src && p.Running() && slices.Contains(ps.GetReplicas(), src.NodeID)
+			}
+			return ps.GetLeaderId() == src.NodeID && len(ps.GetReplicas()) > 1
+		})
+		if err == nil {
+			tp := fmt.Sprintf("%s/%d", ps.GetTopic(), ps.GetPartition())
+			if r == StorageLeader {
+				peer = t.byID(ps.GetLeaderId())
+				return Victim{Name: peer.Name, Why: "leader of " + tp}, nil
+			}
+			var followers []*devcluster.Process
+			for _, id := range ps.GetReplicas() {
+				if p := t.byID(id); p != nil && p != src && p.Running() {
+					followers = append(followers, p)
+				}
+			}
+			if peer = pick(followers, rng); peer != nil {
+				return Victim{Name: peer.Name, Why: "follower of " + tp}, nil
+			}
+		}
+		t.logf("nemesis: no workload partition links %s to a %s (%v); taking another", from, r, err)
+	}
+	// Any other process of the role: the same choice as a step's target,
+	// with from passed over.
+	return t.Resolve(ctx, r, map[string]bool{from: true}, rng)
+}
+
+// Link implements Target.
+func (t *ClusterTarget) Link(ctx context.Context, name, peer string, l Link, d time.Duration) error {
+	api, err := t.faultAPI(name)
+	if err != nil {
+		return err
+	}
+	addr := faultapi.AnyPeer
+	if peer != faultapi.AnyPeer {
+		p, err := t.proc(peer)
+		if err != nil {
+			return err
+		}
+		addr = p.Addr
+	}
+	t.logf("nemesis: link fault on %s's calls to %s (%s) for %v: %s", name, peer, addr, d, l)
+	return api.Link(ctx, addr, l, d)
 }
 
 // Clear implements Target.

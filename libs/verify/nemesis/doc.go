@@ -3,10 +3,10 @@
 // finds an anomaly can be replayed.
 //
 // A schedule is a list of Steps: a fault kind (kill, pause, crash,
-// partition, disk, clock, move), the role of the process it hits (the
-// active controller, the leader of a workload partition, a coordinator; the
-// process is chosen when the step starts, since leaders move), when it
-// starts and how long it lasts. Plan draws one from a seed; the same seed
+// partition, disk, clock, delay, duplicate, move), the role of the process
+// it hits (the active controller, the leader of a workload partition, a
+// coordinator; the process is chosen when the step starts, since leaders
+// move), when it starts and how long it lasts. Plan draws one from a seed; the same seed
 // and options give the same schedule. Run executes a schedule against a
 // Target, one step after the other, undoing each fault when its time is up
 // (restarting a killed or crashed process, resuming a paused one, healing a
@@ -17,12 +17,18 @@
 // found through the SDK (DescribeCluster for the active controller,
 // metadata for partition leaders, FindCoordinator for group coordinators),
 // partitions need the processes in network namespaces (libs/verify/netns;
-// root, iproute2 and nftables), and crash, disk and clock faults need the
-// processes started with --unsafe.fault-injection (HTTPFaults).
+// root, iproute2 and nftables), and crash, disk, clock, delay and
+// duplicate faults need the processes started with
+// --unsafe.fault-injection (HTTPFaults).
 //
-// Latency faults are not offered: the kernel here has no netem, so tc
-// cannot delay packets, and a proxy in front of every process would change
-// the addresses the processes advertise to each other.
+// Delays and duplicates are not made in the network: the kernel here has
+// no netem, so tc cannot delay packets, and a proxy in front of every
+// process would change the addresses the processes advertise to each
+// other. They are made at the message layer instead: Delay and Duplicate
+// steps install a link fault (faultapi.LinkRequest) on the target process,
+// whose gRPC client interceptors slow down or re-send its calls to the
+// peer process (a Link names the peer's role, resolved when the step
+// starts).
 //
 //	steps, _ := nemesis.Plan(seed, nemesis.PlanOptions{Duration: time.Minute, Partitions: net != nil})
 //	var log nemesis.Log

@@ -46,4 +46,11 @@ func (h httpFaults) Clock(ctx context.Context, offset time.Duration) error {
 	return err
 }
 
+// Link maps a plan's link to a link fault on the calls to peerAddr
+// (faultapi.AnyPeer for every peer) lasting d.
+func (h httpFaults) Link(ctx context.Context, peerAddr string, l Link, d time.Duration) error {
+	_, err := h.c.Link(ctx, faultapi.LinkFault{Peer: peerAddr, Delay: l.Delay, Jitter: l.Jitter, Duplicate: l.Duplicate, Duration: d})
+	return err
+}
+
 func (h httpFaults) Clear(ctx context.Context) error { return h.c.Clear(ctx) }

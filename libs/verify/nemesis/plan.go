@@ -38,6 +38,16 @@ const (
 	// Clock shifts the target's clock by Detail (such as "-30s") for
 	// Duration, then shifts it back.
 	Clock Kind = "clock"
+	// Delay slows down the target's gRPC calls to a peer process: each
+	// message either way waits a delay plus jitter (Detail is a Link, such
+	// as "to=storage-leader delay=100ms jitter=50ms"), through the
+	// fault-injection endpoint's link fault, for Duration.
+	Delay Kind = "delay"
+	// Duplicate sends each of the target's unary gRPC requests to a peer a
+	// second time with a probability (Detail is a Link, such as
+	// "to=storage-leader dup=0.5"), after the original was answered, for
+	// Duration.
+	Duplicate Kind = "duplicate"
 	// Move reassigns a partition of a workload topic (its replicas rotated,
 	// so another replica becomes the preferred leader) and runs a preferred
 	// election: membership change through the admin API.
@@ -57,7 +67,7 @@ const (
 )
 
 // Kinds lists every kind in a fixed order.
-var Kinds = []Kind{Kill, Pause, Crash, Partition, Disk, Clock, Move, LateEndTxn, StallMember, LateCommit}
+var Kinds = []Kind{Kill, Pause, Crash, Partition, Disk, Clock, Delay, Duplicate, Move, LateEndTxn, StallMember, LateCommit}
 
 // ParseKind returns the kind named s.
 func ParseKind(s string) (Kind, error) {
@@ -136,7 +146,7 @@ type Step struct {
 	Duration time.Duration `json:"duration"`
 	// Detail refines the kind: "isolate" or "subset" for partitions,
 	// "enospc" or "slow-sync" for disk faults, the offset for clock faults,
-	// "drop-unsynced" for crashes.
+	// "drop-unsynced" for crashes, a Link for delays and duplicates.
 	Detail string `json:"detail,omitempty"`
 }
 
@@ -169,6 +179,8 @@ func (s Step) Validate() error {
 		if s.Detail != "enospc" && s.Detail != "slow-sync" {
 			return fmt.Errorf("step %q: a disk fault's detail is enospc or slow-sync", s)
 		}
+	case Delay, Duplicate:
+		return validateLink(s)
 	case LateEndTxn, StallMember, LateCommit:
 		if s.Target != Clients {
 			return fmt.Errorf("step %q: a client-side fault targets %s", s, Clients)
@@ -200,6 +212,9 @@ type PlanOptions struct {
 	// Targets to draw from (default the active controller and storage
 	// leaders, and coordinators when Coordinators is set).
 	Targets []Role
+	// Links are the links Delay and Duplicate steps draw from, in place of
+	// Targets (default DefaultLinks).
+	Links []LinkPair
 	// SessionTimeout is the controller's session timeout: pauses last
 	// longer (default 3 s).
 	SessionTimeout time.Duration
@@ -225,6 +240,9 @@ func (o *PlanOptions) defaults() {
 	}
 	if len(o.Targets) == 0 {
 		o.Targets = []Role{StorageLeader, StorageLeader, Controller}
+	}
+	if len(o.Links) == 0 {
+		o.Links = DefaultLinks
 	}
 	if o.SessionTimeout == 0 {
 		o.SessionTimeout = 3 * time.Second
@@ -253,6 +271,16 @@ func (o PlanOptions) Validate() error {
 	for _, r := range o.Targets {
 		if _, err := ParseRole(string(r)); err != nil {
 			return err
+		}
+	}
+	for _, p := range o.Links {
+		for _, r := range []Role{p.From, p.To} {
+			if _, err := ParseRole(string(r)); err != nil {
+				return err
+			}
+		}
+		if p.From == Clients || p.To == Clients {
+			return fmt.Errorf("link %s -> %s: links are between processes, not the workload's clients", p.From, p.To)
 		}
 	}
 	if o.Warmup < 0 || o.Gap < 0 || o.MinFault < 0 || o.MaxFault < 0 || o.SessionTimeout < 0 {
@@ -300,6 +328,9 @@ func Plan(seed int64, o PlanOptions) ([]Step, error) {
 			s.Target = storageRole(rng)
 			s.Duration = between(o.MinFault, o.MaxFault)
 			s.Detail = "drop-unsynced"
+		case Delay, Duplicate:
+			planLink(&s, o.Links, rng)
+			s.Duration = between(o.MinFault, o.MaxFault)
 		case Move:
 			s.Target = StorageLeader
 			s.Duration = 0

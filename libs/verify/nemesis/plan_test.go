@@ -23,7 +23,7 @@ func TestPlanIsDeterministic(t *testing.T) {
 func TestPlanStepsFollowEachOther(t *testing.T) {
 	for seed := range int64(50) {
 		o := PlanOptions{Duration: 90 * time.Second, Partitions: true, SessionTimeout: 4 * time.Second,
-			Kinds: []Kind{Kill, Pause, Crash, Partition, Disk, Clock, Move}}
+			Kinds: []Kind{Kill, Pause, Crash, Partition, Disk, Clock, Move, Delay, Duplicate}}
 		steps, err := Plan(seed, o)
 		require.NoError(t, err)
 		end := time.Duration(0)
@@ -42,6 +42,10 @@ func TestPlanStepsFollowEachOther(t *testing.T) {
 				require.Equal(t, StorageLeader, s.Target)
 			case Crash, Disk, Clock:
 				require.Contains(t, []Role{StorageLeader, StorageFollower}, s.Target, "seed %d: %s needs a process with storage", seed, s.Kind)
+			case Delay, Duplicate:
+				l, err := ParseLink(s.Detail)
+				require.NoError(t, err)
+				require.Contains(t, DefaultLinks, LinkPair{From: s.Target, To: l.To}, "seed %d: %s", seed, s)
 			}
 		}
 	}

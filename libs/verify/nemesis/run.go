@@ -54,6 +54,15 @@ type Target interface {
 	Clock(ctx context.Context, name string, offset time.Duration) error
 	// Clear removes every injected fault of the process.
 	Clear(ctx context.Context, name string) error
+	// Peer picks the process that plays role now as a peer of from (for
+	// a storage follower, one that follows a partition from leads; for a
+	// storage leader, the leader of one from follows), never from itself.
+	// For AnyProcess it returns the Victim named "*": every peer. When no
+	// process can be taken its error wraps ErrNoTarget.
+	Peer(ctx context.Context, role Role, from string, rng *rand.Rand) (Victim, error)
+	// Link slows down or duplicates name's calls to peer (a process name,
+	// or "*" for every peer) for d; Clear lifts it.
+	Link(ctx context.Context, name, peer string, l Link, d time.Duration) error
 	// Move reassigns one workload partition so another replica leads it and
 	// says which.
 	Move(ctx context.Context, rng *rand.Rand) (string, error)
@@ -269,6 +278,22 @@ func runStep(ctx context.Context, s Step, t Target, busy *busySet, rng *rand.Ran
 		off, _ := time.ParseDuration(s.Detail) // checked by Validate
 		err = t.Clock(ctx, v.Name, off)
 		undo = func(ctx context.Context) error { return t.Clock(ctx, v.Name, 0) }
+	case Delay, Duplicate:
+		l, _ := ParseLink(s.Detail) // checked by Validate
+		p, perr := t.Peer(ctx, l.To, v.Name, rng)
+		if errors.Is(perr, ErrNoTarget) {
+			return &SkippedError{Step: s, Reason: fmt.Errorf("finding the %s peer of %s: %w", l.To, v.Name, perr)}
+		}
+		if perr != nil {
+			return fmt.Errorf("finding the %s peer of %s: %w", l.To, v.Name, perr)
+		}
+		f.Detail += "; link to " + p.Name
+		if p.Why != "" {
+			f.Detail += " (" + p.Why + ")"
+		}
+		f.Start = time.Now().UnixNano()
+		err = t.Link(ctx, v.Name, p.Name, l, s.Duration)
+		undo = func(ctx context.Context) error { return t.Clear(ctx, v.Name) }
 	default:
 		return fmt.Errorf("kind %q cannot be run", s.Kind)
 	}

@@ -73,6 +73,18 @@ func (f *fakeTarget) Clock(_ context.Context, n string, o time.Duration) error {
 	return f.do(fmt.Sprintf("clock %s %v", n, o))
 }
 func (f *fakeTarget) Clear(_ context.Context, n string) error { return f.do("clear " + n) }
+func (f *fakeTarget) Peer(_ context.Context, r Role, from string, _ *rand.Rand) (Victim, error) {
+	if f.none[r] {
+		return Victim{}, fmt.Errorf("%w: no running process plays %s", ErrNoTarget, r)
+	}
+	if r == AnyProcess {
+		return Victim{Name: "*", Why: "every peer"}, nil
+	}
+	return Victim{Name: "p-" + string(r), Why: "the " + string(r) + " of " + from}, nil
+}
+func (f *fakeTarget) Link(_ context.Context, n, peer string, l Link, d time.Duration) error {
+	return f.do(fmt.Sprintf("link %s->%s %s for %v", n, peer, l, d))
+}
 func (f *fakeTarget) Move(context.Context, *rand.Rand) (string, error) {
 	return "t/0", f.do("move")
 }
