@@ -11,7 +11,9 @@ import (
 	"google.golang.org/grpc"
 
 	replicationv1 "github.com/sluice-io/sluice/gen/go/sluice/replication/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/role"
 	"github.com/sluice-io/sluice/libs/storage"
 )
 
@@ -24,7 +26,17 @@ type Server struct {
 	// Send is how a chunk leaves: the storage node installs a pass-through
 	// sender so batches go from the page cache to the wire without a copy.
 	Send func(stream grpc.ServerStream, resp *replicationv1.FollowerFetchResponse, data *storage.ReadResult) error
+	// Authz authorizes the calls: each is a call between Sluice roles (see
+	// authz.CheckInternal), made by the replication role, and
+	// DescribeReplicas also by the controller. Nil allows every caller.
+	Authz authz.Authorizer
 }
+
+// Roles that call the ReplicationService.
+var (
+	fetchCallers    = []string{string(role.Replication)}
+	describeCallers = []string{string(role.Replication), string(role.Controller)}
+)
 
 // NewServer returns the service over m.
 func NewServer(m *Manager) *Server {
@@ -76,6 +88,9 @@ type followed struct {
 // up; a follower that sends nothing (paused, cut off) falls out of the ISR
 // after replica.lag.time.max.ms even though its stream stays open.
 func (s *Server) FollowerFetch(stream grpc.BidiStreamingServer[replicationv1.FollowerFetchRequest, replicationv1.FollowerFetchResponse]) error {
+	if err := authz.CheckInternal(stream.Context(), s.Authz, "FollowerFetch", fetchCallers...); err != nil {
+		return err
+	}
 	first, err := stream.Recv()
 	if err != nil {
 		return err
@@ -284,6 +299,9 @@ func (s *Server) stop(stream grpc.ServerStream, tp TP, mu *sync.Mutex, parts map
 // ReplicaAppend applies batches pushed by a replication worker running in
 // another process to a follower replica on this node.
 func (s *Server) ReplicaAppend(stream grpc.BidiStreamingServer[replicationv1.ReplicaAppendRequest, replicationv1.ReplicaAppendResponse]) error {
+	if err := authz.CheckInternal(stream.Context(), s.Authz, "ReplicaAppend", fetchCallers...); err != nil {
+		return err
+	}
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -319,7 +337,10 @@ func (s *Server) ReplicaAppend(stream grpc.BidiStreamingServer[replicationv1.Rep
 }
 
 // DescribeReplicas reports this node's replicas.
-func (s *Server) DescribeReplicas(_ context.Context, r *replicationv1.DescribeReplicasRequest) (*replicationv1.DescribeReplicasResponse, error) {
+func (s *Server) DescribeReplicas(ctx context.Context, r *replicationv1.DescribeReplicasRequest) (*replicationv1.DescribeReplicasResponse, error) {
+	if err := authz.CheckInternal(ctx, s.Authz, "DescribeReplicas", describeCallers...); err != nil {
+		return nil, err
+	}
 	want := map[TP]bool{}
 	for _, tp := range r.GetPartitions() {
 		want[TP{tp.GetTopic(), tp.GetPartition()}] = true

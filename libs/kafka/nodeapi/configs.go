@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/metadata"
 	"github.com/sluice-io/sluice/libs/topicconfig"
@@ -25,6 +26,15 @@ func configResource(t kmsg.ConfigResourceType, name string) (*controllerv1.Confi
 		return &controllerv1.ConfigResource{Type: controllerv1.ResourceType_RESOURCE_TYPE_BROKER, Name: name}, nil
 	}
 	return nil, errorf(errs.InvalidRequest, "Sluice has no %s configs: only TOPIC and BROKER resources have configs", t)
+}
+
+// checkConfig checks op (DescribeConfigs or AlterConfigs) on a config
+// resource: the topic, or the cluster for broker settings (Kafka's rule).
+func (n *node) checkConfig(ctx context.Context, op authz.Operation, t kmsg.ConfigResourceType, name string) error {
+	if t == kmsg.ConfigResourceTypeTopic {
+		return authz.Check(ctx, n.authz, op, authz.Topic, name)
+	}
+	return authz.Check(ctx, n.authz, op, authz.Cluster, authz.ClusterName)
 }
 
 // resourceKey identifies a resource among those of one request.
@@ -45,6 +55,9 @@ func (n *node) describeConfigs(ctx context.Context, req *kmsg.DescribeConfigsReq
 		*rr = kmsg.NewDescribeConfigsResponseResource()
 		rr.ResourceType, rr.ResourceName = r.ResourceType, r.ResourceName
 		res, err := configResource(r.ResourceType, r.ResourceName)
+		if err == nil {
+			err = n.checkConfig(ctx, authz.DescribeConfigs, r.ResourceType, r.ResourceName)
+		}
 		if err != nil {
 			rr.ErrorCode, rr.ErrorMessage = kafkaError(err)
 			continue
@@ -271,6 +284,9 @@ func (n *node) incrementalAlterConfigs(ctx context.Context, req *kmsg.Incrementa
 		if dups[resourceKey(r.ResourceType, r.ResourceName)] > 1 {
 			err = errorf(errs.InvalidRequest, "resource %s %q appears more than once in the request", r.ResourceType, r.ResourceName)
 		}
+		if err == nil {
+			err = n.checkConfig(ctx, authz.AlterConfigs, r.ResourceType, r.ResourceName)
+		}
 		if err != nil {
 			rr.ErrorCode, rr.ErrorMessage = kafkaError(err)
 			continue
@@ -335,6 +351,9 @@ func (n *node) alterConfigs(ctx context.Context, req *kmsg.AlterConfigsRequest) 
 		res, err := legacyResource(r)
 		if dups[resourceKey(r.ResourceType, r.ResourceName)] > 1 {
 			err = errorf(errs.InvalidRequest, "resource %s %q appears more than once in the request", r.ResourceType, r.ResourceName)
+		}
+		if err == nil {
+			err = n.checkConfig(ctx, authz.AlterConfigs, r.ResourceType, r.ResourceName)
 		}
 		if err != nil {
 			fail(i, err)

@@ -9,6 +9,7 @@ import (
 
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/metadata"
 )
@@ -59,22 +60,50 @@ func (n *node) coordinators(ctx context.Context, keyType int8, keys []string) []
 		return out
 	}
 	var kt groupv1.CoordinatorKeyType
+	var rt authz.ResourceType
 	switch keyType {
 	case keyTypeGroup:
-		kt = groupv1.CoordinatorKeyType_COORDINATOR_KEY_TYPE_GROUP
+		kt, rt = groupv1.CoordinatorKeyType_COORDINATOR_KEY_TYPE_GROUP, authz.Group
 	case keyTypeTransaction:
-		kt = groupv1.CoordinatorKeyType_COORDINATOR_KEY_TYPE_TRANSACTION
+		kt, rt = groupv1.CoordinatorKeyType_COORDINATOR_KEY_TYPE_TRANSACTION, authz.TransactionalID
 	default:
 		return fail(errorf(errs.InvalidRequest, "coordinator key type %d is not served: Sluice coordinates groups (0) and transactional ids (1)", keyType))
 	}
-	if len(keys) == 0 {
+	// Describe on each group or transactional id (Kafka's rule); a refused
+	// key is answered here and not asked for.
+	asked := keys
+	var denied map[string]error
+	if n.authz.Enabled() {
+		asked = nil
+		for _, k := range keys {
+			if err := authz.Check(ctx, n.authz, authz.Describe, rt, k); err != nil {
+				if denied == nil {
+					denied = map[string]error{}
+				}
+				denied[k] = err
+				continue
+			}
+			asked = append(asked, k)
+		}
+		for i := range out {
+			if err := denied[out[i].Key]; err != nil {
+				out[i].ErrorCode, out[i].ErrorMessage = kafkaError(err)
+			}
+		}
+	}
+	if len(asked) == 0 {
 		return out
 	}
 	ctx, cancel := n.callTimeout(ctx, 0)
 	defer cancel()
-	resp, err := n.askGroupCoordinator(ctx, &groupv1.FindCoordinatorRequest{KeyType: kt, Keys: keys})
+	resp, err := n.askGroupCoordinator(ctx, &groupv1.FindCoordinatorRequest{KeyType: kt, Keys: asked})
 	if err != nil {
-		return fail(err)
+		for i := range out {
+			if denied[out[i].Key] == nil {
+				out[i].ErrorCode, out[i].ErrorMessage = kafkaError(err)
+			}
+		}
+		return out
 	}
 	byKey := make(map[string]*groupv1.Coordinator, len(resp.GetCoordinators()))
 	for _, c := range resp.GetCoordinators() {
@@ -84,6 +113,7 @@ func (n *node) coordinators(ctx context.Context, keyType int8, keys []string) []
 	for i := range out {
 		c, ok := byKey[out[i].Key]
 		switch {
+		case denied[out[i].Key] != nil:
 		case !ok:
 			out[i].ErrorCode, out[i].ErrorMessage = kafkaError(errorf(errs.CoordinatorNotAvailable, "the group coordinator did not answer for %q", out[i].Key))
 		case c.GetError() != nil:

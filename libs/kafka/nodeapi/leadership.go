@@ -7,6 +7,7 @@ import (
 
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
 )
 
@@ -41,6 +42,11 @@ func (n *node) electLeaders(ctx context.Context, req *kmsg.ElectLeadersRequest) 
 	ctx, cancel := n.callTimeout(ctx, req.TimeoutMillis)
 	defer cancel()
 	resp := kmsg.NewPtrElectLeadersResponse()
+	// Alter on the cluster (Kafka's rule), for the whole request.
+	if err := authz.Check(ctx, n.authz, authz.Alter, authz.Cluster, authz.ClusterName); err != nil {
+		resp.ErrorCode, _ = kafkaError(err)
+		return resp
+	}
 	var et controllerv1.ElectionType
 	switch {
 	case req.Version < 1 || req.ElectionType == electionPreferred:
@@ -126,6 +132,11 @@ func (n *node) alterPartitionReassignments(ctx context.Context, req *kmsg.AlterP
 	resp := kmsg.NewPtrAlterPartitionAssignmentsResponse()
 	allowRF := req.Version < 1 || req.AllowReplicationFactorChange
 	resp.AllowReplicationFactorChange = allowRF
+	// Alter on the cluster (Kafka's rule), for the whole request.
+	if err := authz.Check(ctx, n.authz, authz.Alter, authz.Cluster, authz.ClusterName); err != nil {
+		resp.ErrorCode, resp.ErrorMessage = kafkaError(err)
+		return resp
+	}
 	img := n.cache.Load()
 	type slot struct{ ti, i int }
 	var items []*controllerv1.PartitionReassignment
@@ -181,6 +192,11 @@ func (n *node) listPartitionReassignments(ctx context.Context, req *kmsg.ListPar
 	ctx, cancel := n.callTimeout(ctx, req.TimeoutMillis)
 	defer cancel()
 	resp := kmsg.NewPtrListPartitionReassignmentsResponse()
+	// Describe on the cluster (Kafka's rule), for the whole request.
+	if err := authz.Check(ctx, n.authz, authz.Describe, authz.Cluster, authz.ClusterName); err != nil {
+		resp.ErrorCode, resp.ErrorMessage = kafkaError(err)
+		return resp
+	}
 	want := map[string][]int32{}
 	var topics []string
 	for _, t := range req.Topics {

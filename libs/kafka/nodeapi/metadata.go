@@ -7,18 +7,17 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/kafka"
 	"github.com/sluice-io/sluice/libs/metadata"
 )
 
-// Operations reported as authorized while Sluice has no authorizer (Kafka
-// without one reports every operation a resource supports). Bits are
-// Kafka's AclOperation numbers.
-const (
-	topicOperations = 1<<3 | 1<<4 | 1<<5 | 1<<6 | 1<<7 | 1<<8 | 1<<10 | 1<<11 // READ WRITE CREATE DELETE ALTER DESCRIBE DESCRIBE_CONFIGS ALTER_CONFIGS
-	// CREATE ALTER DESCRIBE CLUSTER_ACTION DESCRIBE_CONFIGS ALTER_CONFIGS IDEMPOTENT_WRITE CREATE_TOKENS DESCRIBE_TOKENS
-	clusterOperations = 1<<5 | 1<<7 | 1<<8 | 1<<9 | 1<<10 | 1<<11 | 1<<12 | 1<<13 | 1<<14
+// Operations reported as authorized with authorization off (Kafka without
+// an authorizer reports every operation a resource supports).
+var (
+	topicOperations   = kafka.AuthorizedOperations(context.Background(), nil, authz.Topic, "")
+	clusterOperations = kafka.AuthorizedOperations(context.Background(), nil, authz.Cluster, authz.ClusterName)
 )
 
 // kafkaBroker is a node as Kafka clients see it: its Kafka listener.
@@ -119,13 +118,20 @@ func (n *node) metadata(ctx context.Context, req *kmsg.MetadataRequest) *kmsg.Me
 		_, _ = n.cache.WaitFor(wctx, func(*metadata.Image) bool { return n.cache.Loaded() }) // an empty image answers on timeout
 		cancel()
 	}
-	return metadataResponse(n.cache.Load(), req)
+	return metadataResponseFor(ctx, n.authz, n.cache.Load(), req)
 }
 
-// metadataResponse builds a Metadata answer from an image. A nil topic list
-// asks for every topic (internal ones included, as in Kafka); an empty one
-// for none.
+// metadataResponse is the Metadata answer with authorization off.
 func metadataResponse(img *metadata.Image, req *kmsg.MetadataRequest) *kmsg.MetadataResponse {
+	return metadataResponseFor(context.Background(), authz.AllowAll{}, img, req)
+}
+
+// metadataResponseFor builds a Metadata answer from an image. A nil topic list
+// asks for every topic (internal ones included, as in Kafka); an empty one
+// for none. Only topics the caller may Describe are listed; a requested
+// topic it may not Describe is TOPIC_AUTHORIZATION_FAILED, whether or not
+// it exists (Kafka's rule: existence is not disclosed).
+func metadataResponseFor(ctx context.Context, a authz.Authorizer, img *metadata.Image, req *kmsg.MetadataRequest) *kmsg.MetadataResponse {
 	resp := kmsg.NewPtrMetadataResponse()
 	brokers := kafkaBrokers(img, false)
 	reachable := make(map[int32]bool, len(brokers))
@@ -141,12 +147,18 @@ func metadataResponse(img *metadata.Image, req *kmsg.MetadataRequest) *kmsg.Meta
 	}
 	resp.ControllerID = controllerID(img, brokers)
 	if req.IncludeClusterAuthorizedOperations {
-		resp.AuthorizedOperations = clusterOperations
+		resp.AuthorizedOperations = kafka.AuthorizedOperations(ctx, a, authz.Cluster, authz.ClusterName)
+	}
+	ops := func(name string) int32 {
+		if !req.IncludeTopicAuthorizedOperations {
+			return kmsg.NewMetadataResponseTopic().AuthorizedOperations
+		}
+		return kafka.AuthorizedOperations(ctx, a, authz.Topic, name)
 	}
 
 	if req.Topics == nil {
-		for _, name := range img.TopicNames(true) {
-			resp.Topics = append(resp.Topics, topicMetadata(img, img.Topics[name], reachable, req.IncludeTopicAuthorizedOperations))
+		for _, name := range authz.FilterAllowed(ctx, a, authz.Describe, authz.Topic, img.TopicNames(true)) {
+			resp.Topics = append(resp.Topics, topicMetadata(img, img.Topics[name], reachable, ops(name)))
 		}
 		return resp
 	}
@@ -159,6 +171,22 @@ func metadataResponse(img *metadata.Image, req *kmsg.MetadataRequest) *kmsg.Meta
 		default:
 			t, ok = topicByID(img, rt.TopicID)
 		}
+		name := ""
+		switch {
+		case ok:
+			name = t.Name
+		case rt.Topic != nil:
+			name = *rt.Topic
+		}
+		if name != "" {
+			if err := authz.Check(ctx, a, authz.Describe, authz.Topic, name); err != nil {
+				mt := kmsg.NewMetadataResponseTopic()
+				mt.Topic, mt.TopicID = rt.Topic, rt.TopicID
+				mt.ErrorCode, _ = kafkaError(err)
+				resp.Topics = append(resp.Topics, mt)
+				continue
+			}
+		}
 		if !ok {
 			mt := kmsg.NewMetadataResponseTopic()
 			mt.Topic, mt.TopicID = rt.Topic, rt.TopicID
@@ -166,7 +194,7 @@ func metadataResponse(img *metadata.Image, req *kmsg.MetadataRequest) *kmsg.Meta
 			resp.Topics = append(resp.Topics, mt)
 			continue
 		}
-		resp.Topics = append(resp.Topics, topicMetadata(img, t, reachable, req.IncludeTopicAuthorizedOperations))
+		resp.Topics = append(resp.Topics, topicMetadata(img, t, reachable, ops(t.Name)))
 	}
 	return resp
 }
@@ -197,15 +225,13 @@ func unknownTopicCode(rt kmsg.MetadataRequestTopic) int16 {
 // topicMetadata renders one topic. A partition whose leader is missing, not
 // live, or has no Kafka listener is LEADER_NOT_AVAILABLE with leader -1, so
 // clients wait and refresh instead of dialing a node they cannot reach.
-func topicMetadata(img *metadata.Image, t *metadata.Topic, reachable map[int32]bool, ops bool) kmsg.MetadataResponseTopic {
+func topicMetadata(img *metadata.Image, t *metadata.Topic, reachable map[int32]bool, ops int32) kmsg.MetadataResponseTopic {
 	mt := kmsg.NewMetadataResponseTopic()
 	name := t.Name
 	mt.Topic = &name
 	mt.TopicID = topicID(t.ID)
 	mt.IsInternal = t.Internal
-	if ops {
-		mt.AuthorizedOperations = topicOperations
-	}
+	mt.AuthorizedOperations = ops
 	for i, ps := range t.Partitions {
 		mp := kmsg.NewMetadataResponseTopicPartition()
 		mp.Partition = int32(i)
@@ -248,9 +274,13 @@ func offlineReplicas(img *metadata.Image, ps *commonv1.PartitionState) []int32 {
 // describeCluster answers DescribeCluster from this node's metadata cache.
 // Sluice's controllers have no Kafka listener, so the controller endpoint
 // type (KIP-919, clients bootstrapped on controllers) is refused.
-func (n *node) describeCluster(_ context.Context, req *kmsg.DescribeClusterRequest) *kmsg.DescribeClusterResponse {
+func (n *node) describeCluster(ctx context.Context, req *kmsg.DescribeClusterRequest) *kmsg.DescribeClusterResponse {
 	resp := kmsg.NewPtrDescribeClusterResponse()
 	resp.EndpointType = req.EndpointType
+	if err := authz.Check(ctx, n.authz, authz.Describe, authz.Cluster, authz.ClusterName); err != nil {
+		resp.ErrorCode, resp.ErrorMessage = kafkaError(err)
+		return resp
+	}
 	if req.Version >= 1 && req.EndpointType != 1 {
 		resp.ErrorCode, resp.ErrorMessage = kafkaError(errorf(errs.InvalidRequest,
 			"endpoint type %d is not served: Sluice's controllers have no Kafka listener; ask for brokers (endpoint type 1)", req.EndpointType))
@@ -266,7 +296,7 @@ func (n *node) describeCluster(_ context.Context, req *kmsg.DescribeClusterReque
 	resp.ClusterID = img.ClusterID
 	resp.ControllerID = controllerID(img, brokers)
 	if req.IncludeClusterAuthorizedOperations {
-		resp.ClusterAuthorizedOperations = clusterOperations
+		resp.ClusterAuthorizedOperations = kafka.AuthorizedOperations(ctx, n.authz, authz.Cluster, authz.ClusterName)
 	}
 	return resp
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/wire"
 	"github.com/sluice-io/sluice/libs/kafka"
 	"github.com/sluice-io/sluice/libs/metadata"
@@ -45,6 +46,10 @@ type Deps struct {
 	// DefaultTimeout bounds a forwarded call whose request carries no
 	// timeout of its own (FindCoordinator); zero means 30 s.
 	DefaultTimeout time.Duration
+	// Authz authorizes each request for the Kafka client that sent it,
+	// before anything is forwarded (the controller sees this process's
+	// identity, not the client's). Nil allows everything.
+	Authz authz.Authorizer
 }
 
 // node serves the node APIs of one process.
@@ -54,13 +59,17 @@ type node struct {
 	nodeID  int32
 	logger  *slog.Logger
 	timeout time.Duration
+	authz   authz.Authorizer
 }
 
 // Register registers on mux the Kafka APIs every Sluice process answers,
 // whatever its roles: Metadata, FindCoordinator, DescribeCluster, and the
 // admin APIs, which it forwards to the active controller over gRPC.
 func Register(mux *kafka.Mux, d Deps) {
-	n := &node{cache: d.Metadata, pool: d.Pool, nodeID: d.NodeID, logger: d.Logger, timeout: d.DefaultTimeout}
+	n := &node{cache: d.Metadata, pool: d.Pool, nodeID: d.NodeID, logger: d.Logger, timeout: d.DefaultTimeout, authz: d.Authz}
+	if n.authz == nil {
+		n.authz = authz.AllowAll{}
+	}
 	if n.logger == nil {
 		n.logger = slog.New(slog.DiscardHandler)
 	}

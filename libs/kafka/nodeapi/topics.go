@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/kafka"
 	"github.com/sluice-io/sluice/libs/log"
@@ -87,6 +88,9 @@ func (n *node) createTopics(ctx context.Context, req *kmsg.CreateTopicsRequest) 
 	dups := duplicates(req.Topics, func(t kmsg.CreateTopicsRequestTopic) string { return t.Topic })
 	var specs []*controllerv1.TopicSpec
 	var at []int
+	// Create on the cluster covers every topic; without it, each topic
+	// needs Create on itself (Kafka's rule).
+	clusterCreate := authz.Allowed(ctx, n.authz, authz.Create, authz.Cluster, authz.ClusterName)
 	for i, t := range req.Topics {
 		rt := &resp.Topics[i]
 		*rt = kmsg.NewCreateTopicsResponseTopic()
@@ -94,6 +98,9 @@ func (n *node) createTopics(ctx context.Context, req *kmsg.CreateTopicsRequest) 
 		spec, err := topicSpec(t)
 		if dups[t.Topic] > 1 {
 			err = errorf(errs.InvalidRequest, "topic %q appears more than once in the request", t.Topic)
+		}
+		if err == nil && !clusterCreate {
+			err = authz.Check(ctx, n.authz, authz.Create, authz.Topic, t.Topic)
 		}
 		if err != nil {
 			rt.ErrorCode, rt.ErrorMessage = kafkaError(err)
@@ -241,6 +248,9 @@ func (n *node) deleteTopics(ctx context.Context, req *kmsg.DeleteTopicsRequest) 
 		if errsAt[i] == nil && dups[name] > 1 {
 			errsAt[i] = errorf(errs.InvalidRequest, "topic %q appears more than once in the request", name)
 		}
+		if errsAt[i] == nil {
+			errsAt[i] = authz.Check(ctx, n.authz, authz.Delete, authz.Topic, name)
+		}
 		if errsAt[i] != nil {
 			resp.Topics[i].ErrorCode, resp.Topics[i].ErrorMessage = kafkaError(errsAt[i])
 			continue
@@ -293,6 +303,10 @@ func (n *node) createPartitions(ctx context.Context, req *kmsg.CreatePartitionsR
 		rt.Topic = t.Topic
 		if dups[t.Topic] > 1 {
 			rt.ErrorCode, rt.ErrorMessage = kafkaError(errorf(errs.InvalidRequest, "topic %q appears more than once in the request", t.Topic))
+			continue
+		}
+		if err := authz.Check(ctx, n.authz, authz.Alter, authz.Topic, t.Topic); err != nil {
+			rt.ErrorCode, rt.ErrorMessage = kafkaError(err)
 			continue
 		}
 		inc := &controllerv1.PartitionIncrease{Topic: t.Topic, TotalCount: t.Count}

@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/scram"
 )
@@ -22,6 +23,11 @@ func (n *node) describeUserScram(ctx context.Context, req *kmsg.DescribeUserSCRA
 	ctx, cancel := n.callTimeout(ctx, 0)
 	defer cancel()
 	resp := kmsg.NewPtrDescribeUserSCRAMCredentialsResponse()
+	// Describe on the cluster (Kafka's rule), for the whole request.
+	if err := authz.Check(ctx, n.authz, authz.Describe, authz.Cluster, authz.ClusterName); err != nil {
+		resp.ErrorCode, resp.ErrorMessage = kafkaError(err)
+		return resp
+	}
 	in := &controllerv1.DescribeUserScramCredentialsRequest{}
 	seen := map[string]bool{}
 	for _, u := range req.Users {
@@ -95,6 +101,13 @@ func (n *node) alterUserScram(ctx context.Context, req *kmsg.AlterUserSCRAMCrede
 		if m, ok := mechanism(u.Name, u.Mechanism); ok {
 			in.Upsertions = append(in.Upsertions, &controllerv1.ScramCredentialUpsertion{
 				User: u.Name, Mechanism: m, Iterations: u.Iterations, Salt: u.Salt, SaltedPassword: u.SaltedPassword})
+		}
+	}
+	// Alter on the cluster (Kafka's rule): without it every user is
+	// refused.
+	if err := authz.Check(ctx, n.authz, authz.Alter, authz.Cluster, authz.ClusterName); err != nil {
+		for _, user := range order {
+			refused[user] = err
 		}
 	}
 	// A user with a refused entry changes nothing.
