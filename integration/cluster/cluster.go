@@ -48,6 +48,9 @@ type Options struct {
 	// Sluiced is the server binary to run instead of the workspace's (a
 	// build with a planted bug, for a negative control).
 	Sluiced string
+	// TLS runs the cluster with TLS everywhere (see devcluster.Spec);
+	// Client then connects with the cluster's admin certificate.
+	TLS bool
 }
 
 // DefaultArgs make processes start fast on a busy test machine without
@@ -124,6 +127,7 @@ func Start(t testing.TB, o Options) *devcluster.Cluster {
 		Wrap:                    o.Wrap,
 		ExtraArgs:               append(append([]string{}, DefaultArgs...), o.ExtraArgs...),
 		ReadyTimeout:            90 * time.Second,
+		TLS:                     o.TLS,
 	})
 	if err != nil {
 		dumpLogs(t, dir)
@@ -154,7 +158,15 @@ func Start(t testing.TB, o Options) *devcluster.Cluster {
 // the test ends.
 func Client(t testing.TB, c *devcluster.Cluster) *client.Client {
 	t.Helper()
-	cl, err := client.New(client.Config{Bootstrap: c.Bootstrap()})
+	cfg := client.Config{Bootstrap: c.Bootstrap()}
+	if f := c.TLS(); f != nil {
+		tc, err := f.ClientTLS()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.TLS = tc
+	}
+	cl, err := client.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func Execute() int {
 			// the cluster's answer.
 			msg := exit.err.Error()
 			if errs.CodeOf(exit.err) == errs.NodeUnreachable {
-				msg += " (is a cluster running? start one with `make run` or `sluice dev`)"
+				msg += unreachableHint(msg)
 			}
 			fmt.Fprintf(os.Stderr, "sluice: %s\n", msg)
 		}
@@ -157,7 +157,23 @@ func describeErr(err error) string {
 		msg = err.Error() // keep the context the SDK wrapped around it
 	}
 	if e.Code == errs.NodeUnreachable {
-		msg += " (is a cluster running? start one with `make run` or `sluice dev`)"
+		msg += unreachableHint(msg)
 	}
 	return msg
+}
+
+// unreachableHint says what to do when no node answered: start a cluster,
+// or, when the node closed a plaintext connection or answered it with TLS,
+// connect with TLS.
+func unreachableHint(msg string) string {
+	switch {
+	case strings.Contains(msg, "error reading server preface: EOF"),
+		strings.Contains(msg, "connection reset by peer"),
+		strings.Contains(msg, "http2: frame too large"):
+		return " (the node closed the connection: it may serve TLS only; pass --tls-ca with the cluster's CA, or set SLUICE_CONFIG to the file `sluice dev` wrote)"
+	case strings.Contains(msg, "first record does not look like a TLS handshake"):
+		return " (the node does not serve TLS: drop --tls-ca, --tls-cert and --tls-key)"
+	default:
+		return " (is a cluster running? start one with `make run` or `sluice dev`)"
+	}
 }
