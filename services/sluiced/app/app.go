@@ -59,7 +59,10 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 	if err != nil {
 		return err
 	}
-	sec, err := setupSecurity(&cfg, logger)
+	// The metadata cache is made first: the password verifier of both
+	// listeners reads users' SCRAM credentials from it.
+	cache := metadata.NewCache()
+	sec, err := setupSecurity(&cfg, cache, logger)
 	if err != nil {
 		return err
 	}
@@ -92,7 +95,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 	}
 
 	n := &node{cfg: cfg, logger: logger, tel: tel, srv: srv,
-		cache: metadata.NewCache(),
+		cache: cache,
 		kafka: kafka.NewMux(),
 		pool:  wire.NewPool(wire.ClientOptions{Telemetry: tel.Client(telemetry.Process), TLS: sec.clientTLS(), Extra: kit.dialOptions()})}
 	if kit != nil {
@@ -154,7 +157,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 		// first to stop, so no Kafka request reaches a stopped role.
 		m.Add(kafka.NewServer(cfg.Kafka, n.kafka, kafkaLis, kafka.ServerOptions{
 			Logger: logger, Meter: tel.Meter, Tracer: tel.Tracer(telemetry.Process),
-			TLS: sec.serverTLS(), Authn: sec.authn}))
+			TLS: sec.serverTLS(), Authn: sec.authn, SASL: sec.kafkaSASL(cfg.Kafka)}))
 	}
 	m.Ready = func() {
 		logger.Info("sluiced ready", slog.String("roles", cfg.Roles.String()), slog.String("listen", lis.Addr().String()))

@@ -4,9 +4,13 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/sluice-io/sluice/libs/authn"
+	"github.com/sluice-io/sluice/libs/kafka"
+	"github.com/sluice-io/sluice/libs/metadata"
 	"github.com/sluice-io/sluice/libs/metastore"
+	"github.com/sluice-io/sluice/libs/scram"
 	"github.com/sluice-io/sluice/libs/tlsx"
 )
 
@@ -17,16 +21,23 @@ type security struct {
 	src   *tlsx.Source
 	mode  tlsx.ClientAuth
 	authn *authn.Authenticator
+	// scram holds users' SCRAM credentials from the metadata image;
+	// passwords checks passwords against them (gRPC per-call credentials,
+	// Kafka SASL/PLAIN).
+	scram     *scram.Store
+	passwords *scram.Verifier
+	logger    *slog.Logger
 }
 
 // setupSecurity loads the TLS files (failing at start on a bad one) and,
 // with TLS, points the embedded etcd member at the same files.
-func setupSecurity(cfg *Config, logger *slog.Logger) (*security, error) {
+func setupSecurity(cfg *Config, cache *metadata.Cache, logger *slog.Logger) (*security, error) {
 	rules, err := tlsx.ParseMappingRules(cfg.TLS.PrincipalMappingRules)
 	if err != nil {
 		return nil, fmt.Errorf("tls.principal-mapping-rules: %w", err)
 	}
-	sec := &security{mode: cfg.TLS.Mode()}
+	store := scram.NewStore(cache)
+	sec := &security{mode: cfg.TLS.Mode(), scram: store, passwords: scram.NewVerifier(store, 0), logger: logger}
 	if cfg.TLS.Enabled() {
 		files := tlsx.Files{Cert: cfg.TLS.Cert, Key: cfg.TLS.Key, CA: cfg.TLS.CA}
 		if sec.src, err = tlsx.NewSource(files, logger); err != nil {
@@ -34,7 +45,7 @@ func setupSecurity(cfg *Config, logger *slog.Logger) (*security, error) {
 		}
 		cfg.Controller.Etcd.TLS = &metastore.TLS{CertFile: files.Cert, KeyFile: files.Key, CAFile: files.CA, Client: sec.src.ClientConfig()}
 	}
-	sec.authn = authn.New(authn.Options{Rules: rules, Require: cfg.Auth.Require, Logger: logger})
+	sec.authn = authn.New(authn.Options{Rules: rules, Require: cfg.Auth.Require, Passwords: sec.passwords, Logger: logger})
 	return sec, nil
 }
 
@@ -53,4 +64,17 @@ func (s *security) clientTLS() *tls.Config {
 		return nil
 	}
 	return s.src.ClientConfig()
+}
+
+// kafkaSASL is the Kafka listener's SASL configuration, nil without
+// --kafka.sasl.mechanisms.
+func (s *security) kafkaSASL(cfg kafka.Config) *kafka.SASLOptions {
+	ms := cfg.Mechanisms()
+	if len(ms) == 0 {
+		return nil
+	}
+	if s.src == nil && slices.Contains(ms, kafka.MechanismPlain) {
+		s.logger.Warn("SASL/PLAIN on a Kafka listener without TLS sends passwords in clear text; set --tls.cert and --tls.key")
+	}
+	return &kafka.SASLOptions{Mechanisms: ms, Credentials: s.scram, Passwords: s.passwords, SessionLifetime: cfg.SASLSessionLifetime}
 }
