@@ -82,7 +82,8 @@ func runChaos(t *testing.T, timeout time.Duration, args ...string) (int, []chaos
 // The PR tier of sluice-chaos: every case must end valid, with the faults
 // its schedule names injected (leader and controller kills, a pause past
 // the session timeout, partitions, crashes that drop unsynced bytes,
-// coordinator kills in the split topology).
+// duplicated requests and a slowed replication link, coordinator kills in
+// the split topology).
 func TestChaosPRTier(t *testing.T) {
 	status, results := runChaos(t, 12*time.Minute, "--tier", "pr", "--sluiced", cluster.Sluiced(t))
 	require.NotEmpty(t, results)
@@ -103,6 +104,8 @@ func TestChaosPRTier(t *testing.T) {
 	require.Positive(t, kinds["kill"], "no process was killed: %v", kinds)
 	require.Positive(t, kinds["pause"], "no process was paused: %v", kinds)
 	require.Positive(t, kinds["crash"], "no process crashed: %v", kinds)
+	require.Positive(t, kinds["delay"], "no link was slowed down: %v", kinds)
+	require.Positive(t, kinds["duplicate"], "no request was duplicated: %v", kinds)
 	t.Logf("faults injected by kind: %v", kinds)
 }
 

@@ -123,10 +123,14 @@ var prCases = []chaosCase{
 			step(19, nemesis.Move, nemesis.StorageLeader, 0, ""),
 		}},
 	{Name: "controller-and-pause", Seed: 102, Topology: "dev3", Workload: "txn", Duration: sec(24),
-		Why: "SIGKILL of the active controller, then a storage leader paused past the session timeout (comes back a zombie)",
+		Why: "SIGKILL of the active controller; a transaction coordinator's requests to other processes (transaction markers, " +
+			"ISR changes, producer id blocks) each sent twice; a storage leader paused past the session timeout (comes back a zombie); " +
+			"then a follower's replication fetches from its leader slowed by 200-300 ms each way",
 		Steps: []nemesis.Step{
 			step(5, nemesis.Kill, nemesis.Controller, 3, ""),
+			step(8.5, nemesis.Duplicate, nemesis.TxnCoordinator, 3, "to=any dup=1"),
 			step(12, nemesis.Pause, nemesis.StorageLeader, 5, ""),
+			step(18, nemesis.Delay, nemesis.StorageFollower, 4, "to=storage-leader delay=200ms jitter=100ms"),
 		}},
 	{Name: "partition", Seed: 103, Topology: "dev3", Workload: "default", Duration: sec(24),
 		Why: "a storage leader cut off from every other process, then the active controller from some of them",
@@ -290,13 +294,18 @@ func seedCase(seed int64) chaosCase {
 		c.Plan.Targets = []nemesis.Role{nemesis.AnyProcess}
 	case "dev3":
 		c.Plan.Kinds = []nemesis.Kind{nemesis.Kill, nemesis.Kill, nemesis.Pause, nemesis.Crash, nemesis.Partition, nemesis.Partition,
-			nemesis.Disk, nemesis.Clock, nemesis.Move, nemesis.LateEndTxn, nemesis.StallMember}
+			nemesis.Disk, nemesis.Clock, nemesis.Delay, nemesis.Duplicate, nemesis.Move, nemesis.LateEndTxn, nemesis.StallMember}
 		// Storage leaders weigh three in six: a leader's death is what
 		// elections, truncation and the high watermark are tested by.
 		c.Plan.Targets = []nemesis.Role{nemesis.StorageLeader, nemesis.StorageLeader, nemesis.StorageLeader, nemesis.StorageFollower, nemesis.Controller, nemesis.StandbyController}
 	case "split":
-		c.Plan.Kinds = []nemesis.Kind{nemesis.Kill, nemesis.Kill, nemesis.Pause, nemesis.Crash, nemesis.Partition, nemesis.Move, nemesis.StallMember}
+		c.Plan.Kinds = []nemesis.Kind{nemesis.Kill, nemesis.Kill, nemesis.Pause, nemesis.Crash, nemesis.Partition, nemesis.Delay, nemesis.Duplicate,
+			nemesis.Move, nemesis.StallMember}
 		c.Plan.Targets = []nemesis.Role{nemesis.StorageLeader, nemesis.StorageLeader, nemesis.Controller, nemesis.ReplicationWorker, nemesis.GroupCoordinator, nemesis.TxnCoordinator}
+		// The replication worker is a process of its own: it fetches from
+		// leaders and appends to followers over the network.
+		c.Plan.Links = []nemesis.LinkPair{{From: nemesis.ReplicationWorker, To: nemesis.StorageLeader}, {From: nemesis.ReplicationWorker, To: nemesis.StorageFollower},
+			{From: nemesis.StorageLeader, To: nemesis.Controller}, {From: nemesis.TxnCoordinator, To: nemesis.StorageLeader}, {From: nemesis.GroupCoordinator, To: nemesis.StorageLeader}}
 	}
 	return c
 }

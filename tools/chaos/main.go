@@ -144,7 +144,7 @@ func runMain(args []string) int {
 		r.printf("partitions unavailable, partition steps are skipped: %v", r.netErr)
 	}
 	if r.faultErr != nil {
-		r.printf("fault endpoints unavailable, crash, disk and clock steps are skipped: %v", r.faultErr)
+		r.printf("fault endpoints unavailable, crash, disk, clock, delay and duplicate steps are skipped: %v", r.faultErr)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

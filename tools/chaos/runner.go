@@ -36,8 +36,18 @@ var serverArgs = []string{
 // integration tests (integration/netns), which may run at the same time.
 var netNames = netns.Names{Bridge: "slcb", Host: "slc", Subnet: "10.232", Table: "sluicechaos"}
 
-// faultFlag turns on the fault endpoints (crash, disk, clock).
+// faultFlag turns on the fault endpoints (crash, disk, clock, link).
 const faultFlag = "--unsafe.fault-injection"
+
+// needsFaultAPI says whether steps of kind k go through the fault
+// endpoints.
+func needsFaultAPI(k nemesis.Kind) bool {
+	switch k {
+	case nemesis.Crash, nemesis.Disk, nemesis.Clock, nemesis.Delay, nemesis.Duplicate:
+		return true
+	}
+	return false
+}
 
 // runner runs cases and prints their lines.
 type runner struct {
@@ -105,7 +115,7 @@ func (r *runner) steps(c chaosCase) ([]nemesis.Step, []string, error) {
 		}
 		if r.faultErr != nil {
 			o.Kinds = slices.DeleteFunc(slices.Clone(o.Kinds), func(k nemesis.Kind) bool {
-				return k == nemesis.Crash || k == nemesis.Disk || k == nemesis.Clock
+				return needsFaultAPI(k)
 			})
 		}
 		if r.clientErr != nil {
@@ -127,7 +137,7 @@ func (r *runner) steps(c chaosCase) ([]nemesis.Step, []string, error) {
 		switch {
 		case s.Kind == nemesis.Partition && r.netErr != nil:
 			skipped = append(skipped, fmt.Sprintf("%s: no network namespaces: %v", s, r.netErr))
-		case (s.Kind == nemesis.Crash || s.Kind == nemesis.Disk || s.Kind == nemesis.Clock) && r.faultErr != nil:
+		case needsFaultAPI(s.Kind) && r.faultErr != nil:
 			skipped = append(skipped, fmt.Sprintf("%s: %v", s, r.faultErr))
 		case s.Target == nemesis.Clients && r.clientErr != nil:
 			skipped = append(skipped, fmt.Sprintf("%s: %v", s, r.clientErr))
