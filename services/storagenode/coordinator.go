@@ -5,6 +5,7 @@ import (
 	"time"
 
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/client/record"
 	"github.com/sluice-io/sluice/libs/metadata"
@@ -64,6 +65,9 @@ func (r *StorageNode) appendInternal(ctx context.Context, part *replica.Partitio
 // FenceCoordinator makes the caller the only coordinator whose writes this
 // leader accepts for the partition, and returns the log end to replay to.
 func (r *StorageNode) FenceCoordinator(ctx context.Context, req *storagev1.FenceCoordinatorRequest) (*storagev1.FenceCoordinatorResponse, error) {
+	if err := authz.CheckInternal(ctx, r.deps.Authorizer(), "FenceCoordinator", fenceCallers...); err != nil {
+		return nil, err
+	}
 	if metadata.CoordinatorRole(req.GetTopic()) == "" {
 		return nil, errs.Invalid(errs.InvalidRequest, "topic", "topic %q is not an internal coordinator topic", req.GetTopic())
 	}

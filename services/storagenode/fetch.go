@@ -11,6 +11,7 @@ import (
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	replicationv1 "github.com/sluice-io/sluice/gen/go/sluice/replication/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/client/record"
 	"github.com/sluice-io/sluice/libs/client/wire"
@@ -72,6 +73,9 @@ type fetchState struct {
 	lastEpoch   *int32
 	lastFetched bool // lastEpoch checked once, at the start
 	done        bool
+	// denied is the caller's refusal to read the topic, answered as the
+	// partition's error.
+	denied error
 }
 
 // Fetch streams chunks of whole batches from the page cache (see the
@@ -81,13 +85,15 @@ type fetchState struct {
 func (r *StorageNode) Fetch(req *storagev1.FetchRequest, stream grpc.ServerStreamingServer[storagev1.FetchResponse]) error {
 	ctx := stream.Context()
 	states := make([]*fetchState, len(req.GetPartitions()))
+	// Read on each topic, checked once per topic when the stream starts.
+	topics := authz.NewMemo(ctx, r.deps.Authorizer(), authz.Read, authz.Topic)
 	for i, fp := range req.GetPartitions() {
 		mb := int(fp.GetPartitionMaxBytes())
 		if mb <= 0 {
 			mb = defaultPartitionMaxBytes
 		}
 		states[i] = &fetchState{tp: replica.TP{Topic: fp.GetTopic(), Partition: fp.GetPartition()}, offset: fp.GetFetchOffset(),
-			maxBytes: mb, epoch: fp.CurrentLeaderEpoch, lastEpoch: fp.LastFetchedEpoch}
+			maxBytes: mb, epoch: fp.CurrentLeaderEpoch, lastEpoch: fp.LastFetchedEpoch, denied: topics.Check(fp.GetTopic())}
 	}
 	maxBytes := int(req.GetMaxBytes())
 	if maxBytes <= 0 {
@@ -156,7 +162,11 @@ func (r *StorageNode) Fetch(req *storagev1.FetchRequest, stream grpc.ServerStrea
 // bytes sent and the channel that signals more.
 func (r *StorageNode) fetchOne(stream grpc.ServerStream, st *fetchState, maxBytes int, records, readCommitted bool) (int, <-chan struct{}, error) {
 	resp := &storagev1.FetchResponse{Topic: st.tp.Topic, Partition: st.tp.Partition, NextOffset: st.offset}
-	part, err := r.partition(st.tp.Topic, st.tp.Partition)
+	err := st.denied
+	var part *replica.Partition
+	if err == nil {
+		part, err = r.partition(st.tp.Topic, st.tp.Partition)
+	}
 	if err != nil {
 		st.done = true
 		resp.Error = errs.ItemError(err)

@@ -11,6 +11,7 @@ import (
 
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/kafka"
 	"github.com/sluice-io/sluice/libs/log"
@@ -64,13 +65,19 @@ func (r *StorageNode) kafkaDescribeProducers(ctx context.Context, kr *kafka.Requ
 // directory with the size of every replica in it (leaders and followers),
 // and from v4 the file system's total and usable bytes. A request naming
 // topics gets only those; asking for none (null) gets all.
-func (r *StorageNode) kafkaDescribeLogDirs(_ context.Context, kr *kafka.Request) (kafka.Reply, error) {
+func (r *StorageNode) kafkaDescribeLogDirs(ctx context.Context, kr *kafka.Request) (kafka.Reply, error) {
 	req, ok := kr.Msg.(*kmsg.DescribeLogDirsRequest)
 	if !ok {
 		return kafka.Reply{}, fmt.Errorf("describe log dirs: unexpected message %T", kr.Msg)
 	}
 	resp := req.ResponseKind().(*kmsg.DescribeLogDirsResponse)
 	resp.Version = req.Version
+	// Describe on the cluster (Kafka); v3+ says so in the error code,
+	// older versions get no directory.
+	if err := authz.Check(ctx, r.deps.Authorizer(), authz.Describe, authz.Cluster, authz.ClusterName); err != nil {
+		resp.ErrorCode = kafka.ErrorCode(err)
+		return kafka.Now(resp), nil
+	}
 	var want map[string]map[int32]bool
 	if req.Topics != nil {
 		want = map[string]map[int32]bool{}

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/kafka"
 	"github.com/sluice-io/sluice/libs/naming"
@@ -50,7 +51,7 @@ type kafkaFetch struct {
 // kafkaFetchFromRequest checks a fetch request the way the gRPC validator
 // checks a gRPC fetch, resolves topic ids (v13+), and lays out the answer
 // skeleton. A request-wide refusal (fetch sessions) is the returned code.
-func (r *StorageNode) kafkaFetchFromRequest(req *kmsg.FetchRequest) (*kafkaFetch, int16) {
+func (r *StorageNode) kafkaFetchFromRequest(ctx context.Context, req *kmsg.FetchRequest) (*kafkaFetch, int16) {
 	resp := req.ResponseKind().(*kmsg.FetchResponse)
 	resp.Version = req.Version
 	// Fetch sessions are not kept (KIP-227 allows a broker that has none):
@@ -60,6 +61,15 @@ func (r *StorageNode) kafkaFetchFromRequest(req *kmsg.FetchRequest) (*kafkaFetch
 	if req.Version >= 7 && req.SessionEpoch > 0 {
 		resp.ErrorCode = kafkaFetchSessionIDNotFound
 		return &kafkaFetch{req: req, resp: resp}, kafkaFetchSessionIDNotFound
+	}
+	// A fetch naming a replica is a follower's (Kafka: ClusterAction on
+	// the cluster); Sluice followers fetch over gRPC, so this is a client
+	// claiming to be a broker.
+	if req.ReplicaID >= 0 || (req.Version >= 15 && req.ReplicaState.ID >= 0) {
+		if err := authz.Check(ctx, r.deps.Authorizer(), authz.ClusterAction, authz.Cluster, authz.ClusterName); err != nil {
+			resp.ErrorCode = kafka.ErrorCode(err)
+			return &kafkaFetch{req: req, resp: resp}, resp.ErrorCode
+		}
 	}
 	f := &kafkaFetch{req: req, resp: resp, maxBytes: int(req.MaxBytes), minBytes: int(req.MinBytes), readCommitted: req.IsolationLevel == 1,
 		deadline: time.Now().Add(time.Duration(max(req.MaxWaitMillis, 0)) * time.Millisecond)}
@@ -71,6 +81,8 @@ func (r *StorageNode) kafkaFetchFromRequest(req *kmsg.FetchRequest) (*kafkaFetch
 		ids = kafka.Topics(r.deps.Metadata.Load())
 	}
 	seen := map[replica.TP]bool{}
+	// Read on each topic, checked once per topic (never per record).
+	topics := authz.NewMemo(ctx, r.deps.Authorizer(), authz.Read, authz.Topic)
 	for ti, t := range req.Topics {
 		rt := kmsg.NewFetchResponseTopic()
 		rt.Topic, rt.TopicID = t.Topic, t.TopicID
@@ -78,6 +90,10 @@ func (r *StorageNode) kafkaFetchFromRequest(req *kmsg.FetchRequest) (*kafkaFetch
 		known := true
 		if ids != nil {
 			name, known = ids.Name(t.TopicID)
+		}
+		var denied error
+		if known {
+			denied = topics.Check(name)
 		}
 		for pi, p := range t.Partitions {
 			rp := kmsg.NewFetchResponseTopicPartition()
@@ -105,6 +121,8 @@ func (r *StorageNode) kafkaFetchFromRequest(req *kmsg.FetchRequest) (*kafkaFetch
 			switch {
 			case !known:
 				fp.refused = errs.New(errs.UnknownTopicID, "no topic has id %x", t.TopicID).Proto()
+			case denied != nil:
+				fp.refused = errs.ItemError(denied)
 			case naming.ValidateTopic(name) != nil:
 				fp.refused = errs.New(errs.UnknownTopicOrPartition, "topic %q does not exist: %v", name, naming.ValidateTopic(name)).Proto()
 			case p.Partition < 0:
@@ -275,12 +293,12 @@ func clearFetchLeader(resp *kmsg.FetchResponse, id int32) {
 // not yet MinBytes to answer, the wait (up to MaxWaitMillis, woken by new
 // data as the gRPC fetch is) runs after the handler returns, so the
 // connection goes on with its next request meanwhile.
-func (r *StorageNode) kafkaFetch(_ context.Context, kr *kafka.Request) (kafka.Reply, error) {
+func (r *StorageNode) kafkaFetch(ctx context.Context, kr *kafka.Request) (kafka.Reply, error) {
 	req, ok := kr.Msg.(*kmsg.FetchRequest)
 	if !ok {
 		return kafka.Reply{}, fmt.Errorf("fetch: unexpected message %T", kr.Msg)
 	}
-	f, code := r.kafkaFetchFromRequest(req)
+	f, code := r.kafkaFetchFromRequest(ctx, req)
 	if code != 0 {
 		return kafka.Now(f.resp), nil
 	}

@@ -78,6 +78,12 @@ func (r *StorageNode) kafkaProduce(ctx context.Context, kr *kafka.Request) (kafk
 		return kafka.Reply{}, fmt.Errorf("produce: unexpected message %T", kr.Msg)
 	}
 	all, items := produceFromKafka(req)
+	if err := r.authorizeProduce(ctx, all); err != nil {
+		// Kafka answers a refused transactional id in every partition.
+		for i := range items {
+			items[i] = err
+		}
+	}
 	// Only the partitions that passed validation go to the append path;
 	// their results are put back in request order.
 	good := &storagev1.ProduceRequest{Acks: all.Acks, TimeoutMs: all.TimeoutMs, TransactionalId: all.TransactionalId}

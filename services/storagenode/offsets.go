@@ -5,19 +5,26 @@ import (
 
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/replica"
 )
 
 // ListOffsets looks up earliest, latest, by-timestamp and max-timestamp
 // offsets on the leader. LATEST is the high watermark; a new leader answers
 // OFFSET_NOT_AVAILABLE until it has committed a record in its own epoch,
 // since until then its high watermark may trail the true one.
-func (r *StorageNode) ListOffsets(_ context.Context, req *storagev1.ListOffsetsRequest) (*storagev1.ListOffsetsResponse, error) {
+func (r *StorageNode) ListOffsets(ctx context.Context, req *storagev1.ListOffsetsRequest) (*storagev1.ListOffsetsResponse, error) {
 	out := &storagev1.ListOffsetsResponse{}
+	topics := authz.NewMemo(ctx, r.deps.Authorizer(), authz.Describe, authz.Topic)
 	for _, lp := range req.GetPartitions() {
 		res := &storagev1.ListOffsetsResult{Topic: lp.GetTopic(), Partition: lp.GetPartition(), Offset: -1, TimestampMs: -1, LeaderEpoch: -1}
 		out.Results = append(out.Results, res)
-		part, err := r.partition(lp.GetTopic(), lp.GetPartition())
+		err := topics.Check(lp.GetTopic())
+		var part *replica.Partition
+		if err == nil {
+			part, err = r.partition(lp.GetTopic(), lp.GetPartition())
+		}
 		if err != nil {
 			res.Error = errs.ItemError(err)
 			continue
@@ -71,12 +78,17 @@ func (r *StorageNode) ListOffsets(_ context.Context, req *storagev1.ListOffsetsR
 
 // OffsetForLeaderEpoch returns where an epoch ends in the leader's log, so
 // a consumer can detect that the log was truncated under it (KIP-320).
-func (r *StorageNode) OffsetForLeaderEpoch(_ context.Context, req *storagev1.OffsetForLeaderEpochRequest) (*storagev1.OffsetForLeaderEpochResponse, error) {
+func (r *StorageNode) OffsetForLeaderEpoch(ctx context.Context, req *storagev1.OffsetForLeaderEpochRequest) (*storagev1.OffsetForLeaderEpochResponse, error) {
 	out := &storagev1.OffsetForLeaderEpochResponse{}
+	topics := authz.NewMemo(ctx, r.deps.Authorizer(), authz.Describe, authz.Topic)
 	for _, lp := range req.GetPartitions() {
 		res := &storagev1.OffsetForLeaderEpochResult{Topic: lp.GetTopic(), Partition: lp.GetPartition()}
 		out.Results = append(out.Results, res)
-		part, err := r.partition(lp.GetTopic(), lp.GetPartition())
+		err := topics.Check(lp.GetTopic())
+		var part *replica.Partition
+		if err == nil {
+			part, err = r.partition(lp.GetTopic(), lp.GetPartition())
+		}
 		if err == nil {
 			_, err = part.LeaderView(lp.CurrentLeaderEpoch)
 		}
@@ -92,12 +104,17 @@ func (r *StorageNode) OffsetForLeaderEpoch(_ context.Context, req *storagev1.Off
 
 // DeleteRecords moves partitions' log start offsets on the leader;
 // followers follow on their fetch streams.
-func (r *StorageNode) DeleteRecords(_ context.Context, req *storagev1.DeleteRecordsRequest) (*storagev1.DeleteRecordsResponse, error) {
+func (r *StorageNode) DeleteRecords(ctx context.Context, req *storagev1.DeleteRecordsRequest) (*storagev1.DeleteRecordsResponse, error) {
 	out := &storagev1.DeleteRecordsResponse{}
+	topics := authz.NewMemo(ctx, r.deps.Authorizer(), authz.Delete, authz.Topic)
 	for _, dp := range req.GetPartitions() {
 		res := &storagev1.DeleteRecordsResult{Topic: dp.GetTopic(), Partition: dp.GetPartition(), LowWatermark: -1}
 		out.Results = append(out.Results, res)
-		part, err := r.partition(dp.GetTopic(), dp.GetPartition())
+		err := topics.Check(dp.GetTopic())
+		var part *replica.Partition
+		if err == nil {
+			part, err = r.partition(dp.GetTopic(), dp.GetPartition())
+		}
 		if err != nil {
 			res.Error = errs.ItemError(err)
 			continue

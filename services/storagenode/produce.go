@@ -18,6 +18,7 @@ import (
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/client/record"
 	"github.com/sluice-io/sluice/libs/metadata"
@@ -165,10 +166,17 @@ func (r *StorageNode) appendAll(ctx context.Context, req *storagev1.ProduceReque
 	out := &storagev1.ProduceResponse{Results: make([]*storagev1.ProducePartitionResult, len(req.GetPartitions()))}
 	var waits []pending
 	span := trace.SpanFromContext(ctx)
+	topics := authz.NewMemo(ctx, r.deps.Authorizer(), authz.Write, authz.Topic)
 	for i, pp := range req.GetPartitions() {
 		res := &storagev1.ProducePartitionResult{Topic: pp.GetTopic(), Partition: pp.GetPartition(), BaseOffset: -1, LogAppendTimeMs: -1}
 		out.Results[i] = res
-		part, err := r.partition(pp.GetTopic(), pp.GetPartition())
+		// Authorized before the topic is looked up, so a caller without
+		// access learns nothing about which topics exist.
+		err := r.authorizeProduceTopic(ctx, &topics, pp.GetTopic())
+		var part *replica.Partition
+		if err == nil {
+			part, err = r.partition(pp.GetTopic(), pp.GetPartition())
+		}
 		if err == nil {
 			var batches []byte
 			if batches, err = batchesOf(pp, r.deps.Clock()); err == nil {
@@ -270,6 +278,9 @@ func produceTimeout(req *storagev1.ProduceRequest) time.Duration {
 func (r *StorageNode) Produce(ctx context.Context, req *storagev1.ProduceRequest) (*storagev1.ProduceResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, produceTimeout(req))
 	defer cancel()
+	if err := r.authorizeProduce(ctx, req); err != nil {
+		return nil, err
+	}
 	ctx, span := r.requestSpan(ctx, req)
 	defer span.End()
 	out, waits := r.appendAll(ctx, req)
@@ -399,6 +410,16 @@ func (r *StorageNode) ProduceStream(stream grpc.BidiStreamingServer[storagev1.Pr
 			continue
 		}
 		preq := req.GetRequest()
+		if aerr := r.authorizeProduce(ctx, preq); aerr != nil {
+			// Refused as a whole (transactional id): answered like a bad
+			// request, the stream goes on.
+			f := &streamFuture{id: req.GetRequestId(), err: errs.ItemError(aerr)}
+			if err := answers.add(f); err != nil {
+				return err
+			}
+			answers.complete(f)
+			continue
+		}
 		rctx, cancel := context.WithTimeout(ctx, produceTimeout(preq))
 		rctx, span := r.requestSpan(rctx, preq)
 		resp, waits := r.appendAll(rctx, preq)

@@ -117,6 +117,7 @@ func New(cfg Config, deps service.Deps) *StorageNode {
 	storagev1.RegisterStorageServiceServer(deps.Server.GRPC, r)
 	rs := replica.NewServer(deps.Replicas)
 	rs.Send = sendFollowerChunk
+	rs.Authz = deps.Authz
 	replicationv1.RegisterReplicationServiceServer(deps.Server.GRPC, rs)
 	registerValidators(deps.Server.Validators)
 	if deps.Kafka != nil {

@@ -8,6 +8,7 @@ import (
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/client/record"
 	"github.com/sluice-io/sluice/libs/metadata"
@@ -33,6 +34,9 @@ const markerTimeout = 30 * time.Second
 // own fenced writer and commits or drops the producer's pending offsets
 // once they are acknowledged; its answer is the partition's.
 func (r *StorageNode) WriteTxnMarkers(ctx context.Context, req *storagev1.WriteTxnMarkersRequest) (*storagev1.WriteTxnMarkersResponse, error) {
+	if err := authz.CheckInternal(ctx, r.deps.Authorizer(), "WriteTxnMarkers", markerCallers...); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, markerTimeout)
 	defer cancel()
 	out := &storagev1.WriteTxnMarkersResponse{}
@@ -181,16 +185,21 @@ func (f *markerForward) send(ctx context.Context, r *StorageNode) {
 
 // DescribeProducers describes the producer state of partitions: by default
 // from their leaders, with any_replica from whatever replica this node has.
-func (r *StorageNode) DescribeProducers(_ context.Context, req *storagev1.DescribeProducersRequest) (*storagev1.DescribeProducersResponse, error) {
+func (r *StorageNode) DescribeProducers(ctx context.Context, req *storagev1.DescribeProducersRequest) (*storagev1.DescribeProducersResponse, error) {
 	if len(req.GetPartitions()) == 0 {
 		return nil, errs.Invalid(errs.InvalidRequest, "partitions", "names no partition")
 	}
 	out := &storagev1.DescribeProducersResponse{}
+	topics := authz.NewMemo(ctx, r.deps.Authorizer(), authz.Read, authz.Topic)
 	for _, tp := range req.GetPartitions() {
 		res := &storagev1.DescribeProducersResult{Partition: &commonv1.TopicPartition{Topic: tp.GetTopic(), Partition: tp.GetPartition()},
 			NodeId: r.replicas.NodeID(), LastStableOffset: -1}
 		out.Results = append(out.Results, res)
-		part, err := r.partition(tp.GetTopic(), tp.GetPartition())
+		err := topics.Check(tp.GetTopic())
+		var part *replica.Partition
+		if err == nil {
+			part, err = r.partition(tp.GetTopic(), tp.GetPartition())
+		}
 		var v replica.View
 		if err == nil {
 			if req.GetAnyReplica() {
