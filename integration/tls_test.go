@@ -10,6 +10,7 @@ import (
 	"math/big"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -163,6 +164,55 @@ func TestTLSCluster(t *testing.T) {
 	_, err = cli("", "topic", "create", "t2", "--partitions", "1", "--replication-factor", "1")
 	require.NoError(t, err)
 	require.NoError(t, grpcHealthy(ctx, ctrl.Addr, good))
+
+	// Rotation while a client streams: a Kafka producer sends half its
+	// records, the storage node's certificate is replaced, the same
+	// producer (its connection made before) and a new one (a connection
+	// made after) send the rest; every record is read back once.
+	_, err = cli("", "topic", "create", "r", "--partitions", "1", "--replication-factor", "1")
+	require.NoError(t, err)
+	produce := func(kc *kgo.Client, from, to int) {
+		for i := from; i < to; i += 100 {
+			var recs []*kgo.Record
+			for j := i; j < min(i+100, to); j++ {
+				recs = append(recs, &kgo.Record{Topic: "r", Value: []byte(strconv.Itoa(j))})
+			}
+			require.NoError(t, kc.ProduceSync(ctx, recs...).FirstErr())
+		}
+	}
+	before, err := kgo.NewClient(kgo.SeedBrokers(storage.KafkaAddr), kgo.DialTLSConfig(adminTLS.Clone()))
+	require.NoError(t, err)
+	defer before.Close()
+	produce(before, 0, 1000)
+	pair, err = ownCA.Issue(tlsx.Issue{Subject: pkix.Name{CommonName: "storage-1", Organization: []string{"Sluice dev"}},
+		Roles: storage.Roles.Strings(), Hosts: []string{"127.0.0.1", "localhost"}, Validity: time.Hour})
+	require.NoError(t, err)
+	_, _, err = pair.WriteFiles(files.Dir, "storage-1")
+	require.NoError(t, err)
+	b, _ = pem.Decode(pair.CertPEM)
+	storageCert, err := x509.ParseCertificate(b.Bytes)
+	require.NoError(t, err)
+	produce(before, 1000, 1500)
+	after, err := kgo.NewClient(kgo.SeedBrokers(storage.KafkaAddr), kgo.DialTLSConfig(adminTLS.Clone()))
+	require.NoError(t, err)
+	defer after.Close()
+	produce(after, 1500, 2000)
+	require.Equal(t, 0, serverSerial(t, storage.KafkaAddr, good).Cmp(storageCert.SerialNumber), "new certificate on the Kafka port")
+	require.Equal(t, 0, serverSerial(t, storage.Addr, good).Cmp(storageCert.SerialNumber), "new certificate on the gRPC port")
+	kc, err = kgo.NewClient(kgo.SeedBrokers(storage.KafkaAddr), kgo.DialTLSConfig(adminTLS.Clone()),
+		kgo.ConsumeTopics("r"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	require.NoError(t, err)
+	defer kc.Close()
+	seen := map[string]bool{}
+	for len(seen) < 2000 && ctx.Err() == nil {
+		fs := kc.PollFetches(ctx)
+		require.NoError(t, fs.Err0())
+		fs.EachRecord(func(r *kgo.Record) {
+			require.False(t, seen[string(r.Value)], "record %s read twice", r.Value)
+			seen[string(r.Value)] = true
+		})
+	}
+	require.Len(t, seen, 2000)
 }
 
 type cliError struct {
