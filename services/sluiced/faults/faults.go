@@ -361,11 +361,14 @@ func (h *Handler) clear() faultapi.Response {
 		h.d.FS.ClearFaults()
 	}
 	links := 0
+	var delayed, duplicated int64
 	if h.d.Links != nil {
 		links = h.d.Links.Clear()
+		delayed, duplicated = h.d.Links.Counts()
 	}
 	h.d.Clock.SetOffset(0)
-	h.d.Logger.Warn("fault injection: every fault cleared")
+	h.d.Logger.Warn("fault injection: every fault cleared",
+		slog.Int64("link_messages_delayed_total", delayed), slog.Int64("link_requests_duplicated_total", duplicated))
 	return faultapi.Response{Detail: fmt.Sprintf("removed %d disk fault(s) and %d link fault(s); clock offset 0", len(removes), links), ClockOffset: "0s"}
 }
 
