@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -49,6 +50,11 @@ type Config struct {
 	// TLS, if set, connects to every node over TLS with this configuration
 	// (wire.ClientTLS builds one from PEM files); nil connects in plaintext.
 	TLS *tls.Config
+	// User and Password, when User is set, authenticate every call with
+	// per-call credentials ("authorization: Basic ..." metadata), checked
+	// by each node against the user's SCRAM credentials. They are sent
+	// only over TLS: New fails without TLS.
+	User, Password string
 	// Logger receives warnings while the client retries, such as no
 	// bootstrap node answering (at most one every 5 s), so a caller waiting
 	// on a retry loop is not left in silence; nil discards them.
@@ -87,7 +93,18 @@ func New(cfg Config) (*Client, error) {
 	if cfg.BootstrapTimeout == 0 {
 		cfg.BootstrapTimeout = 2 * time.Second
 	}
-	return &Client{cfg: cfg, pool: wire.NewPool(wire.ClientOptions{Telemetry: cfg.Telemetry, TLS: cfg.TLS, Extra: cfg.DialOptions})}, nil
+	extra := cfg.DialOptions
+	if cfg.User != "" {
+		if cfg.TLS == nil {
+			return nil, errors.New("client: a user and password are sent only over TLS; set Config.TLS (--tls-ca) or connect without them")
+		}
+		creds, err := newBasicAuth(cfg.User, cfg.Password)
+		if err != nil {
+			return nil, err
+		}
+		extra = append(slices.Clip(extra), grpc.WithPerRPCCredentials(creds))
+	}
+	return &Client{cfg: cfg, pool: wire.NewPool(wire.ClientOptions{Telemetry: cfg.Telemetry, TLS: cfg.TLS, Extra: extra})}, nil
 }
 
 // Close closes every connection.
