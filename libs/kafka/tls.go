@@ -38,6 +38,12 @@ func (c *conn) authenticate() bool {
 			c.logger.Debug("Kafka client authenticated by certificate", slog.String("principal", id.Principal.String()))
 		}
 	}
+	if id.Mechanism == "" && c.s.sasl == nil && c.s.authn.Require() {
+		// --auth.require with no SASL on this listener: a client
+		// certificate is the only way in.
+		c.logger.Info("Kafka connection without a client certificate refused: authentication is required and SASL is off")
+		return false
+	}
 	c.info.Principal = id.Principal.String()
 	c.idCtx = auth.NewContext(c.ctx, id)
 	return true
