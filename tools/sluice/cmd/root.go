@@ -35,7 +35,9 @@ type globals struct {
 	// tlsCA, tlsCert and tlsKey are PEM files: the CA that signed the
 	// servers' certificates, and a client certificate and key.
 	tlsCA, tlsCert, tlsKey string
-	tracing                tracing
+	// user and password authenticate every call (over TLS only).
+	user, password string
+	tracing        tracing
 }
 
 // Execute runs the CLI and returns the process exit code.
@@ -96,7 +98,9 @@ func newRoot() (*cobra.Command, *globals) {
 	root.PersistentFlags().StringVar(&g.tlsCA, "tls-ca", "", "PEM file of the CA that signed the cluster's certificates; connects over TLS.")
 	root.PersistentFlags().StringVar(&g.tlsCert, "tls-cert", "", "PEM file of a client certificate for mutual TLS (with --tls-key).")
 	root.PersistentFlags().StringVar(&g.tlsKey, "tls-key", "", "PEM file of the key of --tls-cert.")
-	root.AddCommand(newClusterCmd(g), newTopicCmd(g), newPartitionCmd(g), newProduceCmd(g), newConsumeCmd(g), newGroupCmd(g), newTxnCmd(g), newProducersCmd(g), newDevCmd(g), newCertsCmd(), newPerfCmd(g), newVerifyCmd(g))
+	root.PersistentFlags().StringVar(&g.user, "user", os.Getenv("SLUICE_USER"), "User to authenticate as with a password, over TLS only (env SLUICE_USER).")
+	root.PersistentFlags().StringVar(&g.password, "password", "", "Password of --user (env SLUICE_PASSWORD, which other local users cannot see in the process list).")
+	root.AddCommand(newClusterCmd(g), newTopicCmd(g), newPartitionCmd(g), newProduceCmd(g), newConsumeCmd(g), newGroupCmd(g), newTxnCmd(g), newProducersCmd(g), newDevCmd(g), newCertsCmd(), newUserCmd(g), newPerfCmd(g), newVerifyCmd(g))
 	return root, g
 }
 
@@ -119,7 +123,15 @@ func (g *globals) client() (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return client.New(client.Config{Bootstrap: addrs, RequestTimeout: g.timeout, Telemetry: tel, Logger: logger, TLS: tlsCfg})
+	pw := g.password
+	if pw == "" {
+		pw = os.Getenv("SLUICE_PASSWORD")
+	}
+	if g.user != "" && tlsCfg == nil {
+		return nil, errors.New("--user sends a password, which goes only over TLS: pass --tls-ca with the cluster's CA")
+	}
+	return client.New(client.Config{Bootstrap: addrs, RequestTimeout: g.timeout, Telemetry: tel, Logger: logger, TLS: tlsCfg,
+		User: g.user, Password: pw})
 }
 
 // clientTLS is the TLS configuration the --tls-* flags ask for, nil for
