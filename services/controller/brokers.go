@@ -27,6 +27,9 @@ import (
 // unfences it. A registration with a new incarnation id replaces the old one
 // at once: a restarted node need not wait for its old session to expire.
 func (c *Controller) RegisterBroker(ctx context.Context, r *controllerv1.RegisterBrokerRequest) (*controllerv1.RegisterBrokerResponse, error) {
+	if err := c.internal(ctx, "RegisterBroker", brokerCallers); err != nil {
+		return nil, err
+	}
 	t, err := c.activeTerm()
 	if err != nil {
 		return nil, err
@@ -87,6 +90,9 @@ func (c *Controller) touch(t *term, id int32) {
 // ends when this controller stops being active; the node then finds the new
 // one.
 func (c *Controller) BrokerHeartbeat(stream grpc.BidiStreamingServer[controllerv1.BrokerHeartbeatRequest, controllerv1.BrokerHeartbeatResponse]) error {
+	if err := c.internal(stream.Context(), "BrokerHeartbeat", brokerCallers); err != nil {
+		return err
+	}
 	type recv struct {
 		req *controllerv1.BrokerHeartbeatRequest
 		err error
@@ -227,6 +233,9 @@ func (c *Controller) setBrokerState(ctx context.Context, t *term, id int32, epoc
 // ControlledShutdown moves leadership away from a node that is about to
 // stop; the node calls it until no leadership remains.
 func (c *Controller) ControlledShutdown(ctx context.Context, r *controllerv1.ControlledShutdownRequest) (*controllerv1.ControlledShutdownResponse, error) {
+	if err := c.internal(ctx, "ControlledShutdown", brokerCallers); err != nil {
+		return nil, err
+	}
 	t, err := c.activeTerm()
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 )
 
 // DescribeCluster answers from this controller's view of etcd: cluster id,
@@ -16,6 +17,9 @@ import (
 // registered node. It answers without a quorum too (from the last state
 // seen), so an operator can see which members are missing.
 func (c *Controller) DescribeCluster(ctx context.Context, _ *controllerv1.DescribeClusterRequest) (*controllerv1.DescribeClusterResponse, error) {
+	if err := c.checkCluster(ctx, authz.Describe); err != nil {
+		return nil, err
+	}
 	q := c.probe(ctx, quorumProbeTTL, true)
 	// Whether the local member knows a raft leader now, not when the
 	// (possibly 2 s old) probe ran: a raft election that ended since must

@@ -13,6 +13,7 @@ import (
 
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	metastorev1 "github.com/sluice-io/sluice/gen/go/sluice/metastore/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/metastore"
@@ -89,6 +90,10 @@ func (c *Controller) DescribeConfigs(ctx context.Context, r *controllerv1.Descri
 	for _, res := range r.GetResources() {
 		rr := &controllerv1.ConfigResourceResult{Resource: res}
 		out.Results = append(out.Results, rr)
+		if err := c.checkConfigResource(ctx, authz.DescribeConfigs, res); err != nil {
+			rr.Error = errs.ItemError(err)
+			continue
+		}
 		want := func(name string) bool { return len(r.GetNames()) == 0 || slices.Contains(r.GetNames(), name) }
 		switch res.GetType() {
 		case controllerv1.ResourceType_RESOURCE_TYPE_TOPIC:
@@ -228,9 +233,10 @@ func (c *Controller) AlterConfigs(ctx context.Context, r *controllerv1.AlterConf
 	for _, res := range r.GetResources() {
 		rr := &controllerv1.AlterConfigsResult{Resource: res.GetResource()}
 		out.Results = append(out.Results, rr)
-		var err error
-		switch res.GetResource().GetType() {
-		case controllerv1.ResourceType_RESOURCE_TYPE_TOPIC:
+		err := c.checkConfigResource(ctx, authz.AlterConfigs, res.GetResource())
+		switch {
+		case err != nil:
+		case res.GetResource().GetType() == controllerv1.ResourceType_RESOURCE_TYPE_TOPIC:
 			err = c.alterTopicConfigs(ctx, t, res, r.GetValidateOnly())
 		default:
 			err = c.alterClusterConfigs(ctx, t, res, r.GetValidateOnly())

@@ -480,6 +480,9 @@ func (c *Controller) applyEvents(events []*clientv3.Event) error {
 // WatchMetadata streams metadata from this controller's cache. Any
 // controller serves it.
 func (c *Controller) WatchMetadata(r *controllerv1.WatchMetadataRequest, stream grpc.ServerStreamingServer[controllerv1.WatchMetadataResponse]) error {
+	if err := c.internal(stream.Context(), "WatchMetadata", metadataWatchers); err != nil {
+		return err
+	}
 	// The stream ends when the controller stops, so the server need not
 	// wait for watchers to hang up.
 	ctx, cancel := context.WithCancel(stream.Context())

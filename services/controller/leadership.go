@@ -16,6 +16,7 @@ import (
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	metastorev1 "github.com/sluice-io/sluice/gen/go/sluice/metastore/v1"
 	replicationv1 "github.com/sluice-io/sluice/gen/go/sluice/replication/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/metastore"
@@ -26,6 +27,9 @@ import (
 // on stale state, or a zombie leader that was replaced, cannot change
 // anything.
 func (c *Controller) AlterPartition(ctx context.Context, r *controllerv1.AlterPartitionRequest) (*controllerv1.AlterPartitionResponse, error) {
+	if err := c.internal(ctx, "AlterPartition", isrCallers); err != nil {
+		return nil, err
+	}
 	t, err := c.activeTerm()
 	if err != nil {
 		return nil, err
@@ -77,6 +81,9 @@ func (c *Controller) AlterPartition(ctx context.Context, r *controllerv1.AlterPa
 
 // ElectLeaders runs preferred or unclean elections.
 func (c *Controller) ElectLeaders(ctx context.Context, r *controllerv1.ElectLeadersRequest) (*controllerv1.ElectLeadersResponse, error) {
+	if err := c.checkCluster(ctx, authz.Alter); err != nil {
+		return nil, err
+	}
 	t, err := c.activeTerm()
 	if err != nil {
 		return nil, err
@@ -149,6 +156,9 @@ func (c *Controller) ElectLeaders(ctx context.Context, r *controllerv1.ElectLead
 // join as followers; once every one of them is in the ISR, the reconciler
 // moves leadership if needed and drops the old replicas.
 func (c *Controller) AlterPartitionReassignments(ctx context.Context, r *controllerv1.AlterPartitionReassignmentsRequest) (*controllerv1.AlterPartitionReassignmentsResponse, error) {
+	if err := c.checkCluster(ctx, authz.Alter); err != nil {
+		return nil, err
+	}
 	t, err := c.activeTerm()
 	if err != nil {
 		return nil, err
@@ -211,6 +221,9 @@ func (c *Controller) AlterPartitionReassignments(ctx context.Context, r *control
 // ListPartitionReassignments lists reassignments in progress, with how far
 // each new replica still has to go (asked of the nodes themselves).
 func (c *Controller) ListPartitionReassignments(ctx context.Context, r *controllerv1.ListPartitionReassignmentsRequest) (*controllerv1.ListPartitionReassignmentsResponse, error) {
+	if err := c.checkCluster(ctx, authz.Describe); err != nil {
+		return nil, err
+	}
 	out := &controllerv1.ListPartitionReassignmentsResponse{}
 	c.mu.RLock()
 	c.st.eachPartition(func(topic string, p int32, pr *versioned[*metastorev1.PartitionRecord]) {
@@ -278,6 +291,9 @@ const producerIDBlock = 1000
 // restarting at 0 would hand out ids still in use, and two producers with
 // one id corrupt each other's idempotence and transaction state.
 func (c *Controller) AllocateProducerIds(ctx context.Context, r *controllerv1.AllocateProducerIdsRequest) (*controllerv1.AllocateProducerIdsResponse, error) {
+	if err := c.internal(ctx, "AllocateProducerIds", producerIDCallers); err != nil {
+		return nil, err
+	}
 	t, err := c.activeTerm()
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	metastorev1 "github.com/sluice-io/sluice/gen/go/sluice/metastore/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/metastore"
@@ -36,7 +37,16 @@ func (c *Controller) CreateTopics(ctx context.Context, r *controllerv1.CreateTop
 		return nil, err
 	}
 	out := &controllerv1.CreateTopicsResponse{}
+	// Create on the cluster covers every topic; without it, each topic
+	// needs Create on itself (Kafka's rule).
+	clusterCreate := authz.Allowed(ctx, c.authorizer(), authz.Create, authz.Cluster, authz.ClusterName)
 	for _, spec := range r.GetTopics() {
+		if !clusterCreate {
+			if err := c.check(ctx, authz.Create, authz.Topic, spec.GetName()); err != nil {
+				out.Results = append(out.Results, &controllerv1.CreateTopicResult{Name: spec.GetName(), Error: errs.ItemError(err)})
+				continue
+			}
+		}
 		out.Results = append(out.Results, c.createTopic(ctx, t, spec, r.GetValidateOnly()))
 	}
 	return out, nil
@@ -216,6 +226,11 @@ func (c *Controller) DeleteTopics(ctx context.Context, r *controllerv1.DeleteTop
 	out := &controllerv1.DeleteTopicsResponse{}
 	for _, name := range r.GetNames() {
 		res := &controllerv1.DeleteTopicResult{Name: name}
+		if err := c.check(ctx, authz.Delete, authz.Topic, name); err != nil {
+			res.Error = errs.ItemError(err)
+			out.Results = append(out.Results, res)
+			continue
+		}
 		_, err := c.updateLarge(ctx, t, func(st *state) (*txn, error) {
 			tr, ok := st.topics[name]
 			if !ok {
@@ -247,7 +262,7 @@ func (c *Controller) ListTopics(ctx context.Context, r *controllerv1.ListTopicsR
 	}
 	img := c.cache.Load()
 	out := &controllerv1.ListTopicsResponse{}
-	for _, name := range img.TopicNames(r.GetIncludeInternal()) {
+	for _, name := range authz.FilterAllowed(ctx, c.authorizer(), authz.Describe, authz.Topic, img.TopicNames(r.GetIncludeInternal())) {
 		t := img.Topics[name]
 		l := &controllerv1.TopicListing{Name: name, TopicId: t.ID, NumPartitions: int32(len(t.Partitions)), Internal: t.Internal}
 		if len(t.Partitions) > 0 {
@@ -266,10 +281,14 @@ func (c *Controller) DescribeTopics(ctx context.Context, r *controllerv1.Describ
 	img := c.cache.Load()
 	names := r.GetNames()
 	if len(names) == 0 {
-		names = img.TopicNames(false)
+		names = authz.FilterAllowed(ctx, c.authorizer(), authz.Describe, authz.Topic, img.TopicNames(false))
 	}
 	out := &controllerv1.DescribeTopicsResponse{}
 	for _, name := range names {
+		if err := c.check(ctx, authz.Describe, authz.Topic, name); err != nil {
+			out.Topics = append(out.Topics, &controllerv1.TopicDescription{Name: name, Error: errs.ItemError(err)})
+			continue
+		}
 		t, ok := img.Topics[name]
 		if !ok {
 			out.Topics = append(out.Topics, &controllerv1.TopicDescription{Name: name,
@@ -293,6 +312,11 @@ func (c *Controller) CreatePartitions(ctx context.Context, r *controllerv1.Creat
 	out := &controllerv1.CreatePartitionsResponse{}
 	for _, inc := range r.GetTopics() {
 		res := &controllerv1.CreatePartitionsResult{Topic: inc.GetTopic()}
+		if err := c.check(ctx, authz.Alter, authz.Topic, inc.GetTopic()); err != nil {
+			res.Error = errs.ItemError(err)
+			out.Results = append(out.Results, res)
+			continue
+		}
 		_, err := c.updateLarge(ctx, t, func(st *state) (*txn, error) {
 			tr, ok := st.topics[inc.GetTopic()]
 			if !ok {

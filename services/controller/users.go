@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/metastore"
 	"github.com/sluice-io/sluice/libs/scram"
@@ -70,6 +71,9 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 // A user whose request entries are invalid changes nothing; other users are
 // not affected.
 func (c *Controller) AlterUserScramCredentials(ctx context.Context, r *controllerv1.AlterUserScramCredentialsRequest) (*controllerv1.AlterUserScramCredentialsResponse, error) {
+	if err := c.checkCluster(ctx, authz.Alter); err != nil {
+		return nil, err
+	}
 	if n := len(r.GetUpsertions()) + len(r.GetDeletions()); n == 0 || n > maxScramChanges {
 		return nil, errs.New(errs.InvalidRequest, "a request must change between 1 and %d credentials, not %d", maxScramChanges, n)
 	}
@@ -188,6 +192,9 @@ func (c *Controller) alterScramUser(ctx context.Context, t *term, user string, u
 // DescribeUserScramCredentials lists users with their mechanisms and
 // iteration counts, never salts or keys.
 func (c *Controller) DescribeUserScramCredentials(ctx context.Context, r *controllerv1.DescribeUserScramCredentialsRequest) (*controllerv1.DescribeUserScramCredentialsResponse, error) {
+	if err := c.checkCluster(ctx, authz.Describe); err != nil {
+		return nil, err
+	}
 	if err := c.catchUp(ctx); err != nil {
 		return nil, err
 	}
