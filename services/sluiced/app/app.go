@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	metadatav1 "github.com/sluice-io/sluice/gen/go/sluice/metadata/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/wire"
 	"github.com/sluice-io/sluice/libs/config"
 	"github.com/sluice-io/sluice/libs/grpcx"
@@ -101,6 +102,13 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 	if kit != nil {
 		n.now = kit.clock.Now
 	}
+	// With --authz.enabled every role checks calls against the cluster's
+	// ACLs, which arrive with the metadata and apply to the next request of
+	// every connection.
+	if a := cfg.Authz.New(logger.With(log.Component("authz"))); a != nil {
+		n.authz = a
+		authz.Follow(ctx, a, n.cache)
+	}
 	// Every node answers metadata requests from its cache.
 	metadatav1.RegisterMetadataServiceServer(srv.GRPC, metadata.NewServer(n.cache, int32(cfg.Node.ID), srv.Validators))
 
@@ -183,6 +191,8 @@ type node struct {
 	// now is the roles' clock: nil (time.Now) unless fault injection
 	// shifts it.
 	now func() time.Time
+	// authz is the process's authorizer; nil with authorization off.
+	authz authz.Authorizer
 }
 
 // controllerAddrs are the controllers to reach: --controllers, or this
@@ -197,7 +207,7 @@ func (n *node) controllerAddrs() []string {
 func (n *node) newRole(r role.Role) service.Service {
 	cfg := n.cfg
 	deps := service.Deps{Logger: n.logger, Telemetry: n.tel, Server: n.srv, Kafka: n.kafka, Node: cfg.Node,
-		Metadata: n.cache, Member: n.member, Pool: n.pool, Replicas: n.replicas, Now: n.now}
+		Metadata: n.cache, Member: n.member, Pool: n.pool, Replicas: n.replicas, Now: n.now, Authz: n.authz}
 	switch r {
 	case role.Controller:
 		return controller.New(cfg.Controller, deps)

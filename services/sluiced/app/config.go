@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/sluice-io/sluice/libs/authn"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/config"
 	"github.com/sluice-io/sluice/libs/grpcx"
 	"github.com/sluice-io/sluice/libs/kafka"
@@ -31,6 +32,7 @@ type Config struct {
 	Kafka     kafka.Config
 	TLS       tlsx.Config
 	Auth      authn.Config
+	Authz     authz.Flags
 	Unsafe    UnsafeConfig
 
 	Controller             controller.Config
@@ -53,7 +55,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 }
 
 func (c *Config) components() []config.Component {
-	return []config.Component{&c.Node, &c.Log, &c.Telemetry, &c.GRPC, &c.Kafka, &c.TLS, &c.Auth, &c.Unsafe}
+	return []config.Component{&c.Node, &c.Log, &c.Telemetry, &c.GRPC, &c.Kafka, &c.TLS, &c.Auth, &c.Authz, &c.Unsafe}
 }
 
 func (c *Config) roleComponents() map[role.Role]config.Component {
@@ -76,6 +78,13 @@ func (c *Config) Validate() error {
 	}
 	if len(c.Roles) == 0 {
 		errs = append(errs, errors.New("roles: at least one role is required"))
+	}
+	if c.Authz.Enabled && (!c.TLS.Enabled() || c.TLS.CA == "") {
+		// Processes call each other (registration, metadata watch,
+		// replication); with ACLs on, they are let through by the role
+		// URI SANs of their certificates, so without mutual TLS no process
+		// but a lone controller could start.
+		errs = append(errs, errors.New("authz.enabled: requires --tls.cert, --tls.key and --tls.ca, with role certificates (sluice certs): processes prove their roles to each other with them"))
 	}
 	if !c.Roles.Has(role.Controller) && len(c.Node.ControllerAddrs()) == 0 {
 		errs = append(errs, errors.New("controllers: required when this process does not run the controller role"))
