@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/planted"
 )
@@ -149,6 +150,9 @@ func clientHost(ctx context.Context) string {
 // JoinGroup joins a member to a classic group and waits for the join phase
 // of the rebalance to end.
 func (r *GroupCoordinator) JoinGroup(ctx context.Context, req *groupv1.JoinGroupRequest) (*groupv1.JoinGroupResponse, error) {
+	if err := r.check(ctx, authz.Read, authz.Group, req.GetGroupId()); err != nil {
+		return nil, err
+	}
 	fail := func(e *errs.Error) (*groupv1.JoinGroupResponse, error) {
 		return &groupv1.JoinGroupResponse{Error: e.Proto(), MemberId: req.GetMemberId()}, nil
 	}
@@ -598,6 +602,9 @@ func (s *shard) removeMemberLocked(c *classicGroup, id string) {
 // SyncGroup hands each member its assignment; the leader's call carries
 // them all. The assignment is persisted before anyone is answered.
 func (r *GroupCoordinator) SyncGroup(ctx context.Context, req *groupv1.SyncGroupRequest) (*groupv1.SyncGroupResponse, error) {
+	if err := r.check(ctx, authz.Read, authz.Group, req.GetGroupId()); err != nil {
+		return nil, err
+	}
 	fail := func(e *errs.Error) (*groupv1.SyncGroupResponse, error) {
 		return &groupv1.SyncGroupResponse{Error: e.Proto()}, nil
 	}
@@ -709,6 +716,9 @@ func (s *shard) classicMemberLocked(g *group, memberID, instanceID string, gener
 
 // Heartbeat keeps a member's session and tells it when to rejoin.
 func (r *GroupCoordinator) Heartbeat(ctx context.Context, req *groupv1.HeartbeatRequest) (*groupv1.HeartbeatResponse, error) {
+	if err := r.check(ctx, authz.Read, authz.Group, req.GetGroupId()); err != nil {
+		return nil, err
+	}
 	s, e := r.shardFor(req.GetGroupId())
 	if e != nil {
 		return &groupv1.HeartbeatResponse{Error: e.Proto()}, nil
@@ -732,6 +742,9 @@ func (r *GroupCoordinator) Heartbeat(ctx context.Context, req *groupv1.Heartbeat
 
 // LeaveGroup removes members, by member id or by static instance id.
 func (r *GroupCoordinator) LeaveGroup(ctx context.Context, req *groupv1.LeaveGroupRequest) (*groupv1.LeaveGroupResponse, error) {
+	if err := r.check(ctx, authz.Read, authz.Group, req.GetGroupId()); err != nil {
+		return nil, err
+	}
 	s, e := r.shardFor(req.GetGroupId())
 	if e != nil {
 		return &groupv1.LeaveGroupResponse{Error: e.Proto()}, nil

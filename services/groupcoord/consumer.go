@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/metadata"
 	"github.com/sluice-io/sluice/services/groupcoord/internal/consumer"
@@ -90,6 +91,9 @@ func (r *GroupCoordinator) consumerConfig() consumer.Config {
 // released partition reaches it at once rather than one heartbeat interval
 // later.
 func (r *GroupCoordinator) ConsumerGroupHeartbeat(ctx context.Context, req *groupv1.ConsumerGroupHeartbeatRequest) (*groupv1.ConsumerGroupHeartbeatResponse, error) {
+	if err := r.check(ctx, authz.Read, authz.Group, req.GetGroupId()); err != nil {
+		return nil, err
+	}
 	s, e := r.shardFor(req.GetGroupId())
 	if e != nil {
 		return &groupv1.ConsumerGroupHeartbeatResponse{Error: e.Proto(), MemberId: req.GetMemberId()}, nil

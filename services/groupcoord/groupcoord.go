@@ -384,10 +384,10 @@ func validGroupID(id string) *errs.Error {
 	return nil
 }
 
-// FindCoordinator answers, for each key, the node that coordinates it. The
+// findCoordinator answers, for each key, the node that coordinates it. The
 // first call creates the offsets topic (through the controller) and answers
 // COORDINATOR_NOT_AVAILABLE until its leaders are elected.
-func (r *GroupCoordinator) FindCoordinator(ctx context.Context, req *groupv1.FindCoordinatorRequest) (*groupv1.FindCoordinatorResponse, error) {
+func (r *GroupCoordinator) findCoordinator(ctx context.Context, req *groupv1.FindCoordinatorRequest) (*groupv1.FindCoordinatorResponse, error) {
 	switch req.GetKeyType() {
 	case groupv1.CoordinatorKeyType_COORDINATOR_KEY_TYPE_GROUP, groupv1.CoordinatorKeyType_COORDINATOR_KEY_TYPE_UNSPECIFIED:
 	case groupv1.CoordinatorKeyType_COORDINATOR_KEY_TYPE_TRANSACTION:

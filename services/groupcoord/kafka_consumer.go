@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/kafka"
 )
@@ -171,6 +172,12 @@ func (r *GroupCoordinator) kafkaConsumerGroupDescribe(ctx context.Context, req *
 	out := kmsg.NewPtrConsumerGroupDescribeResponse()
 	out.Version = req.Version
 	for _, id := range in.Groups {
+		if err := r.check(ctx, authz.Describe, authz.Group, id); err != nil {
+			og := kmsg.NewConsumerGroupDescribeResponseGroup()
+			og.Group, og.ErrorCode, og.ErrorMessage = id, kafka.ErrorCode(err), kafka.ErrorMessage(err)
+			out.Groups = append(out.Groups, og)
+			continue
+		}
 		out.Groups = append(out.Groups, r.describeConsumerGroup(id))
 	}
 	return kafka.Now(out), nil

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/metadata"
 )
@@ -32,6 +33,10 @@ func (r *GroupCoordinator) OffsetCommit(ctx context.Context, req *groupv1.Offset
 	if len(req.GetPartitions()) == 0 {
 		return nil, errs.Invalid(errs.InvalidRequest, "partitions", "nothing to commit: name at least one partition")
 	}
+	if err := r.check(ctx, authz.Read, authz.Group, req.GetGroupId()); err != nil {
+		return nil, err
+	}
+	denials := r.topicDenials(ctx, authz.Read, len(req.GetPartitions()), func(i int) string { return req.GetPartitions()[i].GetTopic() })
 	s, e := r.shardFor(req.GetGroupId())
 	if e != nil {
 		return failAll(e)
@@ -44,7 +49,7 @@ func (r *GroupCoordinator) OffsetCommit(ctx context.Context, req *groupv1.Offset
 		s.mu.Unlock()
 		return failAll(e)
 	}
-	recs, idx := r.commitRecords(img, req.GetGroupId(), req.GetPartitions(), partitionCheck, resp.Results)
+	recs, idx := r.commitRecords(img, req.GetGroupId(), req.GetPartitions(), denials, partitionCheck, resp.Results)
 	if len(recs) == 0 {
 		s.mu.Unlock()
 		return resp, nil
@@ -67,13 +72,17 @@ func (r *GroupCoordinator) OffsetCommit(ctx context.Context, req *groupv1.Offset
 // the offset is not negative, the metadata fits offset.metadata.max.bytes,
 // partitionCheck passes), sets the error of those that fail in results,
 // and returns the offset records of the others with their indexes.
-func (r *GroupCoordinator) commitRecords(img *metadata.Image, groupID string, parts []*groupv1.OffsetCommitPartition, partitionCheck func(string, int32) error,
-	results []*groupv1.OffsetCommitResult) (recs []kv, idx []int) {
+func (r *GroupCoordinator) commitRecords(img *metadata.Image, groupID string, parts []*groupv1.OffsetCommitPartition, denials []error,
+	partitionCheck func(string, int32) error, results []*groupv1.OffsetCommitResult) (recs []kv, idx []int) {
 	now := r.now()
 	for i, p := range parts {
 		res := results[i]
 		t, ok := img.Topics[p.GetTopic()]
 		switch {
+		case denied(denials, i) != nil:
+			// Before the existence check: a caller without access learns
+			// nothing about the topic.
+			res.Error = errs.ItemError(denials[i])
 		case !ok || p.GetPartition() < 0 || int(p.GetPartition()) >= len(t.Partitions):
 			res.Error = errs.New(errs.UnknownTopicOrPartition, "topic %q has no partition %d", p.GetTopic(), p.GetPartition()).Proto()
 		case p.GetOffset() < 0:
@@ -134,6 +143,10 @@ func errsFrom(err error) *errs.Error {
 
 // OffsetFetch returns committed offsets.
 func (r *GroupCoordinator) OffsetFetch(ctx context.Context, req *groupv1.OffsetFetchRequest) (*groupv1.OffsetFetchResponse, error) {
+	if err := r.check(ctx, authz.Describe, authz.Group, req.GetGroupId()); err != nil {
+		return nil, err
+	}
+	denials := r.topicDenials(ctx, authz.Describe, len(req.GetPartitions()), func(i int) string { return req.GetPartitions()[i].GetTopic() })
 	s, e := r.shardFor(req.GetGroupId())
 	if e != nil {
 		return &groupv1.OffsetFetchResponse{Error: e.Proto()}, nil
@@ -155,13 +168,24 @@ func (r *GroupCoordinator) OffsetFetch(ctx context.Context, req *groupv1.OffsetF
 		if g == nil {
 			return resp, nil
 		}
+		// Every partition: those of topics the caller may not Describe
+		// are left out, not refused (Kafka's rule).
+		a := r.deps.Authorizer()
 		for _, tp := range sortedTPs(g.offsets) {
+			if a.Enabled() && !authz.Allowed(ctx, a, authz.Describe, authz.Topic, tp.topic) {
+				continue
+			}
 			resp.Partitions = append(resp.Partitions, s.fetchedLocked(req, tp, g.offsets[tp], true))
 		}
 		return resp, nil
 	}
-	for _, p := range req.GetPartitions() {
+	for i, p := range req.GetPartitions() {
 		tp := topicPartition{p.GetTopic(), p.GetPartition()}
+		if err := denied(denials, i); err != nil {
+			resp.Partitions = append(resp.Partitions, &groupv1.OffsetFetchPartition{Topic: tp.topic, Partition: tp.partition, Offset: -1, LeaderEpoch: -1,
+				Error: errs.ItemError(err)})
+			continue
+		}
 		var c committedOffset
 		ok := false
 		if g != nil {
@@ -208,6 +232,9 @@ func sortedTPs(m map[topicPartition]committedOffset) []topicPartition {
 // OffsetDelete removes committed offsets of topics the group no longer
 // consumes.
 func (r *GroupCoordinator) OffsetDelete(ctx context.Context, req *groupv1.OffsetDeleteRequest) (*groupv1.OffsetDeleteResponse, error) {
+	if err := r.check(ctx, authz.Delete, authz.Group, req.GetGroupId()); err != nil {
+		return nil, err
+	}
 	s, e := r.shardFor(req.GetGroupId())
 	if e != nil {
 		return &groupv1.OffsetDeleteResponse{Error: e.Proto()}, nil
@@ -215,6 +242,7 @@ func (r *GroupCoordinator) OffsetDelete(ctx context.Context, req *groupv1.Offset
 	if len(req.GetPartitions()) == 0 {
 		return nil, errs.Invalid(errs.InvalidRequest, "partitions", "name at least one partition whose offset to delete")
 	}
+	denials := r.topicDenials(ctx, authz.Read, len(req.GetPartitions()), func(i int) string { return req.GetPartitions()[i].GetTopic() })
 	s.mu.Lock()
 	g := s.groupLocked(req.GetGroupId(), false)
 	if g == nil {
@@ -232,9 +260,13 @@ func (r *GroupCoordinator) OffsetDelete(ctx context.Context, req *groupv1.Offset
 	resp := &groupv1.OffsetDeleteResponse{}
 	var recs []kv
 	var idx []int
-	for _, p := range req.GetPartitions() {
+	for i, p := range req.GetPartitions() {
 		res := &groupv1.OffsetCommitResult{Topic: p.GetTopic(), Partition: p.GetPartition()}
 		resp.Results = append(resp.Results, res)
+		if err := denied(denials, i); err != nil {
+			res.Error = errs.ItemError(err)
+			continue
+		}
 		if subscribed(p.GetTopic()) {
 			res.Error = errs.New(errs.GroupSubscribedToTopic, "group %q still consumes topic %q; stop its members or change their subscription first", g.id, p.GetTopic()).Proto()
 			continue
@@ -307,6 +339,15 @@ func (r *GroupCoordinator) ListGroups(ctx context.Context, req *groupv1.ListGrou
 		}
 	}
 	resp := &groupv1.ListGroupsResponse{}
+	// Describe on the cluster lists every group; without it, the groups
+	// the caller may Describe (Kafka's rule). Decided after the shard
+	// locks are released.
+	defer func() {
+		if !authz.Allowed(ctx, r.deps.Authorizer(), authz.Describe, authz.Cluster, authz.ClusterName) {
+			resp.Groups = authz.FilterAllowedFunc(ctx, r.deps.Authorizer(), authz.Describe, authz.Group, resp.Groups,
+				func(l *groupv1.GroupListing) string { return l.GetGroupId() })
+		}
+	}()
 	for _, s := range r.loadedShards() {
 		s.mu.Lock()
 		if s.loaded {
@@ -345,6 +386,10 @@ func (r *GroupCoordinator) DescribeGroups(ctx context.Context, req *groupv1.Desc
 	for _, id := range req.GetGroupIds() {
 		d := &groupv1.GroupDescription{GroupId: id}
 		resp.Groups = append(resp.Groups, d)
+		if err := r.check(ctx, authz.Describe, authz.Group, id); err != nil {
+			d.Error = errs.ItemError(err)
+			continue
+		}
 		s, e := r.shardFor(id)
 		if e != nil {
 			d.Error = e.Proto()
@@ -388,6 +433,10 @@ func (r *GroupCoordinator) DeleteGroups(ctx context.Context, req *groupv1.Delete
 	for _, id := range req.GetGroupIds() {
 		res := &groupv1.DeleteGroupResult{GroupId: id}
 		resp.Results = append(resp.Results, res)
+		if err := r.check(ctx, authz.Delete, authz.Group, id); err != nil {
+			res.Error = errs.ItemError(err)
+			continue
+		}
 		s, e := r.shardFor(id)
 		if e != nil {
 			res.Error = e.Proto()

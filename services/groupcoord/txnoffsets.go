@@ -9,6 +9,7 @@ import (
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/client/record"
 	"github.com/sluice-io/sluice/libs/coordinator"
@@ -237,6 +238,15 @@ func (r *GroupCoordinator) TxnOffsetCommit(ctx context.Context, req *groupv1.Txn
 	case req.GetProducerEpoch() < 0 || req.GetProducerEpoch() > math.MaxInt16:
 		return nil, errs.Invalid(errs.InvalidRequest, "producer_epoch", "producer epoch %d is outside [0, %d]", req.GetProducerEpoch(), math.MaxInt16)
 	}
+	// Write on the transactional id, then Read on the group (Kafka's
+	// order), each refusing the whole call; Read on each topic.
+	if err := r.check(ctx, authz.Write, authz.TransactionalID, req.GetTransactionalId()); err != nil {
+		return nil, err
+	}
+	if err := r.check(ctx, authz.Read, authz.Group, req.GetGroupId()); err != nil {
+		return nil, err
+	}
+	denials := r.topicDenials(ctx, authz.Read, len(req.GetPartitions()), func(i int) string { return req.GetPartitions()[i].GetTopic() })
 	resp := &groupv1.TxnOffsetCommitResponse{}
 	for _, p := range req.GetPartitions() {
 		resp.Results = append(resp.Results, &groupv1.OffsetCommitResult{Topic: p.GetTopic(), Partition: p.GetPartition()})
@@ -292,7 +302,7 @@ func (r *GroupCoordinator) TxnOffsetCommit(ctx context.Context, req *groupv1.Txn
 		s.mu.Unlock()
 		return failAll(e)
 	}
-	recs, idx := r.commitRecords(img, req.GetGroupId(), req.GetPartitions(), partitionCheck, resp.Results)
+	recs, idx := r.commitRecords(img, req.GetGroupId(), req.GetPartitions(), denials, partitionCheck, resp.Results)
 	if len(recs) == 0 {
 		s.mu.Unlock()
 		return resp, nil
@@ -379,6 +389,9 @@ func (s *shard) validateTxnCommitLocked(g *group, req *groupv1.TxnOffsetCommitRe
 // included). A marker for a producer with nothing pending is written all
 // the same: it ends the producer's transaction on the partition's log.
 func (r *GroupCoordinator) WriteTxnOffsetMarkers(ctx context.Context, req *groupv1.WriteTxnOffsetMarkersRequest) (*groupv1.WriteTxnOffsetMarkersResponse, error) {
+	if err := authz.CheckInternal(ctx, r.deps.Authorizer(), "WriteTxnOffsetMarkers", markerCallers...); err != nil {
+		return nil, err
+	}
 	out := &groupv1.WriteTxnOffsetMarkersResponse{}
 	type wait struct {
 		res  *storagev1.TxnMarkerResult
