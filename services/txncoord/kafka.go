@@ -16,8 +16,10 @@ import (
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
 	txnv1 "github.com/sluice-io/sluice/gen/go/sluice/txn/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/kafka"
+	"github.com/sluice-io/sluice/libs/metadata"
 )
 
 // Versions served. Each is served completely; clients use the highest
@@ -68,17 +70,6 @@ func (r *TransactionCoordinator) registerKafka(m *kafka.Mux) {
 	m.Handle(kmsg.ListTransactions.Int16(), 0, listTxnsMaxVersion, r.kafkaListTransactions)
 }
 
-// authorizeTxnID is where a request naming a transactional id is
-// authorized (Kafka: WRITE, or DESCRIBE for the admin APIs, on the
-// TRANSACTIONAL_ID resource; TRANSACTIONAL_ID_AUTHORIZATION_FAILED when
-// refused). Every principal is allowed until ACLs exist.
-func authorizeTxnID(_ *kafka.Conn, _ string) *errs.Error { return nil }
-
-// authorizeClusterAction is where AddPartitionsToTxn v4+ (sent by brokers)
-// is authorized (Kafka: CLUSTER_ACTION on the cluster). Every principal is
-// allowed until ACLs exist.
-func authorizeClusterAction(_ *kafka.Conn) *errs.Error { return nil }
-
 // txnCode is the Kafka error code of a role's per-item error, answered to
 // a request of version v of an API that knows PRODUCER_FENCED from
 // fencedSince on.
@@ -107,13 +98,15 @@ func badMsg(req *kafka.Request) error {
 // transactional id; v3+ carry the producer's current id and epoch
 // (KIP-360) to bump its epoch after an error instead of starting over.
 func (r *TransactionCoordinator) kafkaInitProducerID(ctx context.Context, req *kafka.Request) (kafka.Reply, error) {
-	return initProducerIDReply(req, r.InitProducerId)
+	return initProducerIDReply(ctx, req, r.deps.Authorizer(), r.deps.Metadata, r.InitProducerId)
 }
 
 // initProducerIDReply answers a Kafka InitProducerId through call: this
 // role's method, or, on a process without the role, a transaction
-// coordinator's over gRPC.
-func initProducerIDReply(req *kafka.Request, call func(context.Context, *txnv1.InitProducerIdRequest) (*txnv1.InitProducerIdResponse, error)) (kafka.Reply, error) {
+// coordinator's over gRPC. The caller is authorized here, for the Kafka
+// client: a forwarded call reaches the coordinator as this process.
+func initProducerIDReply(ctx context.Context, req *kafka.Request, a authz.Authorizer, md *metadata.Cache,
+	call func(context.Context, *txnv1.InitProducerIdRequest) (*txnv1.InitProducerIdResponse, error)) (kafka.Reply, error) {
 	msg, ok := req.Msg.(*kmsg.InitProducerIDRequest)
 	if !ok {
 		return kafka.Reply{}, badMsg(req)
@@ -132,9 +125,9 @@ func initProducerIDReply(req *kafka.Request, call func(context.Context, *txnv1.I
 		if *msg.TransactionalID == "" {
 			return fail(errs.Invalid(errs.InvalidRequest, "transactional_id", "the transactional id is empty; send null for an idempotent producer")), nil
 		}
-		if e := authorizeTxnID(req.Conn, *msg.TransactionalID); e != nil {
-			return fail(e), nil
-		}
+	}
+	if e := authorizeInit(ctx, a, md, preq); e != nil {
+		return fail(e), nil
 	}
 	return kafka.Reply{Wait: func(ctx context.Context) kmsg.Response {
 		out, err := call(ctx, preq)
@@ -176,7 +169,7 @@ type addPartitions struct {
 // kafkaAddPartitionsToTxn serves AddPartitionsToTxn (key 24): v0-v3 add a
 // producer's partitions to its transaction; v4+ carry a batch of
 // transactions, each adding or (verify_only, KIP-890 part 1) checking.
-func (r *TransactionCoordinator) kafkaAddPartitionsToTxn(_ context.Context, req *kafka.Request) (kafka.Reply, error) {
+func (r *TransactionCoordinator) kafkaAddPartitionsToTxn(ctx context.Context, req *kafka.Request) (kafka.Reply, error) {
 	msg, ok := req.Msg.(*kmsg.AddPartitionsToTxnRequest)
 	if !ok {
 		return kafka.Reply{}, badMsg(req)
@@ -190,7 +183,7 @@ func (r *TransactionCoordinator) kafkaAddPartitionsToTxn(_ context.Context, req 
 			one.topics = append(one.topics, kmsg.AddPartitionsToTxnRequestTransactionTopic{Topic: t.Topic, Partitions: t.Partitions})
 		}
 		return kafka.Reply{Wait: func(ctx context.Context) kmsg.Response {
-			for _, t := range r.addPartitions(ctx, req.Conn, one, v) {
+			for _, t := range r.addPartitions(ctx, one, v) {
 				rt := kmsg.NewAddPartitionsToTxnResponseTopic()
 				rt.Topic = t.Topic
 				for _, p := range t.Partitions {
@@ -203,7 +196,7 @@ func (r *TransactionCoordinator) kafkaAddPartitionsToTxn(_ context.Context, req 
 			return resp
 		}}, nil
 	}
-	if e := authorizeClusterAction(req.Conn); e != nil {
+	if e := authorizeClusterAction(ctx, r.deps.Authorizer()); e != nil {
 		resp.ErrorCode = errCode(e, v, addPartitionsFencedSince)
 		return kafka.Now(resp), nil
 	}
@@ -215,7 +208,7 @@ func (r *TransactionCoordinator) kafkaAddPartitionsToTxn(_ context.Context, req 
 		for _, one := range batch {
 			rt := kmsg.NewAddPartitionsToTxnResponseTransaction()
 			rt.TransactionalID = one.tid
-			rt.Topics = r.addPartitions(ctx, req.Conn, one, v)
+			rt.Topics = r.addPartitions(ctx, one, v)
 			resp.Transactions = append(resp.Transactions, rt)
 		}
 		return resp
@@ -227,7 +220,7 @@ func (r *TransactionCoordinator) kafkaAddPartitionsToTxn(_ context.Context, req 
 // error of its own in a call that failed gets the call's error: Kafka
 // answers OPERATION_NOT_ATTEMPTED there, which clients retry as they retry
 // the call's error.
-func (r *TransactionCoordinator) addPartitions(ctx context.Context, conn *kafka.Conn, one addPartitions, v int16) []kmsg.AddPartitionsToTxnResponseTransactionTopic {
+func (r *TransactionCoordinator) addPartitions(ctx context.Context, one addPartitions, v int16) []kmsg.AddPartitionsToTxnResponseTransactionTopic {
 	preq := &txnv1.AddPartitionsToTxnRequest{TransactionalId: one.tid, ProducerId: one.pid, ProducerEpoch: int32(one.epoch), VerifyOnly: one.verifyOnly}
 	for _, t := range one.topics {
 		for _, p := range t.Partitions {
@@ -235,7 +228,7 @@ func (r *TransactionCoordinator) addPartitions(ctx context.Context, conn *kafka.
 		}
 	}
 	var out *txnv1.AddPartitionsToTxnResponse
-	if e := authorizeTxnID(conn, one.tid); e != nil {
+	if e := authorizeTxnID(ctx, r.deps.Authorizer(), authz.Write, one.tid); e != nil {
 		out = &txnv1.AddPartitionsToTxnResponse{Error: e.Proto()}
 	} else if len(preq.Partitions) > 0 {
 		var err error
@@ -268,7 +261,7 @@ func (r *TransactionCoordinator) addPartitions(ctx context.Context, conn *kafka.
 }
 
 // kafkaAddOffsetsToTxn serves AddOffsetsToTxn (key 25).
-func (r *TransactionCoordinator) kafkaAddOffsetsToTxn(_ context.Context, req *kafka.Request) (kafka.Reply, error) {
+func (r *TransactionCoordinator) kafkaAddOffsetsToTxn(ctx context.Context, req *kafka.Request) (kafka.Reply, error) {
 	msg, ok := req.Msg.(*kmsg.AddOffsetsToTxnRequest)
 	if !ok {
 		return kafka.Reply{}, badMsg(req)
@@ -276,9 +269,9 @@ func (r *TransactionCoordinator) kafkaAddOffsetsToTxn(_ context.Context, req *ka
 	v := msg.Version
 	resp := kmsg.NewPtrAddOffsetsToTxnResponse()
 	resp.Version = v
-	// Kafka also checks READ on the group here
-	// (GROUP_AUTHORIZATION_FAILED) once ACLs exist.
-	if e := authorizeTxnID(req.Conn, msg.TransactionalID); e != nil {
+	// Read on the group is checked by AddOffsetsToTxn
+	// (GROUP_AUTHORIZATION_FAILED).
+	if e := authorizeTxnID(ctx, r.deps.Authorizer(), authz.Write, msg.TransactionalID); e != nil {
 		resp.ErrorCode = errCode(e, v, addOffsetsFencedSince)
 		return kafka.Now(resp), nil
 	}
@@ -298,7 +291,7 @@ func (r *TransactionCoordinator) kafkaAddOffsetsToTxn(_ context.Context, req *ka
 // as in Kafka, a v5 abort with no transaction open succeeds and bumps the
 // epoch too. Older versions keep the producer's epoch (Kafka's transaction
 // version 1), since those clients cannot learn a new one.
-func (r *TransactionCoordinator) kafkaEndTxn(_ context.Context, req *kafka.Request) (kafka.Reply, error) {
+func (r *TransactionCoordinator) kafkaEndTxn(ctx context.Context, req *kafka.Request) (kafka.Reply, error) {
 	msg, ok := req.Msg.(*kmsg.EndTxnRequest)
 	if !ok {
 		return kafka.Reply{}, badMsg(req)
@@ -306,7 +299,7 @@ func (r *TransactionCoordinator) kafkaEndTxn(_ context.Context, req *kafka.Reque
 	v := msg.Version
 	resp := kmsg.NewPtrEndTxnResponse()
 	resp.Version = v
-	if e := authorizeTxnID(req.Conn, msg.TransactionalID); e != nil {
+	if e := authorizeTxnID(ctx, r.deps.Authorizer(), authz.Write, msg.TransactionalID); e != nil {
 		resp.ErrorCode = errCode(e, v, endTxnFencedSince)
 		return kafka.Now(resp), nil
 	}
@@ -339,7 +332,7 @@ func (r *TransactionCoordinator) kafkaDescribeTransactions(ctx context.Context, 
 	var allowed []string
 	denied := map[int]*errs.Error{}
 	for i, tid := range msg.TransactionalIDs {
-		if e := authorizeTxnID(req.Conn, tid); e != nil {
+		if e := authorizeTxnID(ctx, r.deps.Authorizer(), authz.Describe, tid); e != nil {
 			denied[i] = e
 			continue
 		}
@@ -440,7 +433,7 @@ func (r *TransactionCoordinator) kafkaListTransactions(ctx context.Context, req 
 	}
 	for _, t := range out.GetTransactions() {
 		// Kafka leaves out the ids the principal may not describe.
-		if authorizeTxnID(req.Conn, t.GetTransactionalId()) != nil {
+		if !authz.Allowed(ctx, r.deps.Authorizer(), authz.Describe, authz.TransactionalID, t.GetTransactionalId()) {
 			continue
 		}
 		st := kmsg.NewListTransactionsResponseTransactionState()

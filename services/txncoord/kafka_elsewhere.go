@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	txnv1 "github.com/sluice-io/sluice/gen/go/sluice/txn/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/client/wire"
 	"github.com/sluice-io/sluice/libs/kafka"
@@ -24,7 +25,15 @@ import (
 // a transactional id is answered NOT_COORDINATOR, so the client finds the
 // coordinator (FindCoordinator, which every process answers) and goes
 // there; ListTransactions lists nothing, as none is coordinated here.
-func RegisterKafkaElsewhere(m *kafka.Mux, nodeID int32, md *metadata.Cache, pool *wire.Pool) {
+//
+// a, when given, is the process's authorizer: the InitProducerId passed on
+// is authorized here, for the Kafka client, since the coordinator sees
+// this process as the caller. None given allows every client.
+func RegisterKafkaElsewhere(m *kafka.Mux, nodeID int32, md *metadata.Cache, pool *wire.Pool, a ...authz.Authorizer) {
+	var az authz.Authorizer = authz.AllowAll{}
+	if len(a) > 0 && a[0] != nil {
+		az = a[0]
+	}
 	notCoord := errs.New(errs.NotCoordinator, "node %d does not run the transaction-coordinator role; find the transactional id's coordinator with FindCoordinator", nodeID)
 	forward := func(ctx context.Context, req *txnv1.InitProducerIdRequest) (*txnv1.InitProducerIdResponse, error) {
 		if req.GetTransactionalId() != "" {
@@ -40,8 +49,8 @@ func RegisterKafkaElsewhere(m *kafka.Mux, nodeID int32, md *metadata.Cache, pool
 		}
 		return txnv1.NewTransactionCoordinatorServiceClient(conn).InitProducerId(ctx, req)
 	}
-	m.Handle(kmsg.InitProducerID.Int16(), 0, initPIDMaxVersion, func(_ context.Context, req *kafka.Request) (kafka.Reply, error) {
-		return initProducerIDReply(req, forward)
+	m.Handle(kmsg.InitProducerID.Int16(), 0, initPIDMaxVersion, func(ctx context.Context, req *kafka.Request) (kafka.Reply, error) {
+		return initProducerIDReply(ctx, req, az, md, forward)
 	})
 	nc := kafka.ErrorCode(notCoord)
 	// Up to v3, the clients' versions: v4+ are sent by brokers to the

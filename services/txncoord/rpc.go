@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	txnv1 "github.com/sluice-io/sluice/gen/go/sluice/txn/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/coordinator"
 	"github.com/sluice-io/sluice/libs/metadata"
@@ -132,6 +133,20 @@ func (r *TransactionCoordinator) AddPartitionsToTxn(ctx context.Context, req *tx
 	if len(req.GetPartitions()) == 0 {
 		return fail(errs.Invalid(errs.InvalidRequest, "partitions", "no partitions"))
 	}
+	if req.GetVerifyOnly() {
+		if err := authz.CheckInternal(ctx, r.deps.Authorizer(), "AddPartitionsToTxn (verify only)", verifyCallers...); err != nil {
+			return nil, err
+		}
+	} else {
+		if e := authorizeTxnID(ctx, r.deps.Authorizer(), authz.Write, tid); e != nil {
+			return nil, e
+		}
+		// Write on each topic; if any is refused nothing is added, the
+		// others answer OPERATION_NOT_ATTEMPTED (Kafka's rule).
+		if out := r.topicRefusals(ctx, req); out != nil {
+			return out, nil
+		}
+	}
 	s, e := r.shardFor(tid)
 	if e != nil {
 		return fail(e)
@@ -247,6 +262,12 @@ func (r *TransactionCoordinator) AddOffsetsToTxn(ctx context.Context, req *txnv1
 	if req.GetGroupId() == "" {
 		return fail(errs.Invalid(errs.InvalidGroupID, "group_id", "the group id is empty"))
 	}
+	if e := authorizeTxnID(ctx, r.deps.Authorizer(), authz.Write, req.GetTransactionalId()); e != nil {
+		return nil, e
+	}
+	if err := authz.Check(ctx, r.deps.Authorizer(), authz.Read, authz.Group, req.GetGroupId()); err != nil {
+		return nil, err
+	}
 	s, e := r.shardFor(req.GetTransactionalId())
 	if e != nil {
 		return fail(e)
@@ -273,6 +294,9 @@ func (r *TransactionCoordinator) AddOffsetsToTxn(ctx context.Context, req *txnv1
 // CONCURRENT_TRANSACTIONS while the markers of that outcome are still
 // being written. No transaction open: INVALID_TXN_STATE.
 func (r *TransactionCoordinator) EndTxn(ctx context.Context, req *txnv1.EndTxnRequest) (*txnv1.EndTxnResponse, error) {
+	if e := authorizeTxnID(ctx, r.deps.Authorizer(), authz.Write, req.GetTransactionalId()); e != nil {
+		return nil, e
+	}
 	return r.endTxn(ctx, req, endBump), nil
 }
 
@@ -383,6 +407,9 @@ func (r *TransactionCoordinator) AbortTransaction(ctx context.Context, req *txnv
 	fail := func(e *errs.Error) (*txnv1.AbortTransactionResponse, error) {
 		return &txnv1.AbortTransactionResponse{Error: e.Proto()}, nil
 	}
+	if e := authorizeTxnID(ctx, r.deps.Authorizer(), authz.Write, tid); e != nil {
+		return nil, e
+	}
 	s, e := r.shardFor(tid)
 	if e != nil {
 		return fail(e)
@@ -420,7 +447,7 @@ func (r *TransactionCoordinator) AbortTransaction(ctx context.Context, req *txnv
 // ListTransactions lists the transactional ids of every shard loaded here,
 // filtered by state, producer id and (for open transactions) how long they
 // have been open.
-func (r *TransactionCoordinator) ListTransactions(_ context.Context, req *txnv1.ListTransactionsRequest) (*txnv1.ListTransactionsResponse, error) {
+func (r *TransactionCoordinator) ListTransactions(ctx context.Context, req *txnv1.ListTransactionsRequest) (*txnv1.ListTransactionsResponse, error) {
 	if req.GetDurationFilterMs() < 0 {
 		return &txnv1.ListTransactionsResponse{Error: errs.Invalid(errs.InvalidRequest, "duration_filter_ms", "%d is negative", req.GetDurationFilterMs()).Proto()}, nil
 	}
@@ -444,6 +471,10 @@ func (r *TransactionCoordinator) ListTransactions(_ context.Context, req *txnv1.
 		}
 		s.mu.Unlock()
 	}
+	// Only the ids the caller may Describe (Kafka's rule), decided after
+	// the shard locks are released.
+	out.Transactions = authz.FilterAllowedFunc(ctx, r.deps.Authorizer(), authz.Describe, authz.TransactionalID, out.Transactions,
+		func(l *txnv1.TransactionListing) string { return l.GetTransactionalId() })
 	sort.Slice(out.Transactions, func(i, j int) bool {
 		return out.Transactions[i].GetTransactionalId() < out.Transactions[j].GetTransactionalId()
 	})
@@ -452,11 +483,15 @@ func (r *TransactionCoordinator) ListTransactions(_ context.Context, req *txnv1.
 
 // DescribeTransactions describes transactional ids this process
 // coordinates; others get NOT_COORDINATOR with a hint.
-func (r *TransactionCoordinator) DescribeTransactions(_ context.Context, req *txnv1.DescribeTransactionsRequest) (*txnv1.DescribeTransactionsResponse, error) {
+func (r *TransactionCoordinator) DescribeTransactions(ctx context.Context, req *txnv1.DescribeTransactionsRequest) (*txnv1.DescribeTransactionsResponse, error) {
 	out := &txnv1.DescribeTransactionsResponse{}
 	for _, tid := range req.GetTransactionalIds() {
 		d := &txnv1.TransactionDescription{TransactionalId: tid, StartTimeMs: -1}
 		out.Transactions = append(out.Transactions, d)
+		if e := authorizeTxnID(ctx, r.deps.Authorizer(), authz.Describe, tid); e != nil {
+			d.Error = e.Proto()
+			continue
+		}
 		s, e := r.shardFor(tid)
 		if e != nil {
 			d.Error = e.Proto()

@@ -290,6 +290,9 @@ func (r *TransactionCoordinator) InitProducerId(ctx context.Context, req *txnv1.
 	if e := r.validateInit(req); e != nil {
 		return &txnv1.InitProducerIdResponse{Error: e.Proto(), ProducerId: -1, ProducerEpoch: -1}, nil
 	}
+	if e := authorizeInit(ctx, r.deps.Authorizer(), r.deps.Metadata, req); e != nil {
+		return nil, e
+	}
 	if req.GetTransactionalId() != "" {
 		return r.initTransactional(ctx, req), nil
 	}
