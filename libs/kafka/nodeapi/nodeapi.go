@@ -92,13 +92,12 @@ func Register(mux *kafka.Mux, d Deps) {
 	mux.Handle(kmsg.DescribeUserSCRAMCredentials.Int16(), describeScramMin, describeScramMax, typed(n.describeUserScram))
 	mux.Handle(kmsg.AlterUserSCRAMCredentials.Int16(), alterScramMin, alterScramMax, typed(n.alterUserScram))
 
-	// Security APIs are registered here once authentication and
-	// authorization exist: SaslHandshake (17) and SaslAuthenticate (36)
-	// beside the listener's connection state, and DescribeAcls (29),
-	// CreateAcls (30) and DeleteAcls (31) forwarded to the active
-	// controller's ACL calls like the admin APIs above. Until then every
-	// connection is User:ANONYMOUS and may do everything, and Metadata and
-	// DescribeCluster report every operation as authorized.
+	// ACL administration (KIP-140), forwarded to the active controller,
+	// which stores ACLs in the metadata quorum; every process's authorizer
+	// receives them with its metadata.
+	mux.Handle(kmsg.DescribeACLs.Int16(), describeACLsMin, describeACLsMax, typed(n.describeACLs))
+	mux.Handle(kmsg.CreateACLs.Int16(), createACLsMin, createACLsMax, typed(n.createACLs))
+	mux.Handle(kmsg.DeleteACLs.Int16(), deleteACLsMin, deleteACLsMax, typed(n.deleteACLs))
 }
 
 // typed adapts a handler of one request type to a kafka.Handler. The mux
