@@ -305,7 +305,7 @@ func seedCase(seed int64) chaosCase {
 		// The replication worker is a process of its own: it fetches from
 		// leaders and appends to followers over the network.
 		c.Plan.Links = []nemesis.LinkPair{{From: nemesis.ReplicationWorker, To: nemesis.StorageLeader}, {From: nemesis.ReplicationWorker, To: nemesis.StorageFollower},
-			{From: nemesis.StorageLeader, To: nemesis.Controller}, {From: nemesis.TxnCoordinator, To: nemesis.StorageLeader}, {From: nemesis.GroupCoordinator, To: nemesis.StorageLeader}}
+			{From: nemesis.StorageLeader, To: nemesis.Controller}, {From: nemesis.TxnCoordinator, To: nemesis.AnyProcess}, {From: nemesis.GroupCoordinator, To: nemesis.AnyProcess}}
 	}
 	return c
 }

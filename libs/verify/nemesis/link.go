@@ -29,16 +29,29 @@ type LinkPair struct {
 	From, To Role
 }
 
-// DefaultLinks are the links a plan draws from when PlanOptions.Links is
-// empty: the follower's replication fetches from its leader (the leader's
-// batches reach it late), a storage node's heartbeats, metadata watch and
-// ISR changes with the controller, and the coordinators' writes to the
-// storage leaders (transaction markers, the offsets and transaction logs).
+// DefaultLinks are the links Delay steps draw from when PlanOptions.Links
+// is empty: the follower's replication fetches from its leader (the
+// leader's batches reach it late), a storage node's heartbeats, metadata
+// watch and ISR changes with the controller, and the coordinators' calls
+// to every peer (transaction markers to the workload's leaders, writes to
+// the leaders of the offsets and transaction logs, producer id blocks from
+// the controller).
 var DefaultLinks = []LinkPair{
 	{StorageFollower, StorageLeader},
 	{StorageLeader, Controller},
-	{TxnCoordinator, StorageLeader},
-	{GroupCoordinator, StorageLeader},
+	{TxnCoordinator, AnyProcess},
+	{GroupCoordinator, AnyProcess},
+}
+
+// DefaultDuplicateLinks are the links Duplicate steps draw from when
+// PlanOptions.DuplicateLinks is empty. Only unary requests are sent twice,
+// so these are the processes that make them: the coordinators (markers,
+// log writes) and a storage node (ISR changes, and the calls of the
+// coordinators it hosts), each to every peer.
+var DefaultDuplicateLinks = []LinkPair{
+	{TxnCoordinator, AnyProcess},
+	{GroupCoordinator, AnyProcess},
+	{StorageLeader, AnyProcess},
 }
 
 // String renders l as a step's Detail.

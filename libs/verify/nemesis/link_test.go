@@ -47,7 +47,8 @@ func TestLinkStepsValidate(t *testing.T) {
 
 func TestPlanDrawsLinksFromTheGivenPairs(t *testing.T) {
 	links := []LinkPair{{ReplicationWorker, StorageLeader}, {ReplicationWorker, StorageFollower}}
-	o := PlanOptions{Duration: 5 * time.Minute, Kinds: []Kind{Delay, Duplicate}, Links: links}
+	o := PlanOptions{Duration: 5 * time.Minute, Kinds: []Kind{Delay, Duplicate}, Links: links,
+		DuplicateLinks: []LinkPair{{ReplicationWorker, StorageLeader}, {ReplicationWorker, AnyProcess}}}
 	a, err := Plan(9, o)
 	require.NoError(t, err)
 	b, err := Plan(9, o)
@@ -74,17 +75,23 @@ func TestPlanDrawsLinksFromTheGivenPairs(t *testing.T) {
 			require.Zero(t, l.Delay)
 		}
 	}
-	require.Len(t, tos, 2, "both links drawn: %v", tos)
+	require.Len(t, tos, 3, "every link drawn: %v", tos)
 
 	// Without Links, the defaults.
-	steps, err := Plan(9, PlanOptions{Duration: 5 * time.Minute, Kinds: []Kind{Delay}})
+	steps, err := Plan(9, PlanOptions{Duration: 5 * time.Minute, Kinds: []Kind{Delay, Duplicate}})
 	require.NoError(t, err)
 	for _, s := range steps {
 		l, _ := ParseLink(s.Detail)
-		require.Contains(t, DefaultLinks, LinkPair{s.Target, l.To})
+		if s.Kind == Delay {
+			require.Contains(t, DefaultLinks, LinkPair{s.Target, l.To})
+		} else {
+			require.Contains(t, DefaultDuplicateLinks, LinkPair{s.Target, l.To})
+		}
 	}
 	_, err = Plan(1, PlanOptions{Duration: time.Minute, Kinds: []Kind{Delay}, Links: []LinkPair{{Clients, StorageLeader}}})
 	require.ErrorContains(t, err, "between processes")
+	_, err = Plan(1, PlanOptions{Duration: time.Minute, Kinds: []Kind{Delay}, DuplicateLinks: []LinkPair{{StorageLeader, "nobody"}}})
+	require.ErrorContains(t, err, "unknown target role")
 }
 
 func TestRunInstallsALinkToThePeerAndClearsIt(t *testing.T) {

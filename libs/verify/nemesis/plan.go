@@ -212,9 +212,10 @@ type PlanOptions struct {
 	// Targets to draw from (default the active controller and storage
 	// leaders, and coordinators when Coordinators is set).
 	Targets []Role
-	// Links are the links Delay and Duplicate steps draw from, in place of
-	// Targets (default DefaultLinks).
-	Links []LinkPair
+	// Links are the links Delay steps draw from, in place of Targets
+	// (default DefaultLinks); DuplicateLinks those of Duplicate steps
+	// (default DefaultDuplicateLinks).
+	Links, DuplicateLinks []LinkPair
 	// SessionTimeout is the controller's session timeout: pauses last
 	// longer (default 3 s).
 	SessionTimeout time.Duration
@@ -243,6 +244,9 @@ func (o *PlanOptions) defaults() {
 	}
 	if len(o.Links) == 0 {
 		o.Links = DefaultLinks
+	}
+	if len(o.DuplicateLinks) == 0 {
+		o.DuplicateLinks = DefaultDuplicateLinks
 	}
 	if o.SessionTimeout == 0 {
 		o.SessionTimeout = 3 * time.Second
@@ -273,7 +277,7 @@ func (o PlanOptions) Validate() error {
 			return err
 		}
 	}
-	for _, p := range o.Links {
+	for _, p := range slices.Concat(o.Links, o.DuplicateLinks) {
 		for _, r := range []Role{p.From, p.To} {
 			if _, err := ParseRole(string(r)); err != nil {
 				return err
@@ -328,8 +332,11 @@ func Plan(seed int64, o PlanOptions) ([]Step, error) {
 			s.Target = storageRole(rng)
 			s.Duration = between(o.MinFault, o.MaxFault)
 			s.Detail = "drop-unsynced"
-		case Delay, Duplicate:
+		case Delay:
 			planLink(&s, o.Links, rng)
+			s.Duration = between(o.MinFault, o.MaxFault)
+		case Duplicate:
+			planLink(&s, o.DuplicateLinks, rng)
 			s.Duration = between(o.MinFault, o.MaxFault)
 		case Move:
 			s.Target = StorageLeader
