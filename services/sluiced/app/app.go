@@ -109,8 +109,11 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 		n.authz = a
 		authz.Follow(ctx, a, n.cache)
 	}
-	// Every node answers metadata requests from its cache.
-	metadatav1.RegisterMetadataServiceServer(srv.GRPC, metadata.NewServer(n.cache, int32(cfg.Node.ID), srv.Validators))
+	// Every node answers metadata requests from its cache, showing each
+	// caller the topics it may Describe.
+	ms := metadata.NewServer(n.cache, int32(cfg.Node.ID), srv.Validators)
+	ms.DescribeTopic = authz.DescribeTopic(n.authz)
+	metadatav1.RegisterMetadataServiceServer(srv.GRPC, ms)
 
 	m := service.NewManager(logger, srv)
 	m.Add(service.Func{N: "telemetry", StopFn: tel.Shutdown})
@@ -148,7 +151,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 	}
 	// The Kafka APIs every process answers, whatever its roles (Metadata,
 	// FindCoordinator, the admin APIs).
-	nodeapi.Register(n.kafka, nodeapi.Deps{Metadata: n.cache, Pool: n.pool, NodeID: int32(cfg.Node.ID), Logger: logger})
+	nodeapi.Register(n.kafka, nodeapi.Deps{Metadata: n.cache, Pool: n.pool, NodeID: int32(cfg.Node.ID), Logger: logger, Authz: n.authz})
 	if !cfg.Roles.Has(role.GroupCoordinator) {
 		// Kafka clients judge the cluster by any node's ApiVersions
 		// (franz-go uses KIP-848 only if ConsumerGroupHeartbeat is
@@ -158,7 +161,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 	if !cfg.Roles.Has(role.TransactionCoordinator) {
 		// Likewise librdkafka's idempotent producer needs InitProducerId
 		// from whichever node it reached first.
-		txncoord.RegisterKafkaElsewhere(n.kafka, int32(cfg.Node.ID), n.cache, n.pool)
+		txncoord.RegisterKafkaElsewhere(n.kafka, int32(cfg.Node.ID), n.cache, n.pool, n.authz)
 	}
 	if kafkaLis != nil {
 		// Last to start, once every role has registered its handlers;
