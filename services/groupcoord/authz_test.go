@@ -101,7 +101,10 @@ func TestKafkaGroupCallsNeedGroupACLs(t *testing.T) {
 	// Admin: Describe / Delete per group; listing only describable groups.
 	dg := kmsg.NewPtrDescribeGroupsRequest()
 	dg.Groups = []string{"g"}
-	require.Zero(t, h.as("carol").do(dg, 5).(*kmsg.DescribeGroupsResponse).Groups[0].ErrorCode)
+	dg.IncludeAuthorizedOperations = true
+	dgr := h.as("carol").do(dg, 5).(*kmsg.DescribeGroupsResponse)
+	require.Zero(t, dgr.Groups[0].ErrorCode)
+	require.Equal(t, int32(1<<8|1<<6), dgr.Groups[0].AuthorizedOperations, "Describe and Delete")
 	require.Equal(t, codeGroupAuth, h.as("bob").do(dg, 5).(*kmsg.DescribeGroupsResponse).Groups[0].ErrorCode)
 	lg := kmsg.NewPtrListGroupsRequest()
 	require.Len(t, h.as("carol").do(lg, 4).(*kmsg.ListGroupsResponse).Groups, 1)

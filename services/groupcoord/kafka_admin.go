@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
+	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/kafka"
 )
@@ -46,8 +47,9 @@ func (r *GroupCoordinator) kafkaListGroups(ctx context.Context, req *kafka.Reque
 // Kafka does: members carry their metadata and assignment only while the
 // group is Stable, a group that does not exist (or is a consumer-protocol
 // group, which ConsumerGroupDescribe describes) is Dead, and from v6 also
-// GROUP_ID_NOT_FOUND. Authorized operations (v3+) are not computed: there
-// are no ACLs yet, and the field keeps Kafka's "not provided" value.
+// GROUP_ID_NOT_FOUND. Authorized operations (v3+) are the caller's, from
+// the authorizer, when one is on; without one the field keeps Kafka's "not
+// provided" value.
 func (r *GroupCoordinator) kafkaDescribeGroups(ctx context.Context, req *kafka.Request) (kafka.Reply, error) {
 	in := req.Msg.(*kmsg.DescribeGroupsRequest)
 	out := kmsg.NewPtrDescribeGroupsResponse()
@@ -85,6 +87,9 @@ func (r *GroupCoordinator) kafkaDescribeGroups(ctx context.Context, req *kafka.R
 			continue
 		}
 		og.State, og.ProtocolType = d.GetState(), d.GetProtocolType()
+		if a := r.deps.Authorizer(); in.IncludeAuthorizedOperations && a.Enabled() {
+			og.AuthorizedOperations = kafka.AuthorizedOperations(ctx, a, authz.Group, d.GetGroupId())
+		}
 		stable := d.GetState() == stateStable
 		var assignments map[string][]byte
 		if stable {
