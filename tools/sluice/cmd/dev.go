@@ -29,6 +29,7 @@ type devOptions struct {
 	fresh        bool
 	autoRestart  bool
 	tls          bool
+	authz        bool
 	extra        []string
 }
 
@@ -52,6 +53,8 @@ process's Kafka address.
 With --tls every listener (gRPC, Kafka, etcd) and every connection between
 processes uses TLS, with certificates from a throw-away CA under
 <data-dir>/tls; the admin client certificate there maps to User:admin.
+With --authz (which implies --tls) every process checks calls against the
+cluster's ACLs (sluice acl), and User:admin is the super user.
 
 The command writes <data-dir>/client.conf (bootstrap and, with --tls, the CA
 and admin certificate); sluice commands run from the same directory read it
@@ -79,6 +82,7 @@ While it runs, type a command and Enter:
 	f.BoolVar(&o.fresh, "fresh", false, "Delete the data directory first.")
 	f.BoolVar(&o.autoRestart, "auto-restart", false, "Restart a process that exits by itself.")
 	f.BoolVar(&o.tls, "tls", false, "Use TLS everywhere, with a throw-away CA under the data directory.")
+	f.BoolVar(&o.authz, "authz", false, "Check every call against ACLs (sluice acl), with User:admin (the admin certificate) as super user; implies --tls.")
 	f.StringArrayVar(&o.extra, "sluiced-arg", nil, "Extra flag for every sluiced process (repeatable).")
 	return cmd
 }
@@ -115,6 +119,11 @@ func runDev(ctx context.Context, out io.Writer, in io.Reader, o *devOptions) err
 		return err
 	}
 	restarts := make(chan *devcluster.Process, 16)
+	extra := o.extra
+	if o.authz {
+		o.tls = true
+		extra = append([]string{"--authz.enabled", "--authz.super-users=User:admin"}, extra...)
+	}
 	spec := devcluster.Spec{
 		Sluiced:                 bin,
 		Dir:                     dir,
@@ -123,7 +132,7 @@ func runDev(ctx context.Context, out io.Writer, in io.Reader, o *devOptions) err
 		GroupCoordinators:       o.groupCoords,
 		TransactionCoordinators: o.txnCoords,
 		BasePort:                o.basePort,
-		ExtraArgs:               o.extra,
+		ExtraArgs:               extra,
 		TLS:                     o.tls,
 		Output:                  out,
 		OnExit: func(p *devcluster.Process, err error) {
