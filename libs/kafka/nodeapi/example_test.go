@@ -26,6 +26,9 @@ func ExampleRegister() {
 	// FindCoordinator v0-v5
 	// CreateTopics v0-v7
 	// DeleteTopics v0-v6
+	// DescribeACLs v0-v3
+	// CreateACLs v0-v3
+	// DeleteACLs v0-v3
 	// DescribeConfigs v0-v4
 	// AlterConfigs v0-v2
 	// CreatePartitions v0-v3
@@ -33,5 +36,7 @@ func ExampleRegister() {
 	// IncrementalAlterConfigs v0-v1
 	// AlterPartitionAssignments v0-v1
 	// ListPartitionReassignments v0-v0
+	// DescribeUserSCRAMCredentials v0-v0
+	// AlterUserSCRAMCredentials v0-v0
 	// DescribeCluster v0-v2
 }
