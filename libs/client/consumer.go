@@ -795,23 +795,34 @@ func newAbortFilter(list []*storagev1.AbortedTransaction) *abortFilter {
 	return f
 }
 
+// reach starts the aborted transactions that begin at or before offset.
+func (f *abortFilter) reach(offset int64) {
+	for len(f.pending) > 0 && f.pending[0].GetFirstOffset() <= offset {
+		f.active[f.pending[0].GetProducerId()] = true
+		f.pending = f.pending[1:]
+	}
+}
+
 // drops reports whether a data batch belongs to an aborted transaction.
 func (f *abortFilter) drops(b *record.BatchHeader) bool {
 	if f == nil || !b.Attributes.Transactional() {
 		return false
 	}
-	for len(f.pending) > 0 && f.pending[0].GetFirstOffset() <= b.LastOffset() {
-		f.active[f.pending[0].GetProducerId()] = true
-		f.pending = f.pending[1:]
-	}
+	f.reach(b.LastOffset())
 	return f.active[b.ProducerID]
 }
 
-// marker ends a producer's aborted transaction at its ABORT marker.
+// marker ends a producer's aborted transaction at its ABORT marker. The
+// transactions begun up to the marker are started first, as Kafka's
+// consumer does for every batch: a chunk may begin at the marker itself
+// (the previous one ended at the last stable offset, inside the aborted
+// transaction), and a transaction started only at the producer's next
+// data batch would drop its next transaction's records.
 func (f *abortFilter) marker(b *record.BatchHeader, r *record.Record) {
 	if f == nil {
 		return
 	}
+	f.reach(b.LastOffset())
 	if t, err := record.ParseControlKey(r.Key); err == nil && t == record.ControlAbort {
 		delete(f.active, b.ProducerID)
 	}

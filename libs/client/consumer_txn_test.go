@@ -76,3 +76,24 @@ func TestReadCommittedDropsAbortedTransactions(t *testing.T) {
 	require.Equal(t, []string{"p2-committed", "plain", "p1-next-txn", "p3-next-txn"}, filterChunk(t, chunk, aborted))
 	require.Len(t, filterChunk(t, chunk, nil), 7, "without aborted transactions every data record is read")
 }
+
+// A chunk that starts at a producer's ABORT marker (the leader stopped the
+// previous chunk at the last stable offset, inside the aborted
+// transaction) lists that transaction among its aborted ones, though none
+// of its batches is in the chunk: the marker must end it, so the
+// producer's next transaction is read. Kafka's consumer consumes the
+// aborted list up to every batch, control batches included. Found by
+// sluice-chaos seed 2043: a committed transaction skipped by read_committed
+// consumers after a leader and coordinator failover.
+func TestReadCommittedChunkStartingAtTheAbortMarker(t *testing.T) {
+	chunk := bytes.Join([][]byte{
+		txnTestMarker(1, 850, record.ControlAbort),      // 850: ends the transaction begun at 841
+		txnTestMarker(1, 851, record.ControlAbort),      // 851: the new coordinator's copy
+		txnTestBatch(t, 1, 852, true, "p1-committed"),   // 852
+		txnTestMarker(1, 853, record.ControlCommit),     // 853
+		txnTestBatch(t, 1, 854, true, "p1-aborted-too"), // 854
+		txnTestMarker(1, 855, record.ControlAbort),      // 855
+	}, nil)
+	aborted := []*storagev1.AbortedTransaction{{ProducerId: 1, FirstOffset: 841}, {ProducerId: 1, FirstOffset: 854}}
+	require.Equal(t, []string{"p1-committed"}, filterChunk(t, chunk, aborted))
+}
