@@ -87,12 +87,12 @@ func (c *Controller) checkACLAdmin(ctx context.Context, op authz.Operation) erro
 	return authz.Check(ctx, c.deps.Authorizer(), op, authz.Cluster, authz.ClusterName)
 }
 
-func (c *Controller) auditACL(ctx context.Context, msg string, a authz.ACL) {
+func (c *Controller) auditACL(ctx context.Context, msg, operation string, a authz.ACL) {
 	id, ok := auth.FromContext(ctx)
 	if !ok {
 		id.Principal = auth.Anonymous
 	}
-	authz.AuditLine(ctx, c.logger, msg, id, msg, a.String(), true)
+	authz.AuditLine(ctx, c.logger, msg, id, operation, a.String(), true)
 }
 
 // CreateAcls adds bindings. Each binding is validated on its own and
@@ -142,7 +142,7 @@ func (c *Controller) CreateAcls(ctx context.Context, r *controllerv1.CreateAclsR
 				out.Errors[slots[start+k]] = errs.ItemError(err)
 				continue
 			}
-			c.auditACL(ctx, "acl created", chunk[k])
+			c.auditACL(ctx, "acl created", "CreateAcls", chunk[k])
 		}
 	}
 	return out, nil
@@ -223,7 +223,7 @@ func (c *Controller) DeleteAcls(ctx context.Context, r *controllerv1.DeleteAclsR
 			return nil, err
 		}
 		for _, b := range batch {
-			c.auditACL(ctx, "acl deleted", authz.FromProto(b))
+			c.auditACL(ctx, "acl deleted", "DeleteAcls", authz.FromProto(b))
 		}
 		out.Deleted = append(out.Deleted, batch...)
 		if len(batch) < maxTxnOps {
