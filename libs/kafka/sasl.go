@@ -3,18 +3,18 @@ package kafka
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"strings"
 	"time"
-
-	xscram "github.com/xdg-go/scram"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluice-io/sluice/libs/auth"
 	"github.com/sluice-io/sluice/libs/authn"
 	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/scram"
 )
 
@@ -28,9 +28,11 @@ const (
 const (
 	saslHandshakeKey    int16 = 17
 	saslAuthenticateKey int16 = 36
-	// SaslHandshake v0 would have the client send raw, unframed tokens
-	// next; every client of the last years sends v1 and SaslAuthenticate.
-	saslHandshakeMin, saslHandshakeMax       = 1, 1
+	// After SaslHandshake v0 the client sends the mechanism's tokens as
+	// bare size-prefixed frames, without request headers (Kafka before
+	// 1.0); after v1 it wraps them in SaslAuthenticate. librdkafka
+	// requires v0 in the advertised range even though it sends v1.
+	saslHandshakeMin, saslHandshakeMax       = 0, 1
 	saslAuthenticateMin, saslAuthenticateMax = 0, 2
 )
 
@@ -94,12 +96,15 @@ type saslState struct {
 	// mechanism is the one the last handshake chose; "" before a
 	// handshake and after an authentication completes.
 	mechanism string
-	scram     *xscram.ServerConversation
+	scram     *scram.Conversation
 	// authenticated is set once an authentication succeeded; id is its
 	// identity and expires the end of its session (zero: none).
 	authenticated bool
 	id            auth.Identity
 	expires       time.Time
+	// raw is set after a v0 handshake until the authentication ends: the
+	// next frames are bare tokens.
+	raw bool
 }
 
 // saslPermits reports whether a request of key may be served on the
@@ -145,8 +150,36 @@ func (s *Server) saslHandshake(_ context.Context, req *Request) (Reply, error) {
 		c.stopReading()
 	default:
 		c.sasl.mechanism = mech
+		c.sasl.raw = req.Version == 0
 	}
 	return Now(resp), nil
+}
+
+// rawToken handles a bare SASL token frame after a v0 handshake: it is
+// authenticated like a SaslAuthenticate request and answered with a bare
+// token frame. A failure closes the connection at once (the v0 protocol
+// has no way to carry an error). It reports false when the connection must
+// close.
+func (c *conn) rawToken(frame []byte) bool {
+	req := kmsg.NewPtrSASLAuthenticateRequest()
+	req.SASLAuthBytes = frame
+	reply, _ := c.s.saslAuthenticate(c.ctx, &Request{Key: saslAuthenticateKey, Msg: req, Conn: c.info}) // never fails
+	resp := reply.Msg.(*kmsg.SASLAuthenticateResponse)
+	if resp.ErrorCode != 0 {
+		return false
+	}
+	if c.sasl.mechanism == "" {
+		c.sasl.raw = false // authenticated: Kafka requests follow
+	}
+	buf := getFrameBuf()
+	*buf = binary.BigEndian.AppendUint32((*buf)[:0], uint32(len(resp.SASLAuthBytes)))
+	*buf = append(*buf, resp.SASLAuthBytes...)
+	sl := &slot{done: closedChan, frame: *buf, size: len(*buf), buf: buf}
+	if !c.enqueue(sl) {
+		sl.free(c.logger)
+		return false
+	}
+	return true
 }
 
 func (s *Server) saslAuthenticate(ctx context.Context, req *Request) (Reply, error) {
@@ -192,7 +225,7 @@ func (s *Server) saslAuthenticate(ctx context.Context, req *Request) (Reply, err
 		}
 		out, err := c.sasl.scram.Step(string(r.SASLAuthBytes))
 		if err != nil {
-			return fail(authFailed, "Kafka SASL authentication failed, closing the connection", slog.String("user", c.sasl.scram.Username()))
+			return fail(authFailed, "Kafka SASL authentication failed, closing the connection", slog.String("user", c.sasl.scram.Username()), log.Err(err))
 		}
 		resp.SASLAuthBytes = []byte(out)
 		if !c.sasl.scram.Done() {

@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"encoding/binary"
 	"net"
 	"testing"
 	"time"
@@ -210,5 +211,30 @@ func TestSASLReauthentication(t *testing.T) {
 	require.Zero(t, c.plain("alice", "alice-pw").ErrorCode)
 	require.Zero(t, c.handshake(kafka.MechanismPlain).ErrorCode)
 	require.Equal(t, int16(58), c.authenticate([]byte("\x00bob\x00bob-pw")).ErrorCode)
+	c.requireClosed()
+}
+
+// After a v0 handshake the tokens travel as bare frames (Kafka before 1.0).
+func TestSASLHandshakeV0RawTokens(t *testing.T) {
+	s, seen := saslServer(t, 0)
+	c := dial(t, s)
+	req := kmsg.NewPtrSASLHandshakeRequest()
+	req.Mechanism = kafka.MechanismPlain
+	c.send(req, 0)
+	resp := kmsg.NewPtrSASLHandshakeResponse()
+	c.recv(resp, false)
+	require.Zero(t, resp.ErrorCode)
+	tok := []byte("\x00alice\x00alice-pw")
+	c.writeRaw(append(binary.BigEndian.AppendUint32(nil, uint32(len(tok))), tok...))
+	frame, err := c.readFrame(5 * time.Second)
+	require.NoError(t, err)
+	require.Empty(t, frame, "PLAIN answers with an empty token")
+	require.Equal(t, "User:alice", c.heartbeat(t, seen).Principal.String())
+
+	c = dial(t, s)
+	c.send(req, 0)
+	c.recv(resp, false)
+	tok = []byte("\x00alice\x00wrong")
+	c.writeRaw(append(binary.BigEndian.AppendUint32(nil, uint32(len(tok))), tok...))
 	c.requireClosed()
 }

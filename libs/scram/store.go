@@ -58,7 +58,7 @@ var errUnknownUser = errors.New("no such user or no credential for the mechanism
 // NewConversation starts the server side of one SCRAM conversation for m
 // (RFC 5802). Step it with each client message; Valid reports success and
 // Username the authenticated user.
-func (s *Store) NewConversation(m Mechanism) (*scram.ServerConversation, error) {
+func (s *Store) NewConversation(m Mechanism) (*Conversation, error) {
 	var gen scram.HashGeneratorFcn
 	switch m {
 	case SHA256:
@@ -81,7 +81,7 @@ func (s *Store) NewConversation(m Mechanism) (*scram.ServerConversation, error) 
 	if err != nil {
 		return nil, err
 	}
-	return srv.NewConversation(), nil
+	return &Conversation{xs: srv.NewConversation(), store: s, mech: m}, nil
 }
 
 // fake returns a credential no password matches, stable per user, for a
