@@ -82,6 +82,10 @@ func TestACLs(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, created, 1)
 	require.NoError(t, created[0].Err)
+	bad, err := adm.CreateACLs(ctx, kadm.NewACLs().Allow("User:bi").AllowHosts("db.example.com").Topics("reports").Operations(kadm.OpRead).ResourcePatternType(kadm.ACLPatternLiteral))
+	require.NoError(t, err)
+	require.ErrorIs(t, bad[0].Err, kerr.InvalidRequest)
+	require.Contains(t, bad[0].ErrMessage, "neither")
 	described, err := adm.DescribeACLs(ctx, kadm.NewACLs().Topics("logs-eu").ResourcePatternType(kadm.ACLPatternMatch).Operations(kadm.OpAny).Allow().AllowHosts())
 	require.NoError(t, err)
 	require.Len(t, described, 1)
@@ -122,6 +126,16 @@ func TestACLs(t *testing.T) {
 		return resp.Topics[0].ErrorCode
 	}
 	require.Equal(t, kerr.TopicAuthorizationFailed.Code, topicErr(), "no ACL: alice may not describe orders")
+	// alice may not grant herself anything (Alter on the cluster), nor
+	// list ACLs (Describe on the cluster).
+	refused, err := kadm.NewClient(alice).CreateACLs(ctx, kadm.NewACLs().Allow("User:alice").AllowHosts("*").Topics("orders").Operations(kadm.OpAll).ResourcePatternType(kadm.ACLPatternLiteral))
+	require.NoError(t, err)
+	require.Len(t, refused, 1)
+	require.ErrorIs(t, refused[0].Err, kerr.ClusterAuthorizationFailed)
+	listed, err := kadm.NewClient(alice).DescribeACLs(ctx, kadm.NewACLs().AnyResource().Allow().AllowHosts().Operations(kadm.OpAny).ResourcePatternType(kadm.ACLPatternAny))
+	require.NoError(t, err)
+	require.Len(t, listed, 1)
+	require.ErrorIs(t, listed[0].Err, kerr.ClusterAuthorizationFailed)
 
 	waitFor := func(want int16) time.Duration {
 		start := time.Now()
