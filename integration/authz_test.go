@@ -12,7 +12,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
+	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
+	txnv1 "github.com/sluice-io/sluice/gen/go/sluice/txn/v1"
 	"github.com/sluice-io/sluice/integration/cluster"
 	"github.com/sluice-io/sluice/libs/client"
 	"github.com/sluice-io/sluice/libs/client/errs"
@@ -26,7 +28,8 @@ import (
 // watch, replication) while clients get exactly what their ACLs allow, the
 // same over gRPC and Kafka: alice, allowed to write and read topic t,
 // produces to t on both protocols, is refused u with
-// TOPIC_AUTHORIZATION_FAILED on both, and sees only t in metadata.
+// TOPIC_AUTHORIZATION_FAILED on both, sees only t in metadata, and is
+// refused a group and a transactional id she has no ACL for.
 func TestAuthzEnforcedOnBothProtocols(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 1, TLS: true,
 		ExtraArgs: []string{"--authz.enabled", "--authz.super-users=User:admin"}})
@@ -112,6 +115,32 @@ func TestAuthzEnforcedOnBothProtocols(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, mresp.Topics, 1)
 	require.Equal(t, "t", *mresp.Topics[0].Topic)
+
+	// Groups and transactional ids: no ACL, no coordinator, on either
+	// protocol.
+	fc := kmsg.NewPtrFindCoordinatorRequest()
+	fc.CoordinatorKey = "g"
+	fcr, err := fc.RequestWith(ctx, kc)
+	require.NoError(t, err)
+	require.Equal(t, kerr.GroupAuthorizationFailed.Code, fcr.ErrorCode)
+	fc.CoordinatorType, fc.CoordinatorKey = 1, "tx"
+	fcr, err = fc.RequestWith(ctx, kc)
+	require.NoError(t, err)
+	require.Equal(t, kerr.TransactionalIDAuthorizationFailed.Code, fcr.ErrorCode)
+	ip := kmsg.NewPtrInitProducerIDRequest()
+	ip.TransactionalID, ip.TransactionTimeoutMillis = kmsg.StringPtr("tx"), 10000
+	// The client looks the coordinator up first and may stop there.
+	ipr, err := ip.RequestWith(ctx, kc)
+	if err == nil {
+		err = kerr.ErrorForCode(ipr.ErrorCode)
+	}
+	require.ErrorIs(t, err, kerr.TransactionalIDAuthorizationFailed)
+	gfc, err := groupv1.NewGroupCoordinatorServiceClient(sconn).FindCoordinator(ctx, &groupv1.FindCoordinatorRequest{Keys: []string{"g"}})
+	require.NoError(t, err)
+	require.Equal(t, errs.GroupAuthorizationFailed, gfc.GetCoordinators()[0].GetError().GetCode())
+	_, err = txnv1.NewTransactionCoordinatorServiceClient(sconn).InitProducerId(ctx, &txnv1.InitProducerIdRequest{TransactionalId: "tx",
+		TransactionTimeoutMs: 10000, ProducerId: -1, ProducerEpoch: -1})
+	require.Equal(t, errs.TransactionalIDAuthorizationFailed, errs.CodeOf(err))
 
 	// Role-to-role traffic kept working under authorization (the storage
 	// node registered, follows metadata and acknowledged alice's
