@@ -2,6 +2,11 @@ package scram_test
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,4 +156,55 @@ func TestVerifier(t *testing.T) {
 	require.Error(t, v.Verify(ctx, "alice", "secret-a"))
 	require.NoError(t, v.Verify(ctx, "alice", "new-a"))
 	require.Error(t, v.Verify(ctx, "bob", "secret-b"), "deleted user")
+}
+
+// A client-final nonce that repeats the client's part before the server's
+// nonce (librdkafka 2.0) is accepted as Kafka accepts it, with the proof
+// computed over the message as sent; a wrong password still fails.
+func TestConversationRepeatedClientNonce(t *testing.T) {
+	store, _ := storeWith(t, map[string]string{"alice": "secret-a"})
+	for _, pw := range []string{"secret-a", "wrong"} {
+		sc, err := store.NewConversation(scram.SHA256)
+		require.NoError(t, err)
+		s1, err := sc.Step("n,,n=alice,r=clientnonce")
+		require.NoError(t, err)
+		var nonce, salt string
+		iters := 0
+		for _, f := range strings.Split(s1, ",") {
+			switch {
+			case strings.HasPrefix(f, "r="):
+				nonce = f[2:]
+			case strings.HasPrefix(f, "s="):
+				b, err := base64.StdEncoding.DecodeString(f[2:])
+				require.NoError(t, err)
+				salt = string(b)
+			case strings.HasPrefix(f, "i="):
+				iters, _ = strconv.Atoi(f[2:])
+			}
+		}
+		withoutProof := "c=biws,r=clientnonce" + nonce
+		authMsg := "n=alice,r=clientnonce," + s1 + "," + withoutProof
+		salted, err := scram.SaltedPassword(scram.SHA256, pw, []byte(salt), iters)
+		require.NoError(t, err)
+		ck := hmac.New(sha256.New, salted)
+		ck.Write([]byte("Client Key"))
+		clientKey := ck.Sum(nil)
+		stored := sha256.Sum256(clientKey)
+		sig := hmac.New(sha256.New, stored[:])
+		sig.Write([]byte(authMsg))
+		proof := sig.Sum(nil)
+		for i := range proof {
+			proof[i] ^= clientKey[i]
+		}
+		out, err := sc.Step(withoutProof + ",p=" + base64.StdEncoding.EncodeToString(proof))
+		require.True(t, sc.Done())
+		if pw == "wrong" {
+			require.Error(t, err)
+			require.False(t, sc.Valid())
+			continue
+		}
+		require.NoError(t, err)
+		require.True(t, sc.Valid())
+		require.True(t, strings.HasPrefix(out, "v="))
+	}
 }
