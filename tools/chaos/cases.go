@@ -146,12 +146,15 @@ var prCases = []chaosCase{
 		}},
 	{Name: "split-coordinators", Seed: 105, Topology: "split", Workload: "groups", Duration: sec(24),
 		Why: "roles in processes of their own: a group coordinator killed, a storage node cut off while the replication worker " +
-			"streams to it (replica appends abandoned mid-call must not crash the worker), then the worker and a transaction coordinator killed",
+			"streams to it (replica appends abandoned mid-call must not crash the worker), then the worker killed, a group coordinator " +
+			"cut off past its session while the groups commit through the other (it must not answer offset fetches from memory), " +
+			"and a transaction coordinator killed",
 		Steps: []nemesis.Step{
 			step(5, nemesis.Kill, nemesis.GroupCoordinator, 3, ""),
 			step(8.5, nemesis.Partition, nemesis.StorageFollower, 3, "isolate"),
 			step(12, nemesis.Kill, nemesis.ReplicationWorker, 3, ""),
-			step(18, nemesis.Kill, nemesis.TxnCoordinator, 3, ""),
+			step(15, nemesis.Partition, nemesis.GroupCoordinator, 5, "isolate"),
+			step(20.5, nemesis.Kill, nemesis.TxnCoordinator, 3, ""),
 		}},
 }
 

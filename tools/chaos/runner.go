@@ -374,8 +374,11 @@ func (res caseResult) line() string {
 // it hit.
 func faultClass(f check.Fault) string {
 	role := "process"
-	switch d := f.Detail; {
-	case strings.Contains(d, "failed:"):
+	// The role is named before the first ';' (what follows, such as a
+	// partition's "cut from [controller-1 ...]", names other processes).
+	d, _, _ := strings.Cut(f.Detail, ";")
+	switch {
+	case strings.Contains(f.Detail, "failed:"):
 		return f.Kind + " (failed)"
 	case f.Kind == string(nemesis.Move) || f.Target == string(nemesis.Clients):
 		return f.Kind
