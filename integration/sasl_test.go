@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
@@ -122,6 +123,24 @@ func TestSASLUsers(t *testing.T) {
 		require.Error(t, err, name)
 		require.Contains(t, stderr, "SASL authentication error", name)
 	}
+
+	// Kafka's AlterUserScramCredentials and DescribeUserScramCredentials
+	// (kadm, as the admin's certificate): bob is created and then
+	// authenticates with SCRAM-SHA-512.
+	adminTLS, err := files.ClientTLS()
+	require.NoError(t, err)
+	adm := kadm.NewClient(kafkaClient(kgo.DialTLSConfig(adminTLS.Clone())))
+	altered, err := adm.AlterUserSCRAMs(ctx, nil, []kadm.UpsertSCRAM{{User: "bob", Mechanism: kadm.ScramSha512, Iterations: 4096, Password: "bob-secret"}})
+	require.NoError(t, err)
+	require.NoError(t, altered.Error())
+	_, err = adm.AlterUserSCRAMs(ctx, nil, []kadm.UpsertSCRAM{{User: "carol", Mechanism: kadm.ScramSha256, Iterations: 100, Password: "x"}})
+	require.Error(t, err, "iterations below 4096 are refused")
+	described, err := adm.DescribeUserSCRAMs(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int32(4096), described["bob"].CredInfos[0].Iterations)
+	require.Len(t, described["alice"].CredInfos, 2)
+	bob := kafkaClient(kgo.SASL(scram.Auth{User: "bob", Pass: "bob-secret"}.AsSha512Mechanism()))
+	require.NoError(t, bob.Ping(ctx))
 
 	// A deleted user is refused by the next connection.
 	_, err = run("", admin, "user", "delete", "alice")
