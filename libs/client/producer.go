@@ -223,9 +223,14 @@ type Producer struct {
 	inflight  int // batches sent and not yet answered, for Flush
 	// id is the newest producer id (idempotence); idErr the last error
 	// met getting one, reported by batches that time out waiting for it.
-	id         prodID
-	idErr      error
-	idFetching bool
+	id    prodID
+	idErr error
+	// idRefused is set when the last attempt to get a producer id was
+	// refused (authorization) at idRefusedAt: batches that were already
+	// waiting for an id then fail with it; later ones ask again.
+	idRefused   error
+	idRefusedAt time.Time
+	idFetching  bool
 
 	wake   chan struct{}
 	idle   *sync.Cond // signalled when a batch completes
@@ -721,6 +726,11 @@ func (p *Producer) sendReady(ctx context.Context) time.Duration {
 		for len(pp.ready) > 0 && now.Sub(pp.ready[0].created) > p.cfg.DeliveryTimeout {
 			b := p.takeReadyLocked(pp, 0)
 			p.finishLocked(b, -1, p.deliveryTimedOut(b))
+		}
+		for p.idRefused != nil && len(pp.ready) > 0 && pp.ready[0].seq < 0 && len(pp.idem.outstanding) == 0 &&
+			!pp.ready[0].created.After(p.idRefusedAt) {
+			b := p.takeReadyLocked(pp, 0)
+			p.finishLocked(b, -1, p.idRefused)
 		}
 		if len(pp.ready) == 0 || pp.inflight >= p.cfg.MaxInFlight {
 			continue

@@ -276,8 +276,19 @@ func (p *Producer) needIDLocked(gen uint64) {
 	if p.id.gen > gen || p.idFetching || p.closed {
 		return
 	}
-	p.idFetching = true
+	p.idFetching, p.idRefused = true, nil
 	p.bg.Go(p.fetchID)
+}
+
+// refusedID reports whether getting a producer id failed for a reason no
+// retry can fix: the caller is not authorized or not authenticated.
+func refusedID(err error) bool {
+	switch errs.CodeOf(err) {
+	case errs.ClusterAuthorizationFailed, errs.TopicAuthorizationFailed,
+		errs.TransactionalIDAuthorizationFailed, errs.SaslAuthenticationFailed:
+		return true
+	}
+	return false
 }
 
 // fetchID gets a new producer id, retrying with backoff until it has one
@@ -307,6 +318,16 @@ func (p *Producer) fetchID() {
 		if p.closed || p.ctx.Err() != nil {
 			p.idFetching = false
 			p.mu.Unlock()
+			return
+		}
+		if refusedID(err) {
+			// Retrying cannot help until an administrator changes the
+			// ACLs or credentials: the batches waiting for an id fail now
+			// with the server's message (sendReady), and the next batch
+			// produced asks again.
+			p.idRefused, p.idRefusedAt, p.idFetching = p.idErr, time.Now(), false
+			p.mu.Unlock()
+			p.kick()
 			return
 		}
 		p.mu.Unlock()

@@ -735,3 +735,35 @@ func TestIdempotentProducerRandomFaults(t *testing.T) {
 		})
 	}
 }
+
+// A producer id refused for want of an ACL fails the waiting records at
+// once with the server's message instead of retrying until their delivery
+// timeout; a record produced after an administrator granted the ACL gets
+// an id and is delivered.
+func TestIdempotentProducerFailsFastWhenRefusedAnID(t *testing.T) {
+	f := newSeqNode()
+	p, _ := startSeqNode(t, f, ProducerConfig{DeliveryTimeout: time.Minute, RetryBackoffMax: 50 * time.Millisecond})
+	var granted atomic.Bool
+	var calls atomic.Int32
+	p.initID = func(context.Context) (int64, int16, error) {
+		calls.Add(1)
+		if !granted.Load() {
+			return -1, -1, errs.New(errs.ClusterAuthorizationFailed, "User:alice may not IdempotentWrite Cluster \"kafka-cluster\"")
+		}
+		return 7, 0, nil
+	}
+	start := time.Now()
+	res := produceNumbered(t, p, 0, 3)
+	for _, r := range res {
+		require.True(t, errs.Is(r.Err, errs.ClusterAuthorizationFailed), "got %v", r.Err)
+		require.ErrorContains(t, r.Err, "may not IdempotentWrite")
+	}
+	require.Less(t, time.Since(start), 30*time.Second, "failed at once, not at the one-minute delivery timeout")
+	require.Empty(t, f.sentBatches())
+
+	granted.Store(true)
+	for _, r := range produceNumbered(t, p, 1, 2) {
+		require.NoError(t, r.Err)
+	}
+	require.GreaterOrEqual(t, calls.Load(), int32(2), "asked again after the refusal")
+}

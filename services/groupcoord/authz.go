@@ -85,6 +85,13 @@ func (r *GroupCoordinator) FindCoordinator(ctx context.Context, req *groupv1.Fin
 	refused := map[string]error{}
 	var asked []string
 	for _, k := range req.GetKeys() {
+		// An idempotent producer (no transactional id) asks for any
+		// transaction coordinator with the empty key; its InitProducerId
+		// is what is checked (IdempotentWrite, or Write on a topic).
+		if rt == authz.TransactionalID && k == "" {
+			asked = append(asked, k)
+			continue
+		}
 		if err := authz.Check(ctx, a, authz.Describe, rt, k); err != nil {
 			refused[k] = err
 			continue

@@ -164,6 +164,12 @@ func TestGRPCGroupCallsNeedACLs(t *testing.T) {
 	require.NotEqual(t, errs.GroupAuthorizationFailed, fc.GetCoordinators()[0].GetError().GetCode())
 	require.Equal(t, "other", fc.GetCoordinators()[1].GetKey())
 	require.Equal(t, errs.GroupAuthorizationFailed, fc.GetCoordinators()[1].GetError().GetCode())
+	// An idempotent producer asks for any transaction coordinator with the
+	// empty key; its InitProducerId is what is checked.
+	fc, err = h.c.FindCoordinator(authztest.Ctx(bg, "carol"), &groupv1.FindCoordinatorRequest{
+		KeyType: groupv1.CoordinatorKeyType_COORDINATOR_KEY_TYPE_TRANSACTION, Keys: []string{""}})
+	require.NoError(t, err)
+	require.NotEqual(t, errs.TransactionalIDAuthorizationFailed, fc.GetCoordinators()[0].GetError().GetCode())
 
 	// Markers for the offsets topic come from the storage node only.
 	_, err = h.c.WriteTxnOffsetMarkers(authztest.RoleCtx(bg, "replication"), &groupv1.WriteTxnOffsetMarkersRequest{

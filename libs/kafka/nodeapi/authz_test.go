@@ -153,4 +153,8 @@ func TestFindCoordinatorNeedsDescribeOnTheKey(t *testing.T) {
 	out = n.coordinators(alice, keyTypeTransaction, []string{"t2", "t1"})
 	require.Equal(t, code(errs.TransactionalIDAuthorizationFailed), out[0].ErrorCode)
 	require.NotEqual(t, code(errs.TransactionalIDAuthorizationFailed), out[1].ErrorCode)
+	// The empty key is an idempotent producer's "any coordinator": its
+	// InitProducerId is checked, not the lookup.
+	out = n.coordinators(alice, keyTypeTransaction, []string{""})
+	require.NotEqual(t, code(errs.TransactionalIDAuthorizationFailed), out[0].ErrorCode)
 }

@@ -76,6 +76,12 @@ func (n *node) coordinators(ctx context.Context, keyType int8, keys []string) []
 	if n.authz.Enabled() {
 		asked = nil
 		for _, k := range keys {
+			// The empty transactional id is an idempotent producer's
+			// "any coordinator"; its InitProducerId is what is checked.
+			if rt == authz.TransactionalID && k == "" {
+				asked = append(asked, k)
+				continue
+			}
 			if err := authz.Check(ctx, n.authz, authz.Describe, rt, k); err != nil {
 				if denied == nil {
 					denied = map[string]error{}
