@@ -100,7 +100,7 @@ func newRoot() (*cobra.Command, *globals) {
 	root.PersistentFlags().StringVar(&g.tlsKey, "tls-key", "", "PEM file of the key of --tls-cert.")
 	root.PersistentFlags().StringVar(&g.user, "user", os.Getenv("SLUICE_USER"), "User to authenticate as with a password, over TLS only (env SLUICE_USER).")
 	root.PersistentFlags().StringVar(&g.password, "password", "", "Password of --user (env SLUICE_PASSWORD, which other local users cannot see in the process list).")
-	root.AddCommand(newClusterCmd(g), newTopicCmd(g), newPartitionCmd(g), newProduceCmd(g), newConsumeCmd(g), newGroupCmd(g), newTxnCmd(g), newProducersCmd(g), newDevCmd(g), newCertsCmd(), newUserCmd(g), newACLCmd(g), newPerfCmd(g), newVerifyCmd(g))
+	root.AddCommand(newClusterCmd(g), newTopicCmd(g), newPartitionCmd(g), newProduceCmd(g), newConsumeCmd(g), newGroupCmd(g), newTxnCmd(g), newProducersCmd(g), newDevCmd(g), newCertsCmd(), newUserCmd(g), newACLCmd(g), newPerfCmd(g), newVerifyCmd(g), newHealthCmd(g))
 	return root, g
 }
 
