@@ -79,6 +79,17 @@ func (a *ACLAuthorizer) Enabled() bool { return true }
 // An ACL is on the resource when its type is rt and its name is the name
 // (literal), "*" (literal), or a prefix of the name (prefixed).
 func (a *ACLAuthorizer) Authorize(_ context.Context, id auth.Identity, op Operation, rt ResourceType, name string) bool {
+	return a.authorize(id, op, rt, name, a.allowIfNo)
+}
+
+// AuthorizeExplicit implements Authorizer: Authorize without the
+// no-ACL-found default, so only a role identity, a super user or a
+// matching Allow ACL (and no matching Deny) allows.
+func (a *ACLAuthorizer) AuthorizeExplicit(_ context.Context, id auth.Identity, op Operation, rt ResourceType, name string) bool {
+	return a.authorize(id, op, rt, name, false)
+}
+
+func (a *ACLAuthorizer) authorize(id auth.Identity, op Operation, rt ResourceType, name string, allowIfNo bool) bool {
 	if id.Role != "" || a.superUsers[id.Principal.String()] {
 		return true
 	}
@@ -122,7 +133,7 @@ func (a *ACLAuthorizer) Authorize(_ context.Context, id auth.Identity, op Operat
 		}
 	}
 	if !found {
-		return a.allowIfNo
+		return allowIfNo
 	}
 	return allowed
 }

@@ -59,6 +59,12 @@ type Authorizer interface {
 	// (rt, name). Callers identified as a Sluice role (id.Role != "") are
 	// the cluster itself and are allowed.
 	Authorize(ctx context.Context, id auth.Identity, op Operation, rt ResourceType, name string) bool
+	// AuthorizeExplicit is Authorize without
+	// allow.everyone.if.no.acl.found: a caller that is neither a role
+	// nor a super user needs an Allow ACL that matches. Calls between
+	// the cluster's own processes use it, so that the no-ACL default
+	// never lets a client act as a node.
+	AuthorizeExplicit(ctx context.Context, id auth.Identity, op Operation, rt ResourceType, name string) bool
 }
 
 // AllowAll is the authorizer of a process with authorization off.
@@ -69,5 +75,10 @@ func (AllowAll) Enabled() bool { return false }
 
 // Authorize implements Authorizer.
 func (AllowAll) Authorize(context.Context, auth.Identity, Operation, ResourceType, string) bool {
+	return true
+}
+
+// AuthorizeExplicit implements Authorizer.
+func (AllowAll) AuthorizeExplicit(context.Context, auth.Identity, Operation, ResourceType, string) bool {
 	return true
 }

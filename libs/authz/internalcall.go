@@ -14,16 +14,27 @@ import (
 // certificate names Sluice roles (auth.Identity.Role, comma-separated when
 // it names several) must hold one of roles, the roles that make this call,
 // so a storage node's certificate cannot make a controller-only write; any
-// other caller needs ClusterAction on the cluster, as Kafka's inter-broker
-// requests do. rpc names the call in the refusal. With authorization off
-// it returns nil and allocates nothing.
+// other caller must be a super user or hold an explicit Allow ACL for
+// ClusterAction on the cluster, as Kafka's inter-broker requests need.
+// Unlike Kafka, allow.everyone.if.no.acl.found never grants it: with that
+// default on and no ACL on the cluster, a client certificate or an
+// anonymous caller could otherwise register as a node, change ISRs or
+// read every credential. rpc names the call in the refusal. With
+// authorization off it returns nil and allocates nothing.
 func CheckInternal(ctx context.Context, a Authorizer, rpc string, roles ...string) error {
 	if a == nil || !a.Enabled() {
 		return nil
 	}
 	id, _ := auth.FromContext(ctx)
 	if id.Role == "" {
-		return Check(ctx, a, ClusterAction, Cluster, ClusterName)
+		id = identityOf(ctx)
+		if a.AuthorizeExplicit(ctx, id, ClusterAction, Cluster, ClusterName) {
+			return nil
+		}
+		audit(ctx, a, id, ClusterAction, Cluster, ClusterName, false)
+		return errs.New(errs.ClusterAuthorizationFailed,
+			"%s may not call %s: it is made by the %s role; other callers need a role certificate, super-user status or an explicit ACL (sluice acl create --allow-principal %s --operation ClusterAction --cluster)",
+			id.Principal, rpc, strings.Join(roles, " or "), id.Principal)
 	}
 	if hasRole(id.Role, roles) {
 		return nil

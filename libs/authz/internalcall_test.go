@@ -39,6 +39,32 @@ func TestCheckInternalRoles(t *testing.T) {
 	require.NoError(t, authz.CheckInternal(bg, authz.AllowAll{}, "AlterPartition", "storage-node"))
 }
 
+// TestCheckInternalIgnoresNoACLDefault: allow.everyone.if.no.acl.found lets
+// a client do what no ACL names, but never a role-to-role call. Only a role
+// certificate, a super user or an explicit Allow for ClusterAction on the
+// cluster passes, and a Deny still wins over that Allow.
+func TestCheckInternalIgnoresNoACLDefault(t *testing.T) {
+	bg := context.Background()
+	a := authz.New(authz.Config{AllowEveryoneIfNoACLFound: true, SuperUsers: []string{"User:admin"}})
+	// The default still serves ordinary requests on resources without ACLs.
+	require.NoError(t, authz.Check(authztest.Ctx(bg, "alice"), a, authz.ClusterAction, authz.Cluster, authz.ClusterName))
+	for _, ctx := range []context.Context{authztest.Ctx(bg, "alice"), bg} {
+		err := authz.CheckInternal(ctx, a, "RegisterBroker", "storage-node")
+		require.Equal(t, errs.ClusterAuthorizationFailed, errs.CodeOf(err))
+		require.Contains(t, err.Error(), "may not call RegisterBroker")
+	}
+	require.NoError(t, authz.CheckInternal(authztest.RoleCtx(bg, "storage-node"), a, "RegisterBroker", "storage-node"))
+	require.NoError(t, authz.CheckInternal(authztest.Ctx(bg, "admin"), a, "RegisterBroker", "storage-node"))
+
+	// An explicit Allow passes; a Deny of the same principal wins over it.
+	a.SetACLs([]authz.ACL{authztest.Allow("User:ops", authz.ClusterAction, authz.Cluster, authz.ClusterName)}, 2)
+	require.NoError(t, authz.CheckInternal(authztest.Ctx(bg, "ops"), a, "RegisterBroker", "storage-node"))
+	deny := authztest.Allow("User:ops", authz.All, authz.Cluster, authz.ClusterName)
+	deny.Permission = authz.Deny
+	a.SetACLs([]authz.ACL{authztest.Allow("User:ops", authz.ClusterAction, authz.Cluster, authz.ClusterName), deny}, 3)
+	require.Equal(t, errs.ClusterAuthorizationFailed, errs.CodeOf(authz.CheckInternal(authztest.Ctx(bg, "ops"), a, "RegisterBroker", "storage-node")))
+}
+
 func TestMemoChecksEachNameOnce(t *testing.T) {
 	a := &countingAuthorizer{inner: authztest.New(authztest.Allow("User:alice", authz.Write, authz.Topic, "a"))}
 	ctx := authztest.Ctx(context.Background(), "alice")
@@ -68,6 +94,11 @@ type countingAuthorizer struct {
 }
 
 func (c *countingAuthorizer) Enabled() bool { return true }
+
+func (c *countingAuthorizer) AuthorizeExplicit(ctx context.Context, id auth.Identity, op authz.Operation, rt authz.ResourceType, name string) bool {
+	c.n++
+	return c.inner.AuthorizeExplicit(ctx, id, op, rt, name)
+}
 
 func (c *countingAuthorizer) Authorize(ctx context.Context, id auth.Identity, op authz.Operation, rt authz.ResourceType, name string) bool {
 	c.n++
