@@ -42,6 +42,10 @@ type Config struct {
 	// the client must reauthenticate on its connection (KIP-368, Kafka's
 	// connections.max.reauth.ms); zero: no limit.
 	SASLSessionLifetime time.Duration
+	// SASLAllowPlainWithoutTLS lets SASL/PLAIN run on a listener without
+	// TLS, where passwords cross the network in clear text. Without it a
+	// process with PLAIN among SASLMechanisms and no TLS refuses to start.
+	SASLAllowPlainWithoutTLS bool
 }
 
 // DefaultConfig returns the defaults the flags have.
@@ -72,6 +76,25 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"Comma-separated SASL mechanisms Kafka clients must authenticate with: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (empty: no SASL; a client certificate also authenticates).")
 	fs.DurationVar(&c.SASLSessionLifetime, "kafka.sasl.session-lifetime", 0,
 		"Longest a SASL authentication lasts before the client must reauthenticate on its connection (KIP-368, Kafka's connections.max.reauth.ms); 0 = no limit.")
+	fs.BoolVar(&c.SASLAllowPlainWithoutTLS, "kafka.sasl.allow-plain-without-tls", false,
+		"Allow SASL/PLAIN on a Kafka listener without TLS, where passwords travel in clear text (for tests on a trusted network only). Without it sluiced refuses to start with PLAIN and no --tls.cert.")
+}
+
+// PlainWithoutTLSError is the startup error of a process whose Kafka
+// listener would take SASL/PLAIN passwords in clear text: PLAIN is among
+// the mechanisms, tls says whether the listener serves TLS, and the
+// opt-in flag is not set. Nil when the configuration is safe or opted in.
+func (c *Config) PlainWithoutTLSError(tls bool) error {
+	if tls || c.SASLAllowPlainWithoutTLS {
+		return nil
+	}
+	for _, m := range c.Mechanisms() {
+		if m == MechanismPlain {
+			return errors.New("kafka.sasl.mechanisms: PLAIN on a Kafka listener without TLS would send passwords in clear text; " +
+				"set --tls.cert and --tls.key, use SCRAM-SHA-256 or SCRAM-SHA-512 instead, or pass --kafka.sasl.allow-plain-without-tls to accept it")
+		}
+	}
+	return nil
 }
 
 // Mechanisms returns the SASL mechanisms, validated and upper-cased.

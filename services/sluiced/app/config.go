@@ -86,6 +86,7 @@ func (c *Config) Validate() error {
 		// but a lone controller could start.
 		errs = append(errs, errors.New("authz.enabled: requires --tls.cert, --tls.key and --tls.ca, with role certificates (sluice certs): processes prove their roles to each other with them"))
 	}
+	errs = append(errs, c.Kafka.PlainWithoutTLSError(c.TLS.Enabled()))
 	if !c.Roles.Has(role.Controller) && len(c.Node.ControllerAddrs()) == 0 {
 		errs = append(errs, errors.New("controllers: required when this process does not run the controller role"))
 	}

@@ -74,7 +74,9 @@ func (s *security) kafkaSASL(cfg kafka.Config) *kafka.SASLOptions {
 		return nil
 	}
 	if s.src == nil && slices.Contains(ms, kafka.MechanismPlain) {
-		s.logger.Warn("SASL/PLAIN on a Kafka listener without TLS sends passwords in clear text; set --tls.cert and --tls.key")
+		// Only with --kafka.sasl.allow-plain-without-tls: Validate
+		// refuses it otherwise.
+		s.logger.Warn("SASL/PLAIN on a Kafka listener without TLS sends passwords in clear text (--kafka.sasl.allow-plain-without-tls)")
 	}
 	return &kafka.SASLOptions{Mechanisms: ms, Credentials: s.scram, Passwords: s.passwords, SessionLifetime: cfg.SASLSessionLifetime}
 }
