@@ -17,7 +17,7 @@ BUILDTOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/g
 # default (CI runs on main, where comparing with main itself proves nothing).
 BUF_BREAKING_AGAINST ?= .git\#ref=HEAD~1
 
-.PHONY: all build run dev test unit integration gen check-gen lint bench bench-txn bench-kafka bench-groups clean tools image chaos chaos-planted planted
+.PHONY: all build run dev test unit integration gen check-gen lint bench bench-txn bench-kafka bench-security bench-groups clean tools image chaos chaos-planted planted
 
 all: build
 
@@ -82,13 +82,15 @@ lint: tools
 
 ## bench: build everything, then measure Sluice side by side with NATS JetStream and the
 ## machine's limits, 3 interleaved rounds (bench/results/<date>.md and .json; see docs/performance.md),
-## then the transactions benchmark (bench-txn) and the Kafka-protocol benchmark (bench-kafka).
-## Extra flags: make bench BENCH_ARGS='--rounds 5' TXN_BENCH_ARGS='--rounds 7' KAFKA_BENCH_ARGS='--rounds 5'
+## then the transactions benchmark (bench-txn), the Kafka-protocol benchmark (bench-kafka) and the
+## security benchmark (bench-security).
+## Extra flags: make bench BENCH_ARGS='--rounds 5' TXN_BENCH_ARGS='--rounds 7' KAFKA_BENCH_ARGS='--rounds 5' SECURITY_BENCH_ARGS='--rounds 7'
 bench: build tools
 	$(GO) build -o $(BIN)/sluice-bench $(MOD)/tools/bench
 	$(BIN)/sluice-bench run --bin $(BIN) --out $(ROOT)/bench/results $(BENCH_ARGS)
 	$(BIN)/sluice-bench txn --bin $(BIN) --out $(ROOT)/bench/results $(TXN_BENCH_ARGS)
 	$(BIN)/sluice-bench kafka --bin $(BIN) --out $(ROOT)/bench/results $(KAFKA_BENCH_ARGS)
+	$(BIN)/sluice-bench security --bin $(BIN) --out $(ROOT)/bench/results $(SECURITY_BENCH_ARGS)
 
 ## bench-txn: what idempotence and transactions (commits every 1000, 100 and 10 ms) cost a producer of
 ## 1 KiB records with acks=all, against idempotence off, on one sluiced; 5 interleaved rounds of about
@@ -105,6 +107,15 @@ bench-txn: build
 bench-kafka: build
 	$(GO) build -o $(BIN)/sluice-bench $(MOD)/tools/bench
 	$(BIN)/sluice-bench kafka --bin $(BIN) --out $(ROOT)/bench/results $(KAFKA_BENCH_ARGS)
+
+## bench-security: TLS (client certificates required) with ACLs against plaintext, on two sluiced side by side:
+## 1 KiB records produced and consumed by the SDK over gRPC and by franz-go over Kafka, as a client holding only
+## Write and Read ACLs (not a super user); 5 interleaved rounds, MB/s, the TLS/plaintext ratio and server and
+## client CPU per GB (bench/results/<date>-security.md and .json; see docs/performance.md, "TLS and ACLs against
+## plaintext"). Extra flags: make bench-security SECURITY_BENCH_ARGS='--rounds 7 --records 2000000'
+bench-security: build
+	$(GO) build -o $(BIN)/sluice-bench $(MOD)/tools/bench
+	$(BIN)/sluice-bench security --bin $(BIN) --out $(ROOT)/bench/results $(SECURITY_BENCH_ARGS)
 
 ## bench-groups: consumer-group benchmarks on real processes: an 11th member joining 10 on 900 partitions
 ## (classic eager, classic cooperative-sticky, consumer protocol) and catch-up reading by a group consumer

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -279,9 +280,14 @@ func (h *harness) failAll(round int, figs []string, err error) {
 
 // waitCluster waits until the cluster at addr has storage nodes alive.
 func waitCluster(ctx context.Context, addr string, storageNodes int, timeout time.Duration) error {
+	return waitClusterTLS(ctx, addr, nil, storageNodes, timeout)
+}
+
+// waitClusterTLS is waitCluster over TLS with tlsConf (nil: plaintext).
+func waitClusterTLS(ctx context.Context, addr string, tlsConf *tls.Config, storageNodes int, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	c, err := client.New(client.Config{Bootstrap: []string{addr}, RequestTimeout: 2 * time.Second})
+	c, err := client.New(client.Config{Bootstrap: []string{addr}, TLS: tlsConf, RequestTimeout: 2 * time.Second})
 	if err != nil {
 		return err
 	}

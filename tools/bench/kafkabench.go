@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"math"
@@ -17,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-io/sluice/libs/client"
+	"github.com/sluice-io/sluice/libs/client/wire"
 )
 
 // The Kafka-protocol benchmark (`sluice-bench kafka`, `make bench-kafka`):
@@ -88,7 +90,7 @@ func kafkaMain(args []string) error {
 	loadStart := loadAvg()
 	h.logf("sluice-bench kafka: %d rounds of %d records, data in %s (%s), load average %s", c.rounds, c.records, tmp, h.facts.Disk, loadStart)
 
-	srv, addr, kafkaAddr, err := h.startSluicedKafka("sluiced-kafka")
+	srv, addr, kafkaAddr, err := h.startSluicedKafka("sluiced", nil)
 	if err != nil {
 		return err
 	}
@@ -170,9 +172,10 @@ func kafkaMain(args []string) error {
 }
 
 // startSluicedKafka starts one `sluiced --roles=all` with a Kafka listener
-// on free ports and waits until it serves; it returns the gRPC and Kafka
-// addresses.
-func (h *harness) startSluicedKafka(name string) (*server, string, string, error) {
+// on free ports, with extra flags appended, and waits until it serves
+// (over TLS with tlsConf when that is not nil); it returns the gRPC and
+// Kafka addresses.
+func (h *harness) startSluicedKafka(name string, tlsConf *tls.Config, extra ...string) (*server, string, string, error) {
 	ports, err := freePorts(5)
 	if err != nil {
 		return nil, "", "", err
@@ -184,12 +187,13 @@ func (h *harness) startSluicedKafka(name string) (*server, string, string, error
 		"--listen=" + addr, fmt.Sprintf("--http-listen=127.0.0.1:%d", ports[1]),
 		fmt.Sprintf("--controller.etcd.client-listen=127.0.0.1:%d", ports[2]),
 		fmt.Sprintf("--controller.etcd.peer-listen=127.0.0.1:%d", ports[3]), "--kafka-listen=" + kafkaAddr, "--log.level=warn"}
+	argv = append(argv, extra...)
 	srv, err := h.procs.start("sluiced", filepath.Join(h.tmp, name+".log"), argv)
 	if err != nil {
 		return nil, "", "", err
 	}
-	h.servers["sluiced"] = h.display(argv)
-	if err := waitCluster(context.Background(), addr, 1, 60*time.Second); err != nil {
+	h.servers[name] = h.display(argv)
+	if err := waitClusterTLS(context.Background(), addr, tlsConf, 1, 60*time.Second); err != nil {
 		return nil, "", "", err
 	}
 	if err := waitPort(context.Background(), kafkaAddr, 30*time.Second); err != nil {
@@ -209,12 +213,17 @@ func kafkaProduce(args []string) error {
 	count := fs.Int64("count", 1_000_000, "records")
 	size := fs.Int("size", 1024, "value bytes per record")
 	batch := fs.Int("batch-size", 256<<10, "producer batch bytes (ProducerBatchMaxBytes)")
+	tlsOpt := kafkaTLSFlags(fs)
 	_ = fs.Parse(args) // ExitOnError
 	if *topic == "" || *count < 1 || *size < 0 {
 		return fmt.Errorf("--topic is required, --count must be positive and --size not negative")
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(*brokers, ",")...), kgo.DefaultProduceTopic(*topic),
-		kgo.ProducerBatchMaxBytes(int32(*batch)), kgo.MaxBufferedBytes(64<<20), kgo.ProducerLinger(5*time.Millisecond))
+	opts, err := tlsOpt([]kgo.Opt{kgo.SeedBrokers(strings.Split(*brokers, ",")...), kgo.DefaultProduceTopic(*topic),
+		kgo.ProducerBatchMaxBytes(int32(*batch)), kgo.MaxBufferedBytes(64 << 20), kgo.ProducerLinger(5 * time.Millisecond)})
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return err
 	}
@@ -263,13 +272,18 @@ func kafkaConsume(args []string) error {
 	topic := fs.String("topic", "", "topic to read from its start")
 	count := fs.Int64("count", 1_000_000, "records to read")
 	partBytes := fs.Int("partition-max-bytes", 1<<20, "most bytes of one partition per fetch response (fetch.max.partition.bytes; franz-go's default 1 MiB)")
+	tlsOpt := kafkaTLSFlags(fs)
 	_ = fs.Parse(args) // ExitOnError
 	if *topic == "" || *count < 1 {
 		return fmt.Errorf("--topic is required and --count must be positive")
 	}
+	opts, err := tlsOpt([]kgo.Opt{kgo.SeedBrokers(strings.Split(*brokers, ",")...), kgo.ConsumeTopics(*topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxPartitionBytes(int32(*partBytes))})
+	if err != nil {
+		return err
+	}
 	start := time.Now()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(*brokers, ",")...), kgo.ConsumeTopics(*topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxPartitionBytes(int32(*partBytes)))
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return err
 	}
@@ -294,6 +308,28 @@ func kafkaConsume(args []string) error {
 	}
 	elapsed := time.Since(start).Seconds()
 	return printFigures(figures{"records_per_s": float64(n) / elapsed, "mb_per_s": float64(b) / 1e6 / elapsed, "errors": 0, "elapsed_s": elapsed})
+}
+
+// kafkaTLSFlags registers --tls-ca, --tls-cert and --tls-key on fs and
+// returns a function that, after parsing, adds a TLS dialer to a client's
+// options when --tls-ca is set (with the client certificate when given).
+func kafkaTLSFlags(fs *flag.FlagSet) func([]kgo.Opt) ([]kgo.Opt, error) {
+	ca := fs.String("tls-ca", "", "PEM file of the cluster's CA; connects over TLS")
+	cert := fs.String("tls-cert", "", "PEM file of a client certificate for mutual TLS (with --tls-key)")
+	key := fs.String("tls-key", "", "PEM file of the key of --tls-cert")
+	return func(opts []kgo.Opt) ([]kgo.Opt, error) {
+		if *ca == "" {
+			if *cert != "" || *key != "" {
+				return nil, fmt.Errorf("--tls-cert and --tls-key need --tls-ca")
+			}
+			return opts, nil
+		}
+		conf, err := wire.ClientTLS(*ca, *cert, *key)
+		if err != nil {
+			return nil, err
+		}
+		return append(opts, kgo.DialTLSConfig(conf)), nil
+	}
 }
 
 // ---- report ----

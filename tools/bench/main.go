@@ -36,6 +36,8 @@ func main() {
 		err = txnMain(args)
 	case "kafka":
 		err = kafkaMain(args)
+	case "security":
+		err = securityMain(args)
 	case "kafka-produce":
 		err = kafkaProduce(args)
 	case "kafka-consume":
@@ -65,6 +67,7 @@ func usage() {
 	fmt.Fprintln(os.Stderr, `usage: sluice-bench run [flags]        the whole comparison; writes the report
        sluice-bench txn [flags]        idempotence and transactions against a plain producer
        sluice-bench kafka [flags]      franz-go over the Kafka listener against the SDK over gRPC
+       sluice-bench security [flags]   TLS and ACLs against plaintext, over gRPC and Kafka
        sluice-bench kafka-produce|kafka-consume [flags]
        sluice-bench limit-grpc|limit-fsync|limit-read [flags]
        sluice-bench nats-pub|nats-consume|nats-e2e [flags]`)
