@@ -11,7 +11,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 )
@@ -37,6 +39,11 @@ func ValidateAll(cs ...Component) error {
 type Node struct {
 	// ID is the node id, unique in the cluster (Kafka's broker.id / node.id).
 	ID int
+	// IDAuto (--node-id=auto) derives ID from the host name at Resolve:
+	// for processes that keep no state under their id (coordinators,
+	// replication workers), so identical replicas of one container spec
+	// each get their own.
+	IDAuto bool
 	// Rack is the failure domain, for rack-aware replica placement.
 	Rack string
 	// DataDir holds everything the node stores: logs, etcd, checkpoints.
@@ -61,17 +68,20 @@ type Node struct {
 
 // RegisterFlags registers the node flags.
 func (n *Node) RegisterFlags(fs *flag.FlagSet) {
-	fs.IntVar(&n.ID, "node-id", 1, "Node id, unique in the cluster.")
+	n.ID = 1
+	fs.Var((*nodeIDFlag)(n), "node-id",
+		"Node id, unique in the cluster; auto derives one from the host name (for roles that keep no state under their id: coordinators, replication workers).")
 	fs.StringVar(&n.Rack, "rack", "", "Rack (failure domain) of this node, for rack-aware replica placement.")
 	fs.StringVar(&n.DataDir, "data-dir", "./data", "Directory for everything this node stores.")
 	fs.StringVar(&n.Listen, "listen", "127.0.0.1:9090", "host:port of the gRPC listener.")
-	fs.StringVar(&n.Advertise, "advertise", "", "host:port that other nodes and clients dial; empty uses --listen.")
+	fs.StringVar(&n.Advertise, "advertise", "",
+		"host:port that other nodes and clients dial; empty uses --listen. An empty or wildcard host (:9090, 0.0.0.0:9090) means this machine's address (what its host name resolves to).")
 	fs.StringVar(&n.HTTPListen, "http-listen", "127.0.0.1:9091", "host:port serving /metrics and /debug/pprof; empty disables it.")
 	fs.StringVar(&n.Controllers, "controllers", "",
 		"Comma-separated gRPC addresses of the controllers; empty means this process runs the controller role.")
 	fs.StringVar(&n.KafkaListen, "kafka-listen", "", "host:port of the Kafka-protocol listener; empty disables it.")
 	fs.StringVar(&n.KafkaAdvertise, "kafka-advertise", "",
-		"host:port that Kafka clients dial (the address metadata gives them); empty uses --kafka-listen.")
+		"host:port that Kafka clients dial (the address metadata gives them); empty uses --kafka-listen. An empty or wildcard host means this machine's address.")
 }
 
 // Validate checks the node configuration.
@@ -114,6 +124,134 @@ func (n *Node) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// nodeIDFlag parses --node-id: a number, or auto.
+type nodeIDFlag Node
+
+func (f *nodeIDFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	if f.IDAuto {
+		return "auto"
+	}
+	return strconv.Itoa(f.ID)
+}
+
+func (f *nodeIDFlag) Set(v string) error {
+	if v == "auto" {
+		f.IDAuto = true
+		return nil
+	}
+	id, err := strconv.Atoi(v)
+	if err != nil {
+		return fmt.Errorf("%q is neither a number nor auto", v)
+	}
+	f.ID, f.IDAuto = id, false
+	return nil
+}
+
+// AutoIDBase is the smallest node id --node-id=auto yields: automatic ids
+// come from the upper half of the valid range, [2^29, 2^30], away from the
+// small ids operators give controllers and storage nodes.
+const AutoIDBase = 1 << 29
+
+// AutoID derives a node id from a host name: FNV-1a, folded into
+// [AutoIDBase, 2^30). Container host names (Docker's are the container id)
+// are unique and stay the same across a container's restarts, so a
+// restarted process keeps its id; two names share an id with a chance of
+// about n²/2^30 among n processes.
+func AutoID(hostname string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(hostname)) // a hash.Hash never fails to write
+	return AutoIDBase + int(h.Sum32()%AutoIDBase)
+}
+
+// Resolve fills in what the flags leave to the machine: the node id of
+// --node-id=auto, and advertised addresses whose host is empty or a
+// wildcard (from --advertise, or --listen when --advertise is empty; the
+// same for the Kafka listener), which become this machine's address so
+// that other processes can dial them. Call it once, after Validate.
+func (n *Node) Resolve() error {
+	return n.resolve(os.Hostname, net.LookupIP, net.InterfaceAddrs)
+}
+
+func (n *Node) resolve(hostname func() (string, error), lookup func(string) ([]net.IP, error), ifaces func() ([]net.Addr, error)) error {
+	var host string
+	var ip net.IP
+	if n.IDAuto {
+		h, err := hostname()
+		if err != nil {
+			return fmt.Errorf("node-id auto: reading the host name: %w", err)
+		}
+		n.ID, n.IDAuto = AutoID(h), false
+	}
+	own := func(flag, addr string) (string, error) {
+		h, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return "", fmt.Errorf("%s: %q is not host:port", flag, addr)
+		}
+		if h != "" && !net.ParseIP(h).IsUnspecified() {
+			return addr, nil
+		}
+		if ip == nil {
+			if host == "" {
+				if host, err = hostname(); err != nil {
+					return "", fmt.Errorf("%s: %q needs this machine's address: reading the host name: %w", flag, addr, err)
+				}
+			}
+			if ip, err = machineIP(host, lookup, ifaces); err != nil {
+				return "", fmt.Errorf("%s: %q needs this machine's address: %w; set a host others can dial", flag, addr, err)
+			}
+		}
+		return net.JoinHostPort(ip.String(), port), nil
+	}
+	var err error
+	adv, flagName := n.Advertise, "advertise"
+	if adv == "" {
+		adv, flagName = n.Listen, "listen"
+	}
+	if n.Advertise, err = own(flagName, adv); err != nil {
+		return err
+	}
+	if n.KafkaListen == "" {
+		return nil
+	}
+	kadv, flagName := n.KafkaAdvertise, "kafka-advertise"
+	if kadv == "" {
+		kadv, flagName = n.KafkaListen, "kafka-listen"
+		if _, port, _ := net.SplitHostPort(kadv); port == "0" {
+			// The port is known once bound; the listener's own address
+			// is advertised then.
+			return nil
+		}
+	}
+	n.KafkaAdvertise, err = own(flagName, kadv)
+	return err
+}
+
+// machineIP is the address others reach this machine at: what its host
+// name resolves to (a container's /etc/hosts names its address on its
+// network), else its first global unicast interface address.
+func machineIP(host string, lookup func(string) ([]net.IP, error), ifaces func() ([]net.Addr, error)) (net.IP, error) {
+	if ips, err := lookup(host); err == nil {
+		for _, ip := range ips {
+			if ip.IsGlobalUnicast() {
+				return ip, nil
+			}
+		}
+	}
+	addrs, err := ifaces()
+	if err != nil {
+		return nil, fmt.Errorf("listing network interfaces: %w", err)
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.IsGlobalUnicast() {
+			return ipn.IP, nil
+		}
+	}
+	return nil, fmt.Errorf("host name %q resolves to no routable address and no interface has one", host)
 }
 
 // AdvertiseAddr returns the address others should dial.

@@ -19,8 +19,17 @@ type Config struct {
 	// ClientListen is host:port where the embedded member serves etcd
 	// clients (only Sluice controllers use it).
 	ClientListen string
+	// ClientAdvertise is host:port the other members' controllers reach
+	// this member's client listener at (the quorum status probes it);
+	// empty uses ClientListen.
+	ClientAdvertise string
 	// PeerListen is host:port where the embedded member talks to its peers.
 	PeerListen string
+	// PeerAdvertise is host:port the other members dial to reach this one;
+	// empty uses PeerListen. etcd binds only to IP addresses, so a member
+	// that listens on a wildcard address (a container's 0.0.0.0) advertises
+	// its name here (controller-1:9094).
+	PeerAdvertise string
 	// InitialCluster lists every member for a static bootstrap as
 	// name=http://host:port,... Empty means a single-member cluster of this
 	// member only.
@@ -79,6 +88,10 @@ func (c *Config) RegisterFlags(prefix string, fs *flag.FlagSet) {
 	fs.StringVar(&c.Name, prefix+"name", "", "Name of this embedded etcd member; empty uses controller-<node-id>.")
 	fs.StringVar(&c.ClientListen, prefix+"client-listen", "127.0.0.1:9092", "host:port where the embedded etcd member serves clients.")
 	fs.StringVar(&c.PeerListen, prefix+"peer-listen", "127.0.0.1:9093", "host:port where the embedded etcd member talks to its peers.")
+	fs.StringVar(&c.ClientAdvertise, prefix+"client-advertise", "",
+		"host:port other controllers reach this member's client listener at; empty uses --"+prefix+"client-listen.")
+	fs.StringVar(&c.PeerAdvertise, prefix+"peer-advertise", "",
+		"host:port the other members dial to reach this one, as named in --"+prefix+"initial-cluster; empty uses --"+prefix+"peer-listen (which must be an IP address).")
 	fs.StringVar(&c.InitialCluster, prefix+"initial-cluster", "",
 		"Static bootstrap of a multi-member quorum: name=http://host:port,... (peer addresses). Empty starts a single member.")
 	fs.StringVar(&c.ClusterToken, prefix+"cluster-token", "sluice", "Token that tells apart etcd clusters bootstrapped on the same hosts.")
@@ -111,6 +124,14 @@ func (c *Config) Validate() error {
 	for name, addr := range map[string]string{"client-listen": c.ClientListen, "peer-listen": c.PeerListen} {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return fmt.Errorf("etcd %s: %q is not host:port: %w", name, addr, err)
+		}
+	}
+	for name, addr := range map[string]string{"client-advertise": c.ClientAdvertise, "peer-advertise": c.PeerAdvertise} {
+		if addr == "" {
+			continue
+		}
+		if h, _, err := net.SplitHostPort(addr); err != nil || h == "" || net.ParseIP(h).IsUnspecified() {
+			return fmt.Errorf("etcd %s: %q must be host:port with a host the other members can dial", name, addr)
 		}
 	}
 	if c.InitialCluster != "" {

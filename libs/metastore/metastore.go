@@ -116,13 +116,24 @@ func (s *Store) startEmbedded(ctx context.Context, dataDir string) error {
 		info := transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.CAFile, ClientCertAuth: true}
 		ec.ClientTLSInfo, ec.PeerTLSInfo = info, info
 	}
+	advClientURL, advURL := clientURL, peerURL
+	if s.cfg.ClientAdvertise != "" {
+		if advClientURL, err = url.Parse(s.cfg.scheme() + "://" + s.cfg.ClientAdvertise); err != nil {
+			return fmt.Errorf("etcd client-advertise: %w", err)
+		}
+	}
+	if s.cfg.PeerAdvertise != "" {
+		if advURL, err = url.Parse(s.cfg.scheme() + "://" + s.cfg.PeerAdvertise); err != nil {
+			return fmt.Errorf("etcd peer-advertise: %w", err)
+		}
+	}
 	ec.ListenClientUrls = []url.URL{*clientURL}
-	ec.AdvertiseClientUrls = []url.URL{*clientURL}
+	ec.AdvertiseClientUrls = []url.URL{*advClientURL}
 	ec.ListenPeerUrls = []url.URL{*peerURL}
-	ec.AdvertisePeerUrls = []url.URL{*peerURL}
+	ec.AdvertisePeerUrls = []url.URL{*advURL}
 	ec.InitialCluster = s.cfg.InitialCluster
 	if ec.InitialCluster == "" {
-		ec.InitialCluster = s.name + "=" + peerURL.String()
+		ec.InitialCluster = s.name + "=" + advURL.String()
 	}
 	ec.InitialClusterToken = s.cfg.ClusterToken
 	ec.ClusterState = embed.ClusterStateFlagNew // ignored once the data dir holds a member

@@ -2,6 +2,7 @@ package metastore_test
 
 import (
 	"context"
+	"net"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -78,4 +79,34 @@ func TestBadConfigIsRefused(t *testing.T) {
 	cfg.InitialCluster = "c1=127.0.0.1:1"
 	_, err := metastore.Open(context.Background(), cfg, "c1", t.TempDir(), log.Discard())
 	require.ErrorContains(t, err, "no valid http(s)://host:port URL")
+}
+
+// A member that listens on an IP address but is known to its peers by name
+// (as in containers, where it listens on the wildcard address): the
+// advertised names are what the member list holds, the initial cluster
+// names it by them, and its quorum status probes them.
+func TestAdvertisedNames(t *testing.T) {
+	ctx := context.Background()
+	cfg := metastoretest.Config(t)
+	_, cport, err := net.SplitHostPort(cfg.ClientListen)
+	require.NoError(t, err)
+	_, pport, err := net.SplitHostPort(cfg.PeerListen)
+	require.NoError(t, err)
+	cfg.ClientAdvertise = "localhost:" + cport
+	cfg.PeerAdvertise = "localhost:" + pport
+	cfg.InitialCluster = "c1=http://localhost:" + pport
+	st, err := metastore.Open(ctx, cfg, "c1", t.TempDir(), log.Discard())
+	require.NoError(t, err)
+	defer func() { require.NoError(t, st.Close()) }()
+	members, err := st.Members(ctx)
+	require.NoError(t, err)
+	require.Len(t, members, 1)
+	require.Equal(t, []string{"http://localhost:" + pport}, members[0].PeerURLs)
+	require.Equal(t, "http://localhost:"+cport, members[0].ClientURL)
+	q := st.Quorum(ctx)
+	require.True(t, q.HasMajority(), "%+v", q)
+
+	cfg.PeerAdvertise = "0.0.0.0:" + pport
+	_, err = metastore.Open(ctx, cfg, "c1", t.TempDir(), log.Discard())
+	require.ErrorContains(t, err, "peer-advertise")
 }
