@@ -45,6 +45,11 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	// --node-id=auto and wildcard advertised hosts become this machine's
+	// id and address before anything reads them.
+	if err := cfg.Node.Resolve(); err != nil {
+		return err
+	}
 	logger, err := log.New(cfg.Log, logOut)
 	if err != nil {
 		return err
