@@ -78,7 +78,9 @@ func (c *Conversation) lenientFinal(msg string) (string, error) {
 	}
 	cred, ok := c.store.Lookup(c.xs.Username(), c.mech)
 	if !ok {
-		return "e=invalid-proof", errors.New("challenge proof invalid")
+		// The same check against the stand-in credential, so an unknown
+		// user takes as long to refuse as a wrong password.
+		cred = c.store.fakeCredential(c.xs.Username(), c.mech)
 	}
 	h := sha256.New
 	if c.mech == SHA512 {
@@ -97,7 +99,7 @@ func (c *Conversation) lenientFinal(msg string) (string, error) {
 	}
 	sum := h()
 	sum.Write(clientKey)
-	if !hmac.Equal(sum.Sum(nil), cred.GetStoredKey()) {
+	if !hmac.Equal(sum.Sum(nil), cred.GetStoredKey()) || !ok {
 		return "e=invalid-proof", errors.New("challenge proof invalid")
 	}
 	ss := hmac.New(h, cred.GetServerKey())

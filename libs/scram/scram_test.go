@@ -208,3 +208,58 @@ func TestConversationRepeatedClientNonce(t *testing.T) {
 		require.True(t, strings.HasPrefix(out, "v="))
 	}
 }
+
+// An unknown user is refused after the same work as a wrong password: one
+// PBKDF2 derivation against a stand-in credential, never a shortcut.
+func TestVerifierUnknownUserCostsTheSame(t *testing.T) {
+	store, _ := storeWith(t, map[string]string{"alice": "secret-a"})
+	v := scram.NewVerifier(store, -1)
+	var n int
+	scram.CountDerivations(v, &n)
+	ctx := context.Background()
+
+	require.Error(t, v.Verify(ctx, "alice", "wrong"))
+	require.Equal(t, 1, n, "wrong password")
+	require.Error(t, v.Verify(ctx, "mallory", "wrong"))
+	require.Equal(t, 2, n, "unknown user: the same derivation")
+	require.Error(t, v.Verify(ctx, "mallory", "secret-a"))
+	require.Equal(t, 3, n)
+	require.NoError(t, v.Verify(ctx, "alice", "secret-a"))
+	require.Equal(t, 4, n)
+
+	// The stand-in is stable per name and mechanism, differs between
+	// names, has a real credential's shape, and no password matches it.
+	f1 := scram.FakeCredential(store, "mallory", scram.SHA512)
+	require.Equal(t, f1.GetSalt(), scram.FakeCredential(store, "mallory", scram.SHA512).GetSalt())
+	require.NotEqual(t, f1.GetSalt(), scram.FakeCredential(store, "eve", scram.SHA512).GetSalt())
+	require.NotEqual(t, f1.GetSalt(), scram.FakeCredential(store, "mallory", scram.SHA256).GetSalt())
+	require.Len(t, f1.GetStoredKey(), 64)
+	require.Len(t, scram.FakeCredential(store, "mallory", scram.SHA256).GetStoredKey(), 32)
+	require.EqualValues(t, scram.DefaultIterations, f1.GetIterations())
+}
+
+// A SCRAM conversation for an unknown user answers the same salt every
+// time, as for a real user, so asking twice does not reveal it.
+func TestConversationUnknownUserStableSalt(t *testing.T) {
+	store, _ := storeWith(t, map[string]string{"alice": "secret-a"})
+	first := func(user string) string {
+		cl, err := xscram.SHA256.NewClient(user, "pw", "")
+		require.NoError(t, err)
+		c1, err := cl.NewConversation().Step("")
+		require.NoError(t, err)
+		sc, err := store.NewConversation(scram.SHA256)
+		require.NoError(t, err)
+		s1, err := sc.Step(c1)
+		require.NoError(t, err)
+		for _, f := range strings.Split(s1, ",") {
+			if v, ok := strings.CutPrefix(f, "s="); ok {
+				return v
+			}
+		}
+		t.Fatalf("no salt in %q", s1)
+		return ""
+	}
+	require.Equal(t, first("mallory"), first("mallory"))
+	require.Equal(t, first("alice"), first("alice"))
+	require.NotEqual(t, first("mallory"), first("eve"))
+}

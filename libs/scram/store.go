@@ -1,9 +1,7 @@
 package scram
 
 import (
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"errors"
 
 	"github.com/xdg-go/scram"
@@ -84,16 +82,12 @@ func (s *Store) NewConversation(m Mechanism) (*Conversation, error) {
 	return &Conversation{xs: srv.NewConversation(), store: s, mech: m}, nil
 }
 
-// fake returns a credential no password matches, stable per user, for a
-// user that has none.
+// fake returns the stand-in credential of a user that has none
+// (fakeCredential).
 func (s *Store) fake(user string, m Mechanism) scram.StoredCredentials {
-	salt := hmac.New(sha256.New, s.fakeKey)
-	salt.Write([]byte{byte(m)})
-	salt.Write([]byte(user))
-	key := make([]byte, 64)
-	_, _ = rand.Read(key) // never fails
+	c := s.fakeCredential(user, m)
 	return scram.StoredCredentials{
-		KeyFactors: scram.KeyFactors{Salt: string(salt.Sum(nil)), Iters: DefaultIterations},
-		StoredKey:  key, ServerKey: key,
+		KeyFactors: scram.KeyFactors{Salt: string(c.GetSalt()), Iters: int(c.GetIterations())},
+		StoredKey:  c.GetStoredKey(), ServerKey: c.GetServerKey(),
 	}
 }

@@ -39,6 +39,9 @@ type Verifier struct {
 
 	mu     sync.Mutex
 	cached map[[32]byte]cacheEntry
+
+	// derive is SaltedPassword; tests count its calls.
+	derive func(m Mechanism, password string, salt []byte, iterations int) ([]byte, error)
 }
 
 type cacheEntry struct {
@@ -54,43 +57,52 @@ func NewVerifier(store *Store, ttl time.Duration) *Verifier {
 	}
 	k := make([]byte, 32)
 	_, _ = rand.Read(k) // never fails
-	return &Verifier{store: store, ttl: ttl, now: time.Now, key: k, cached: map[[32]byte]cacheEntry{}}
+	return &Verifier{store: store, ttl: ttl, now: time.Now, key: k, cached: map[[32]byte]cacheEntry{}, derive: SaltedPassword}
 }
 
 // Verify returns nil when password is user's, else a
 // SASL_AUTHENTICATION_FAILED error that does not say whether the user
-// exists.
+// exists. An unknown user costs what a wrong password costs: the password
+// is checked against a stand-in credential derived from a per-process
+// secret and the name, with the same PBKDF2 and comparison, so the time a
+// refusal takes does not reveal which users exist.
 func (v *Verifier) Verify(_ context.Context, user, password string) error {
 	fail := errs.New(errs.SaslAuthenticationFailed, "authentication failed: invalid user name or password for user %q", user)
-	creds := v.store.credentials(user)
-	if len(creds) == 0 || password == "" {
-		return fail
+	if password == "" {
+		return fail // refused for every user alike
 	}
+	creds := v.store.credentials(user)
+	known := len(creds) > 0
 	id := v.cacheKey(user, password)
 	now := v.now()
-	v.mu.Lock()
-	e, ok := v.cached[id]
-	v.mu.Unlock()
-	if ok && now.Before(e.expires) {
-		for _, c := range creds {
-			if c == e.cred {
-				return nil
+	var c *controllerv1.ScramCredential
+	if known {
+		v.mu.Lock()
+		e, ok := v.cached[id]
+		v.mu.Unlock()
+		if ok && now.Before(e.expires) {
+			for _, c := range creds {
+				if c == e.cred {
+					return nil
+				}
 			}
 		}
-	}
-	// The strongest mechanism the user has: SHA-512 before SHA-256.
-	c := creds[0]
-	for _, x := range creds {
-		if x.GetMechanism() > c.GetMechanism() {
-			c = x
+		// The strongest mechanism the user has: SHA-512 before SHA-256.
+		c = creds[0]
+		for _, x := range creds {
+			if x.GetMechanism() > c.GetMechanism() {
+				c = x
+			}
 		}
+	} else {
+		c = v.store.fakeCredential(user, SHA512)
 	}
-	salted, err := SaltedPassword(c.GetMechanism(), password, c.GetSalt(), int(c.GetIterations()))
+	salted, err := v.derive(c.GetMechanism(), password, c.GetSalt(), int(c.GetIterations()))
 	if err != nil {
 		return fail
 	}
 	stored, _, err := Keys(c.GetMechanism(), salted)
-	if err != nil || !hmac.Equal(stored, c.GetStoredKey()) {
+	if err != nil || !hmac.Equal(stored, c.GetStoredKey()) || !known {
 		return fail
 	}
 	if v.ttl > 0 {
