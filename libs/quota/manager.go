@@ -3,6 +3,7 @@ package quota
 import (
 	"log/slog"
 	"math"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +27,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics records throttle times and rates; nil records none.
 	Metrics *Metrics
+	// MaxConnectionsPerIP bounds the connections open at once from one
+	// address on a listener wrapped by LimitListener; 0: no limit.
+	MaxConnectionsPerIP int
+	// MaxConnectionsPerIPOverrides are per-address exceptions (0: no
+	// limit).
+	MaxConnectionsPerIPOverrides map[netip.Addr]int
 	// Now is the clock; tests inject one. Default time.Now.
 	Now func() time.Time
 }
