@@ -8,7 +8,6 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
@@ -39,7 +38,7 @@ func Dial(target string, o ClientOptions) (*grpc.ClientConn, error) {
 	}
 	creds := insecure.NewCredentials()
 	if o.TLS != nil {
-		creds = credentials.NewTLS(o.TLS)
+		creds = TLSCredentials(o.TLS)
 	}
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),

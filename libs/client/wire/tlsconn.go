@@ -1,0 +1,153 @@
+package wire
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"net"
+	"sync"
+
+	"google.golang.org/grpc/credentials"
+)
+
+// Why TLS connections get buffers of their own: in plaintext one read or
+// write system call moves up to SocketBuffer bytes, because grpc-go's
+// buffered reader and writer sit right on the socket. Over TLS they sit on
+// a crypto/tls.Conn, which writes every record (at most 16 KiB) with a
+// system call of its own and reads the socket about one record at a time,
+// so a 256 KiB flush became 16 writes and every 16 KiB received a read:
+// 16 times the system calls of plaintext on both ends, which cost more CPU
+// than the encryption itself (AES-GCM, in hardware). TLSCredentials and
+// BufferedTLSServer put a buffered reader under the TLS layer and gather
+// the records of one Write into one write system call.
+
+// TLSCredentials returns gRPC transport credentials for cfg, like
+// credentials.NewTLS, whose connections read and write the socket in
+// chunks of up to SocketBuffer bytes rather than one TLS record at a time.
+func TLSCredentials(cfg *tls.Config) credentials.TransportCredentials {
+	return &bufferedCreds{TransportCredentials: credentials.NewTLS(cfg)}
+}
+
+type bufferedCreds struct {
+	credentials.TransportCredentials
+}
+
+func (c *bufferedCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	bc := newBufferedConn(raw)
+	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, bc)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &gatherConn{Conn: conn, raw: bc}, info, nil
+}
+
+func (c *bufferedCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	bc := newBufferedConn(raw)
+	conn, info, err := c.TransportCredentials.ServerHandshake(bc)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &gatherConn{Conn: conn, raw: bc}, info, nil
+}
+
+func (c *bufferedCreds) Clone() credentials.TransportCredentials {
+	return &bufferedCreds{TransportCredentials: c.TransportCredentials.Clone()}
+}
+
+// BufferedTLSServer is tls.Server(raw, cfg) with the buffering of
+// TLSCredentials: a server speaking TLS on a raw protocol (the Kafka
+// listener) uses it in place of tls.Server. The handshake runs on first
+// use, as with tls.Server; ConnectionState and Handshake are the TLS
+// connection's.
+func BufferedTLSServer(raw net.Conn, cfg *tls.Config) *TLSConn {
+	bc := newBufferedConn(raw)
+	t := tls.Server(bc, cfg)
+	return &TLSConn{Conn: t, gather: gatherConn{Conn: t, raw: bc}}
+}
+
+// TLSConn is a server-side TLS connection made by BufferedTLSServer.
+type TLSConn struct {
+	*tls.Conn
+	gather gatherConn
+}
+
+// Write encrypts p and sends its records with one write system call.
+func (c *TLSConn) Write(p []byte) (int, error) { return c.gather.Write(p) }
+
+// gatherConn sends every record a Write of the TLS connection makes with
+// one write system call of the socket.
+type gatherConn struct {
+	net.Conn
+	raw *bufferedConn
+}
+
+func (c *gatherConn) Write(p []byte) (int, error) {
+	c.raw.hold()
+	n, err := c.Conn.Write(p)
+	if ferr := c.raw.release(); err == nil && ferr != nil {
+		err = ferr
+	}
+	return n, err
+}
+
+// gatherPool holds the buffers that gather a Write's records; a
+// connection holds one only while a Write runs.
+var gatherPool = sync.Pool{New: func() any { b := make([]byte, 0, SocketBuffer+SocketBuffer/8); return &b }}
+
+// bufferedConn is the socket under a TLS connection: reads are buffered,
+// and while a Write of the TLS connection runs (holds > 0) the records it
+// writes are gathered and sent together when it ends. The TLS layer
+// writes whole records in order under its own lock; records it writes
+// while another goroutine's Write holds (an alert, a key update answer)
+// join the gathered ones, in order, since every write to the socket goes
+// through mu.
+type bufferedConn struct {
+	net.Conn
+	r     *bufio.Reader
+	mu    sync.Mutex
+	holds int
+	buf   *[]byte
+}
+
+func newBufferedConn(raw net.Conn) *bufferedConn {
+	return &bufferedConn{Conn: raw, r: bufio.NewReaderSize(raw, SocketBuffer)}
+}
+
+func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+func (c *bufferedConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.holds > 0 {
+		if c.buf == nil {
+			c.buf = gatherPool.Get().(*[]byte)
+		}
+		*c.buf = append(*c.buf, p...)
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *bufferedConn) hold() {
+	c.mu.Lock()
+	c.holds++
+	c.mu.Unlock()
+}
+
+// release ends one hold and sends what was gathered.
+func (c *bufferedConn) release() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.holds--
+	if c.buf == nil {
+		return nil
+	}
+	b := c.buf
+	c.buf = nil
+	_, err := c.Conn.Write(*b)
+	if cap(*b) <= 4*SocketBuffer {
+		*b = (*b)[:0]
+		gatherPool.Put(b)
+	}
+	return err
+}
