@@ -47,6 +47,9 @@ type conn struct {
 	sasl saslState
 
 	pending chan *slot
+	// mutedUntil is when the connection's quota throttle ends (unix ns):
+	// the reader handles no request before it (see quota.go).
+	mutedUntil atomic.Int64
 	// outstanding counts slots queued and not yet written: a connection
 	// with any is not idle.
 	outstanding atomic.Int32
@@ -244,6 +247,10 @@ func (c *conn) readLoop() {
 			return
 		}
 		c.s.metrics.bytesIn.Add(context.Background(), int64(size)+4)
+		if !c.waitMuted() {
+			c.s.queued.release(int64(size))
+			return
+		}
 		if !c.handle(frame) {
 			c.close()
 			return
@@ -328,7 +335,18 @@ func (c *conn) handle(frame []byte) bool {
 		c.s.metrics.request(h.key, outcome, time.Since(start).Seconds())
 	}
 
+	// Quotas: the produce bytes count when read, the handler's time once
+	// it returns; the principal is read here, where SASL may change it.
+	q, principal := c.s.quotas, c.info.Principal
+	var throttle time.Duration
+	if q != nil && h.key == produceKey {
+		throttle = q.RecordProduce(principal, h.clientID, len(frame))
+	}
+	handlerStart := time.Now()
 	reply, err := callHandler(ctx, handler, req)
+	if q != nil && !quotaExempt(h.key) {
+		throttle = max(throttle, q.RecordRequestTime(principal, h.clientID, time.Since(handlerStart)))
+	}
 	if err != nil {
 		callRelease(c.logger, reply.Release)
 		c.logger.Warn("Kafka handler refused the request, closing the connection", log.Err(err),
@@ -337,6 +355,9 @@ func (c *conn) handle(frame []byte) bool {
 		return false
 	}
 	if reply.Msg == nil && reply.Wait == nil {
+		if throttle > 0 {
+			c.mute(throttle) // acks=0: no response to say it in
+		}
 		callRelease(c.logger, reply.Release)
 		span.End()
 		cancel()
@@ -347,6 +368,13 @@ func (c *conn) handle(frame []byte) bool {
 	finish := func(resp kmsg.Response) {
 		defer close(sl.done)
 		defer release()
+		if q != nil && resp != nil {
+			t := throttle
+			if fr, ok := resp.(*kmsg.FetchResponse); ok && h.key == fetchKey {
+				t = max(t, q.RecordFetch(principal, h.clientID, fetchBytes(fr)))
+			}
+			c.applyThrottle(resp, t)
+		}
 		err := c.encode(h, resp, sl)
 		if sl.pieces != nil {
 			sl.release = reply.Release // the frame points at what it lends

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-io/sluice/libs/authn"
 	"github.com/sluice-io/sluice/libs/log"
+	"github.com/sluice-io/sluice/libs/quota"
 )
 
 // ServerOptions are the collaborators of a Server.
@@ -33,6 +34,10 @@ type ServerOptions struct {
 	// SASL, when it names mechanisms, requires SASL authentication of
 	// every connection not authenticated by a client certificate.
 	SASL *SASLOptions
+	// Quotas, if set, enforces client quotas: producer_byte_rate,
+	// consumer_byte_rate and request_percentage per principal and client
+	// id (see quota.go).
+	Quotas *quota.Manager
 }
 
 // Server serves a Mux on a listener: it reads size-prefixed request frames,
@@ -53,6 +58,7 @@ type Server struct {
 	tls     *tls.Config
 	authn   *authn.Authenticator
 	sasl    *saslServer // nil: no SASL
+	quotas  *quota.Manager
 	// queued bounds the request bytes held over all connections.
 	queued *budget
 
@@ -85,7 +91,7 @@ func NewServer(cfg Config, mux *Mux, lis net.Listener, opts ServerOptions) *Serv
 		metrics: newMetrics(opts.Meter), tracer: tracerOf(opts.Tracer),
 		queued: newBudget(cfg.withDefaults().MaxQueuedRequestBytes),
 		ctx:    ctx, cancel: cancel, conns: map[*conn]struct{}{},
-		tls: opts.TLS, authn: opts.Authn,
+		tls: opts.TLS, authn: opts.Authn, quotas: opts.Quotas,
 	}
 	if s.authn == nil {
 		s.authn = authn.New(authn.Options{Logger: logger})

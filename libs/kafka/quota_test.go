@@ -1,0 +1,74 @@
+package kafka_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sluice-io/sluice/libs/kafka"
+	"github.com/sluice-io/sluice/libs/quota"
+)
+
+func TestProduceQuotaThrottlesAndMutes(t *testing.T) {
+	const window = 300 * time.Millisecond
+	qm := quota.NewManager(quota.Options{WindowSize: window})
+	qm.SetTable(quota.NewTable([]quota.Entry{{
+		Entity: []quota.Component{{Type: quota.EntityClientID, Name: "test-client"}},
+		Values: map[string]float64{quota.ProducerByteRate: 1000},
+	}}), 1)
+	mux := kafka.NewMux()
+	mux.Handle(0, 3, 7, func(_ context.Context, req *kafka.Request) (kafka.Reply, error) {
+		return kafka.Now(req.Msg.(*kmsg.ProduceRequest).ResponseKind()), nil
+	})
+	mux.Handle(12, 0, 4, func(_ context.Context, req *kafka.Request) (kafka.Reply, error) {
+		return kafka.Now(req.Msg.ResponseKind()), nil
+	})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	s := kafka.NewServer(kafka.Config{}, mux, lis, kafka.ServerOptions{Quotas: qm})
+	require.NoError(t, s.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		require.NoError(t, s.Stop(ctx))
+	})
+
+	produce := func() *kmsg.ProduceRequest {
+		r := kmsg.NewPtrProduceRequest()
+		r.Acks, r.TimeoutMillis = 1, 1000
+		tp := kmsg.NewProduceRequestTopic()
+		tp.Topic = "t"
+		p := kmsg.NewProduceRequestTopicPartition()
+		p.Records = make([]byte, 5000) // the handler never reads it
+		tp.Partitions = append(tp.Partitions, p)
+		r.Topics = append(r.Topics, tp)
+		return r
+	}
+
+	// 5 KB in one sample's span is 5x the 1000 B/s quota: throttled for
+	// the cap, one sample.
+	c := dial(t, s)
+	c.send(produce(), 7)
+	c.send(heartbeat("g"), 4) // pipelined: held by the mute
+	resp := kmsg.NewPtrProduceResponse()
+	resp.Version = 7
+	c.recv(resp, false)
+	answered := time.Now()
+	require.Equal(t, int32(window.Milliseconds())+1, resp.ThrottleMillis)
+	recvHeartbeat(t, c, 4)
+	require.GreaterOrEqual(t, time.Since(answered), window-50*time.Millisecond,
+		"the request after a throttled one waits for the throttle time")
+
+	// Another client id has no quota.
+	other := dial(t, s)
+	other.f = kmsg.NewRequestFormatter(kmsg.FormatterClientID("other"))
+	other.send(produce(), 7)
+	resp = kmsg.NewPtrProduceResponse()
+	resp.Version = 7
+	other.recv(resp, false)
+	require.Zero(t, resp.ThrottleMillis)
+}
