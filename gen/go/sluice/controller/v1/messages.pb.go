@@ -634,6 +634,64 @@ func (ScramMechanism) EnumDescriptor() ([]byte, []int) {
 	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{9}
 }
 
+// QuotaMatchType says how a filter component matches an entity's
+// component of the same type.
+type QuotaMatchType int32
+
+const (
+	// Not set; refused.
+	QuotaMatchType_QUOTA_MATCH_TYPE_UNSPECIFIED QuotaMatchType = 0
+	// The component named by match (not the default).
+	QuotaMatchType_QUOTA_MATCH_TYPE_EXACT QuotaMatchType = 1
+	// The default component of the type.
+	QuotaMatchType_QUOTA_MATCH_TYPE_DEFAULT QuotaMatchType = 2
+	// Any component of the type, named or default.
+	QuotaMatchType_QUOTA_MATCH_TYPE_ANY QuotaMatchType = 3
+)
+
+// Enum value maps for QuotaMatchType.
+var (
+	QuotaMatchType_name = map[int32]string{
+		0: "QUOTA_MATCH_TYPE_UNSPECIFIED",
+		1: "QUOTA_MATCH_TYPE_EXACT",
+		2: "QUOTA_MATCH_TYPE_DEFAULT",
+		3: "QUOTA_MATCH_TYPE_ANY",
+	}
+	QuotaMatchType_value = map[string]int32{
+		"QUOTA_MATCH_TYPE_UNSPECIFIED": 0,
+		"QUOTA_MATCH_TYPE_EXACT":       1,
+		"QUOTA_MATCH_TYPE_DEFAULT":     2,
+		"QUOTA_MATCH_TYPE_ANY":         3,
+	}
+)
+
+func (x QuotaMatchType) Enum() *QuotaMatchType {
+	p := new(QuotaMatchType)
+	*p = x
+	return p
+}
+
+func (x QuotaMatchType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (QuotaMatchType) Descriptor() protoreflect.EnumDescriptor {
+	return file_sluice_controller_v1_messages_proto_enumTypes[10].Descriptor()
+}
+
+func (QuotaMatchType) Type() protoreflect.EnumType {
+	return &file_sluice_controller_v1_messages_proto_enumTypes[10]
+}
+
+func (x QuotaMatchType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use QuotaMatchType.Descriptor instead.
+func (QuotaMatchType) EnumDescriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{10}
+}
+
 // TopicSpec describes a topic to create.
 type TopicSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4196,6 +4254,624 @@ func (x *DescribeUserScramCredentialsResponse) GetResults() []*DescribeUserScram
 	return nil
 }
 
+// QuotaEntityComponent is one part of a quota entity (KIP-546): a type and
+// either a name or the type's default. An entity is a set of components
+// with distinct types: {user}, {client-id}, {user, client-id} or {ip}.
+type QuotaEntityComponent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Entity type: "user", "client-id" or "ip".
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// Name: the user name (the principal without "User:"), the client id, or
+	// the IP address. Empty when is_default is set.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Whether the component is the default of its type (Kafka's <default>):
+	// it applies to every user, client id or IP without a quota of its own.
+	IsDefault     bool `protobuf:"varint,3,opt,name=is_default,json=isDefault,proto3" json:"is_default,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuotaEntityComponent) Reset() {
+	*x = QuotaEntityComponent{}
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuotaEntityComponent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuotaEntityComponent) ProtoMessage() {}
+
+func (x *QuotaEntityComponent) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuotaEntityComponent.ProtoReflect.Descriptor instead.
+func (*QuotaEntityComponent) Descriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *QuotaEntityComponent) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *QuotaEntityComponent) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *QuotaEntityComponent) GetIsDefault() bool {
+	if x != nil {
+		return x.IsDefault
+	}
+	return false
+}
+
+// ClientQuotaEntry is the quotas of one entity.
+type ClientQuotaEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The entity's components, sorted by type (user, client-id, ip).
+	Entity []*QuotaEntityComponent `protobuf:"bytes,1,rep,name=entity,proto3" json:"entity,omitempty"`
+	// Quota values by key: producer_byte_rate and consumer_byte_rate (bytes
+	// per second), request_percentage (percent of one request-handling
+	// thread's time), connection_creation_rate (connections per second).
+	Values        map[string]float64 `protobuf:"bytes,2,rep,name=values,proto3" json:"values,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientQuotaEntry) Reset() {
+	*x = ClientQuotaEntry{}
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientQuotaEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientQuotaEntry) ProtoMessage() {}
+
+func (x *ClientQuotaEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientQuotaEntry.ProtoReflect.Descriptor instead.
+func (*ClientQuotaEntry) Descriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *ClientQuotaEntry) GetEntity() []*QuotaEntityComponent {
+	if x != nil {
+		return x.Entity
+	}
+	return nil
+}
+
+func (x *ClientQuotaEntry) GetValues() map[string]float64 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+// ClientQuotaOp sets or removes one quota value of an entity.
+type ClientQuotaOp struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Quota key (see ClientQuotaEntry.values).
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// New value, greater than 0; ignored when remove is set.
+	Value float64 `protobuf:"fixed64,2,opt,name=value,proto3" json:"value,omitempty"`
+	// Remove the value instead of setting it.
+	Remove        bool `protobuf:"varint,3,opt,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientQuotaOp) Reset() {
+	*x = ClientQuotaOp{}
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientQuotaOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientQuotaOp) ProtoMessage() {}
+
+func (x *ClientQuotaOp) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientQuotaOp.ProtoReflect.Descriptor instead.
+func (*ClientQuotaOp) Descriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *ClientQuotaOp) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ClientQuotaOp) GetValue() float64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
+func (x *ClientQuotaOp) GetRemove() bool {
+	if x != nil {
+		return x.Remove
+	}
+	return false
+}
+
+// ClientQuotaAlteration is the changes to one entity's quotas.
+type ClientQuotaAlteration struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The entity.
+	Entity []*QuotaEntityComponent `protobuf:"bytes,1,rep,name=entity,proto3" json:"entity,omitempty"`
+	// Changes, at most one per key. An entity left without values is
+	// deleted.
+	Ops           []*ClientQuotaOp `protobuf:"bytes,2,rep,name=ops,proto3" json:"ops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientQuotaAlteration) Reset() {
+	*x = ClientQuotaAlteration{}
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientQuotaAlteration) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientQuotaAlteration) ProtoMessage() {}
+
+func (x *ClientQuotaAlteration) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientQuotaAlteration.ProtoReflect.Descriptor instead.
+func (*ClientQuotaAlteration) Descriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *ClientQuotaAlteration) GetEntity() []*QuotaEntityComponent {
+	if x != nil {
+		return x.Entity
+	}
+	return nil
+}
+
+func (x *ClientQuotaAlteration) GetOps() []*ClientQuotaOp {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+// AlterClientQuotasRequest is the request of
+// ControllerService.AlterClientQuotas.
+type AlterClientQuotasRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Changes, at most one entry per entity.
+	Entries []*ClientQuotaAlteration `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// Validate the changes without applying them.
+	ValidateOnly  bool `protobuf:"varint,2,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlterClientQuotasRequest) Reset() {
+	*x = AlterClientQuotasRequest{}
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterClientQuotasRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterClientQuotasRequest) ProtoMessage() {}
+
+func (x *AlterClientQuotasRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterClientQuotasRequest.ProtoReflect.Descriptor instead.
+func (*AlterClientQuotasRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *AlterClientQuotasRequest) GetEntries() []*ClientQuotaAlteration {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *AlterClientQuotasRequest) GetValidateOnly() bool {
+	if x != nil {
+		return x.ValidateOnly
+	}
+	return false
+}
+
+// AlterClientQuotasResult is the outcome for one entity.
+type AlterClientQuotasResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The entity, as in the request.
+	Entity []*QuotaEntityComponent `protobuf:"bytes,1,rep,name=entity,proto3" json:"entity,omitempty"`
+	// Unset on success; INVALID_REQUEST naming the problem otherwise.
+	Error         *v1.Error `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlterClientQuotasResult) Reset() {
+	*x = AlterClientQuotasResult{}
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterClientQuotasResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterClientQuotasResult) ProtoMessage() {}
+
+func (x *AlterClientQuotasResult) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterClientQuotasResult.ProtoReflect.Descriptor instead.
+func (*AlterClientQuotasResult) Descriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *AlterClientQuotasResult) GetEntity() []*QuotaEntityComponent {
+	if x != nil {
+		return x.Entity
+	}
+	return nil
+}
+
+func (x *AlterClientQuotasResult) GetError() *v1.Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// AlterClientQuotasResponse is the response of
+// ControllerService.AlterClientQuotas.
+type AlterClientQuotasResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One result per request entry, in request order.
+	Results       []*AlterClientQuotasResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlterClientQuotasResponse) Reset() {
+	*x = AlterClientQuotasResponse{}
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterClientQuotasResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterClientQuotasResponse) ProtoMessage() {}
+
+func (x *AlterClientQuotasResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterClientQuotasResponse.ProtoReflect.Descriptor instead.
+func (*AlterClientQuotasResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *AlterClientQuotasResponse) GetResults() []*AlterClientQuotasResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// QuotaFilterComponent matches entities by one component type.
+type QuotaFilterComponent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Entity type: "user", "client-id" or "ip".
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// How to match.
+	MatchType QuotaMatchType `protobuf:"varint,2,opt,name=match_type,json=matchType,proto3,enum=sluice.controller.v1.QuotaMatchType" json:"match_type,omitempty"`
+	// The name to match for QUOTA_MATCH_TYPE_EXACT; empty otherwise.
+	Match         string `protobuf:"bytes,3,opt,name=match,proto3" json:"match,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuotaFilterComponent) Reset() {
+	*x = QuotaFilterComponent{}
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuotaFilterComponent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuotaFilterComponent) ProtoMessage() {}
+
+func (x *QuotaFilterComponent) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuotaFilterComponent.ProtoReflect.Descriptor instead.
+func (*QuotaFilterComponent) Descriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *QuotaFilterComponent) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *QuotaFilterComponent) GetMatchType() QuotaMatchType {
+	if x != nil {
+		return x.MatchType
+	}
+	return QuotaMatchType_QUOTA_MATCH_TYPE_UNSPECIFIED
+}
+
+func (x *QuotaFilterComponent) GetMatch() string {
+	if x != nil {
+		return x.Match
+	}
+	return ""
+}
+
+// DescribeClientQuotasRequest is the request of
+// ControllerService.DescribeClientQuotas.
+type DescribeClientQuotasRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Filter components, at most one per type. An entity matches when each
+	// component matches; with strict unset, it may have components of other
+	// types too. No components and strict unset matches every entity.
+	Components []*QuotaFilterComponent `protobuf:"bytes,1,rep,name=components,proto3" json:"components,omitempty"`
+	// Match only entities whose components are exactly those filtered.
+	Strict        bool `protobuf:"varint,2,opt,name=strict,proto3" json:"strict,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeClientQuotasRequest) Reset() {
+	*x = DescribeClientQuotasRequest{}
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeClientQuotasRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeClientQuotasRequest) ProtoMessage() {}
+
+func (x *DescribeClientQuotasRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeClientQuotasRequest.ProtoReflect.Descriptor instead.
+func (*DescribeClientQuotasRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *DescribeClientQuotasRequest) GetComponents() []*QuotaFilterComponent {
+	if x != nil {
+		return x.Components
+	}
+	return nil
+}
+
+func (x *DescribeClientQuotasRequest) GetStrict() bool {
+	if x != nil {
+		return x.Strict
+	}
+	return false
+}
+
+// DescribeClientQuotasResponse is the response of
+// ControllerService.DescribeClientQuotas.
+type DescribeClientQuotasResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Matching entities with their quotas, sorted by entity.
+	Entries       []*ClientQuotaEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeClientQuotasResponse) Reset() {
+	*x = DescribeClientQuotasResponse{}
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeClientQuotasResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeClientQuotasResponse) ProtoMessage() {}
+
+func (x *DescribeClientQuotasResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeClientQuotasResponse.ProtoReflect.Descriptor instead.
+func (*DescribeClientQuotasResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *DescribeClientQuotasResponse) GetEntries() []*ClientQuotaEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+// QuotaSet is every client quota of the cluster at one revision.
+type QuotaSet struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Entries, sorted by entity.
+	Entries       []*ClientQuotaEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuotaSet) Reset() {
+	*x = QuotaSet{}
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuotaSet) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuotaSet) ProtoMessage() {}
+
+func (x *QuotaSet) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuotaSet.ProtoReflect.Descriptor instead.
+func (*QuotaSet) Descriptor() ([]byte, []int) {
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *QuotaSet) GetEntries() []*ClientQuotaEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
 // RegisterBrokerRequest is the request of ControllerService.RegisterBroker.
 type RegisterBrokerRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4217,7 +4893,7 @@ type RegisterBrokerRequest struct {
 
 func (x *RegisterBrokerRequest) Reset() {
 	*x = RegisterBrokerRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[60]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4229,7 +4905,7 @@ func (x *RegisterBrokerRequest) String() string {
 func (*RegisterBrokerRequest) ProtoMessage() {}
 
 func (x *RegisterBrokerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[60]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4242,7 +4918,7 @@ func (x *RegisterBrokerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterBrokerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterBrokerRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{60}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RegisterBrokerRequest) GetBrokerId() int32 {
@@ -4305,7 +4981,7 @@ type RegisterBrokerResponse struct {
 
 func (x *RegisterBrokerResponse) Reset() {
 	*x = RegisterBrokerResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[61]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4317,7 +4993,7 @@ func (x *RegisterBrokerResponse) String() string {
 func (*RegisterBrokerResponse) ProtoMessage() {}
 
 func (x *RegisterBrokerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[61]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4330,7 +5006,7 @@ func (x *RegisterBrokerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterBrokerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterBrokerResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{61}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *RegisterBrokerResponse) GetBrokerEpoch() int64 {
@@ -4378,7 +5054,7 @@ type BrokerHeartbeatRequest struct {
 
 func (x *BrokerHeartbeatRequest) Reset() {
 	*x = BrokerHeartbeatRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[62]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4390,7 +5066,7 @@ func (x *BrokerHeartbeatRequest) String() string {
 func (*BrokerHeartbeatRequest) ProtoMessage() {}
 
 func (x *BrokerHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[62]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4403,7 +5079,7 @@ func (x *BrokerHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*BrokerHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{62}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *BrokerHeartbeatRequest) GetBrokerId() int32 {
@@ -4449,7 +5125,7 @@ type BrokerHeartbeatResponse struct {
 
 func (x *BrokerHeartbeatResponse) Reset() {
 	*x = BrokerHeartbeatResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[63]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4461,7 +5137,7 @@ func (x *BrokerHeartbeatResponse) String() string {
 func (*BrokerHeartbeatResponse) ProtoMessage() {}
 
 func (x *BrokerHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[63]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4474,7 +5150,7 @@ func (x *BrokerHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*BrokerHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{63}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *BrokerHeartbeatResponse) GetError() *v1.Error {
@@ -4511,7 +5187,7 @@ type ControlledShutdownRequest struct {
 
 func (x *ControlledShutdownRequest) Reset() {
 	*x = ControlledShutdownRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[64]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4523,7 +5199,7 @@ func (x *ControlledShutdownRequest) String() string {
 func (*ControlledShutdownRequest) ProtoMessage() {}
 
 func (x *ControlledShutdownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[64]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4536,7 +5212,7 @@ func (x *ControlledShutdownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlledShutdownRequest.ProtoReflect.Descriptor instead.
 func (*ControlledShutdownRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{64}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ControlledShutdownRequest) GetBrokerId() int32 {
@@ -4566,7 +5242,7 @@ type ControlledShutdownResponse struct {
 
 func (x *ControlledShutdownResponse) Reset() {
 	*x = ControlledShutdownResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[65]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4578,7 +5254,7 @@ func (x *ControlledShutdownResponse) String() string {
 func (*ControlledShutdownResponse) ProtoMessage() {}
 
 func (x *ControlledShutdownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[65]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4591,7 +5267,7 @@ func (x *ControlledShutdownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlledShutdownResponse.ProtoReflect.Descriptor instead.
 func (*ControlledShutdownResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{65}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ControlledShutdownResponse) GetError() *v1.Error {
@@ -4627,7 +5303,7 @@ type TopicMetadata struct {
 
 func (x *TopicMetadata) Reset() {
 	*x = TopicMetadata{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[66]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4639,7 +5315,7 @@ func (x *TopicMetadata) String() string {
 func (*TopicMetadata) ProtoMessage() {}
 
 func (x *TopicMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[66]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4652,7 +5328,7 @@ func (x *TopicMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicMetadata.ProtoReflect.Descriptor instead.
 func (*TopicMetadata) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{66}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *TopicMetadata) GetName() string {
@@ -4712,14 +5388,16 @@ type MetadataSnapshot struct {
 	// only role identities may watch once authorization is on.
 	ScramUsers []*UserScramCredentials `protobuf:"bytes,20,rep,name=scram_users,json=scramUsers,proto3" json:"scram_users,omitempty"`
 	// Every ACL of the cluster. Every process's authorizer decides from them.
-	Acls          *AclSet `protobuf:"bytes,30,opt,name=acls,proto3" json:"acls,omitempty"`
+	Acls *AclSet `protobuf:"bytes,30,opt,name=acls,proto3" json:"acls,omitempty"`
+	// Every client quota of the cluster. Every process enforces from them.
+	Quotas        *QuotaSet `protobuf:"bytes,31,opt,name=quotas,proto3" json:"quotas,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MetadataSnapshot) Reset() {
 	*x = MetadataSnapshot{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[67]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4731,7 +5409,7 @@ func (x *MetadataSnapshot) String() string {
 func (*MetadataSnapshot) ProtoMessage() {}
 
 func (x *MetadataSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[67]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4744,7 +5422,7 @@ func (x *MetadataSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataSnapshot.ProtoReflect.Descriptor instead.
 func (*MetadataSnapshot) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{67}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *MetadataSnapshot) GetRevision() int64 {
@@ -4810,6 +5488,13 @@ func (x *MetadataSnapshot) GetAcls() *AclSet {
 	return nil
 }
 
+func (x *MetadataSnapshot) GetQuotas() *QuotaSet {
+	if x != nil {
+		return x.Quotas
+	}
+	return nil
+}
+
 // AclSet is the whole set of ACLs at one revision.
 type AclSet struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4822,7 +5507,7 @@ type AclSet struct {
 
 func (x *AclSet) Reset() {
 	*x = AclSet{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[68]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4834,7 +5519,7 @@ func (x *AclSet) String() string {
 func (*AclSet) ProtoMessage() {}
 
 func (x *AclSet) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[68]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4847,7 +5532,7 @@ func (x *AclSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclSet.ProtoReflect.Descriptor instead.
 func (*AclSet) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{68}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *AclSet) GetBindings() []*AclBinding {
@@ -4868,7 +5553,7 @@ type ClusterConfigs struct {
 
 func (x *ClusterConfigs) Reset() {
 	*x = ClusterConfigs{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[69]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4880,7 +5565,7 @@ func (x *ClusterConfigs) String() string {
 func (*ClusterConfigs) ProtoMessage() {}
 
 func (x *ClusterConfigs) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[69]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4893,7 +5578,7 @@ func (x *ClusterConfigs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterConfigs.ProtoReflect.Descriptor instead.
 func (*ClusterConfigs) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{69}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ClusterConfigs) GetConfigs() map[string]string {
@@ -4931,14 +5616,16 @@ type MetadataDelta struct {
 	DeletedScramUsers []string `protobuf:"bytes,21,rep,name=deleted_scram_users,json=deletedScramUsers,proto3" json:"deleted_scram_users,omitempty"`
 	// The whole new ACL set, when ACLs changed (unset: unchanged). ACL sets
 	// are small and every process rebuilds its index from the whole set.
-	Acls          *AclSet `protobuf:"bytes,30,opt,name=acls,proto3" json:"acls,omitempty"`
+	Acls *AclSet `protobuf:"bytes,30,opt,name=acls,proto3" json:"acls,omitempty"`
+	// The whole new quota set, when quotas changed (unset: unchanged).
+	Quotas        *QuotaSet `protobuf:"bytes,31,opt,name=quotas,proto3" json:"quotas,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MetadataDelta) Reset() {
 	*x = MetadataDelta{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[70]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4950,7 +5637,7 @@ func (x *MetadataDelta) String() string {
 func (*MetadataDelta) ProtoMessage() {}
 
 func (x *MetadataDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[70]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4963,7 +5650,7 @@ func (x *MetadataDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataDelta.ProtoReflect.Descriptor instead.
 func (*MetadataDelta) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{70}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *MetadataDelta) GetRevision() int64 {
@@ -5043,6 +5730,13 @@ func (x *MetadataDelta) GetAcls() *AclSet {
 	return nil
 }
 
+func (x *MetadataDelta) GetQuotas() *QuotaSet {
+	if x != nil {
+		return x.Quotas
+	}
+	return nil
+}
+
 // WatchMetadataRequest is the request of ControllerService.WatchMetadata.
 type WatchMetadataRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -5056,7 +5750,7 @@ type WatchMetadataRequest struct {
 
 func (x *WatchMetadataRequest) Reset() {
 	*x = WatchMetadataRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[71]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5068,7 +5762,7 @@ func (x *WatchMetadataRequest) String() string {
 func (*WatchMetadataRequest) ProtoMessage() {}
 
 func (x *WatchMetadataRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[71]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5081,7 +5775,7 @@ func (x *WatchMetadataRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchMetadataRequest.ProtoReflect.Descriptor instead.
 func (*WatchMetadataRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{71}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *WatchMetadataRequest) GetBrokerId() int32 {
@@ -5115,7 +5809,7 @@ type WatchMetadataResponse struct {
 
 func (x *WatchMetadataResponse) Reset() {
 	*x = WatchMetadataResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[72]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5127,7 +5821,7 @@ func (x *WatchMetadataResponse) String() string {
 func (*WatchMetadataResponse) ProtoMessage() {}
 
 func (x *WatchMetadataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[72]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5140,7 +5834,7 @@ func (x *WatchMetadataResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchMetadataResponse.ProtoReflect.Descriptor instead.
 func (*WatchMetadataResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{72}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *WatchMetadataResponse) GetUpdate() isWatchMetadataResponse_Update {
@@ -5205,7 +5899,7 @@ type PartitionChange struct {
 
 func (x *PartitionChange) Reset() {
 	*x = PartitionChange{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[73]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5217,7 +5911,7 @@ func (x *PartitionChange) String() string {
 func (*PartitionChange) ProtoMessage() {}
 
 func (x *PartitionChange) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[73]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5230,7 +5924,7 @@ func (x *PartitionChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionChange.ProtoReflect.Descriptor instead.
 func (*PartitionChange) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{73}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *PartitionChange) GetTopic() string {
@@ -5283,7 +5977,7 @@ type AlterPartitionRequest struct {
 
 func (x *AlterPartitionRequest) Reset() {
 	*x = AlterPartitionRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[74]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5295,7 +5989,7 @@ func (x *AlterPartitionRequest) String() string {
 func (*AlterPartitionRequest) ProtoMessage() {}
 
 func (x *AlterPartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[74]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5308,7 +6002,7 @@ func (x *AlterPartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterPartitionRequest.ProtoReflect.Descriptor instead.
 func (*AlterPartitionRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{74}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *AlterPartitionRequest) GetBrokerId() int32 {
@@ -5350,7 +6044,7 @@ type AlterPartitionResult struct {
 
 func (x *AlterPartitionResult) Reset() {
 	*x = AlterPartitionResult{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[75]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5362,7 +6056,7 @@ func (x *AlterPartitionResult) String() string {
 func (*AlterPartitionResult) ProtoMessage() {}
 
 func (x *AlterPartitionResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[75]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5375,7 +6069,7 @@ func (x *AlterPartitionResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterPartitionResult.ProtoReflect.Descriptor instead.
 func (*AlterPartitionResult) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{75}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *AlterPartitionResult) GetTopic() string {
@@ -5417,7 +6111,7 @@ type AlterPartitionResponse struct {
 
 func (x *AlterPartitionResponse) Reset() {
 	*x = AlterPartitionResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[76]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5429,7 +6123,7 @@ func (x *AlterPartitionResponse) String() string {
 func (*AlterPartitionResponse) ProtoMessage() {}
 
 func (x *AlterPartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[76]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5442,7 +6136,7 @@ func (x *AlterPartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterPartitionResponse.ProtoReflect.Descriptor instead.
 func (*AlterPartitionResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{76}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *AlterPartitionResponse) GetResults() []*AlterPartitionResult {
@@ -5466,7 +6160,7 @@ type AllocateProducerIdsRequest struct {
 
 func (x *AllocateProducerIdsRequest) Reset() {
 	*x = AllocateProducerIdsRequest{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[77]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5478,7 +6172,7 @@ func (x *AllocateProducerIdsRequest) String() string {
 func (*AllocateProducerIdsRequest) ProtoMessage() {}
 
 func (x *AllocateProducerIdsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[77]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5491,7 +6185,7 @@ func (x *AllocateProducerIdsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocateProducerIdsRequest.ProtoReflect.Descriptor instead.
 func (*AllocateProducerIdsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{77}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *AllocateProducerIdsRequest) GetBrokerId() int32 {
@@ -5524,7 +6218,7 @@ type AllocateProducerIdsResponse struct {
 
 func (x *AllocateProducerIdsResponse) Reset() {
 	*x = AllocateProducerIdsResponse{}
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[78]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5536,7 +6230,7 @@ func (x *AllocateProducerIdsResponse) String() string {
 func (*AllocateProducerIdsResponse) ProtoMessage() {}
 
 func (x *AllocateProducerIdsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_controller_v1_messages_proto_msgTypes[78]
+	mi := &file_sluice_controller_v1_messages_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5549,7 +6243,7 @@ func (x *AllocateProducerIdsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocateProducerIdsResponse.ProtoReflect.Descriptor instead.
 func (*AllocateProducerIdsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{78}
+	return file_sluice_controller_v1_messages_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *AllocateProducerIdsResponse) GetError() *v1.Error {
@@ -5820,7 +6514,47 @@ const file_sluice_controller_v1_messages_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\v2\x1d.sluice.errordetails.v1.ErrorR\x05error\x12K\n" +
 	"\vcredentials\x18\x03 \x03(\v2).sluice.controller.v1.ScramCredentialInfoR\vcredentials\"z\n" +
 	"$DescribeUserScramCredentialsResponse\x12R\n" +
-	"\aresults\x18\x01 \x03(\v28.sluice.controller.v1.DescribeUserScramCredentialsResultR\aresults\"\xde\x01\n" +
+	"\aresults\x18\x01 \x03(\v28.sluice.controller.v1.DescribeUserScramCredentialsResultR\aresults\"]\n" +
+	"\x14QuotaEntityComponent\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"is_default\x18\x03 \x01(\bR\tisDefault\"\xdd\x01\n" +
+	"\x10ClientQuotaEntry\x12B\n" +
+	"\x06entity\x18\x01 \x03(\v2*.sluice.controller.v1.QuotaEntityComponentR\x06entity\x12J\n" +
+	"\x06values\x18\x02 \x03(\v22.sluice.controller.v1.ClientQuotaEntry.ValuesEntryR\x06values\x1a9\n" +
+	"\vValuesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"O\n" +
+	"\rClientQuotaOp\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value\x12\x16\n" +
+	"\x06remove\x18\x03 \x01(\bR\x06remove\"\x92\x01\n" +
+	"\x15ClientQuotaAlteration\x12B\n" +
+	"\x06entity\x18\x01 \x03(\v2*.sluice.controller.v1.QuotaEntityComponentR\x06entity\x125\n" +
+	"\x03ops\x18\x02 \x03(\v2#.sluice.controller.v1.ClientQuotaOpR\x03ops\"\x86\x01\n" +
+	"\x18AlterClientQuotasRequest\x12E\n" +
+	"\aentries\x18\x01 \x03(\v2+.sluice.controller.v1.ClientQuotaAlterationR\aentries\x12#\n" +
+	"\rvalidate_only\x18\x02 \x01(\bR\fvalidateOnly\"\x92\x01\n" +
+	"\x17AlterClientQuotasResult\x12B\n" +
+	"\x06entity\x18\x01 \x03(\v2*.sluice.controller.v1.QuotaEntityComponentR\x06entity\x123\n" +
+	"\x05error\x18\x02 \x01(\v2\x1d.sluice.errordetails.v1.ErrorR\x05error\"d\n" +
+	"\x19AlterClientQuotasResponse\x12G\n" +
+	"\aresults\x18\x01 \x03(\v2-.sluice.controller.v1.AlterClientQuotasResultR\aresults\"\x85\x01\n" +
+	"\x14QuotaFilterComponent\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12C\n" +
+	"\n" +
+	"match_type\x18\x02 \x01(\x0e2$.sluice.controller.v1.QuotaMatchTypeR\tmatchType\x12\x14\n" +
+	"\x05match\x18\x03 \x01(\tR\x05match\"\x81\x01\n" +
+	"\x1bDescribeClientQuotasRequest\x12J\n" +
+	"\n" +
+	"components\x18\x01 \x03(\v2*.sluice.controller.v1.QuotaFilterComponentR\n" +
+	"components\x12\x16\n" +
+	"\x06strict\x18\x02 \x01(\bR\x06strict\"`\n" +
+	"\x1cDescribeClientQuotasResponse\x12@\n" +
+	"\aentries\x18\x01 \x03(\v2&.sluice.controller.v1.ClientQuotaEntryR\aentries\"L\n" +
+	"\bQuotaSet\x12@\n" +
+	"\aentries\x18\x01 \x03(\v2&.sluice.controller.v1.ClientQuotaEntryR\aentries\"\xde\x01\n" +
 	"\x15RegisterBrokerRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12%\n" +
 	"\x0eincarnation_id\x18\x02 \x01(\tR\rincarnationId\x12\x1d\n" +
@@ -5860,7 +6594,7 @@ const file_sluice_controller_v1_messages_proto_rawDesc = "" +
 	"\aconfigs\x18\x05 \x03(\v20.sluice.controller.v1.TopicMetadata.ConfigsEntryR\aconfigs\x1a:\n" +
 	"\fConfigsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfb\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb3\x04\n" +
 	"\x10MetadataSnapshot\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12\x1d\n" +
 	"\n" +
@@ -5872,14 +6606,15 @@ const file_sluice_controller_v1_messages_proto_rawDesc = "" +
 	"\x0fcluster_configs\x18\a \x01(\v2$.sluice.controller.v1.ClusterConfigsR\x0eclusterConfigs\x12K\n" +
 	"\vscram_users\x18\x14 \x03(\v2*.sluice.controller.v1.UserScramCredentialsR\n" +
 	"scramUsers\x120\n" +
-	"\x04acls\x18\x1e \x01(\v2\x1c.sluice.controller.v1.AclSetR\x04acls\"F\n" +
+	"\x04acls\x18\x1e \x01(\v2\x1c.sluice.controller.v1.AclSetR\x04acls\x126\n" +
+	"\x06quotas\x18\x1f \x01(\v2\x1e.sluice.controller.v1.QuotaSetR\x06quotas\"F\n" +
 	"\x06AclSet\x12<\n" +
 	"\bbindings\x18\x01 \x03(\v2 .sluice.controller.v1.AclBindingR\bbindings\"\x99\x01\n" +
 	"\x0eClusterConfigs\x12K\n" +
 	"\aconfigs\x18\x01 \x03(\v21.sluice.controller.v1.ClusterConfigs.ConfigsEntryR\aconfigs\x1a:\n" +
 	"\fConfigsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdb\x05\n" +
 	"\rMetadataDelta\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12L\n" +
 	"\x0fupserted_topics\x18\x02 \x03(\v2#.sluice.controller.v1.TopicMetadataR\x0eupsertedTopics\x12%\n" +
@@ -5891,7 +6626,8 @@ const file_sluice_controller_v1_messages_proto_rawDesc = "" +
 	"\x0fcluster_configs\x18\b \x01(\v2$.sluice.controller.v1.ClusterConfigsR\x0eclusterConfigs\x12\\\n" +
 	"\x14upserted_scram_users\x18\x14 \x03(\v2*.sluice.controller.v1.UserScramCredentialsR\x12upsertedScramUsers\x12.\n" +
 	"\x13deleted_scram_users\x18\x15 \x03(\tR\x11deletedScramUsers\x120\n" +
-	"\x04acls\x18\x1e \x01(\v2\x1c.sluice.controller.v1.AclSetR\x04aclsB\x10\n" +
+	"\x04acls\x18\x1e \x01(\v2\x1c.sluice.controller.v1.AclSetR\x04acls\x126\n" +
+	"\x06quotas\x18\x1f \x01(\v2\x1e.sluice.controller.v1.QuotaSetR\x06quotasB\x10\n" +
 	"\x0e_controller_id\"X\n" +
 	"\x14WatchMetadataRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12#\n" +
@@ -5983,7 +6719,12 @@ const file_sluice_controller_v1_messages_proto_rawDesc = "" +
 	"\x0eScramMechanism\x12\x1f\n" +
 	"\x1bSCRAM_MECHANISM_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17SCRAM_MECHANISM_SHA_256\x10\x01\x12\x1b\n" +
-	"\x17SCRAM_MECHANISM_SHA_512\x10\x02B\xe1\x01\n" +
+	"\x17SCRAM_MECHANISM_SHA_512\x10\x02*\x86\x01\n" +
+	"\x0eQuotaMatchType\x12 \n" +
+	"\x1cQUOTA_MATCH_TYPE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16QUOTA_MATCH_TYPE_EXACT\x10\x01\x12\x1c\n" +
+	"\x18QUOTA_MATCH_TYPE_DEFAULT\x10\x02\x12\x18\n" +
+	"\x14QUOTA_MATCH_TYPE_ANY\x10\x03B\xe1\x01\n" +
 	"\x18com.sluice.controller.v1B\rMessagesProtoP\x01ZDgithub.com/sluice-io/sluice/gen/go/sluice/controller/v1;controllerv1\xa2\x02\x03SCX\xaa\x02\x14Sluice.Controller.V1\xca\x02\x14Sluice\\Controller\\V1\xe2\x02 Sluice\\Controller\\V1\\GPBMetadata\xea\x02\x16Sluice::Controller::V1b\x06proto3"
 
 var (
@@ -5998,8 +6739,8 @@ func file_sluice_controller_v1_messages_proto_rawDescGZIP() []byte {
 	return file_sluice_controller_v1_messages_proto_rawDescData
 }
 
-var file_sluice_controller_v1_messages_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_sluice_controller_v1_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
+var file_sluice_controller_v1_messages_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
+var file_sluice_controller_v1_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 97)
 var file_sluice_controller_v1_messages_proto_goTypes = []any{
 	(ResourceType)(0),                            // 0: sluice.controller.v1.ResourceType
 	(ConfigSource)(0),                            // 1: sluice.controller.v1.ConfigSource
@@ -6011,203 +6752,230 @@ var file_sluice_controller_v1_messages_proto_goTypes = []any{
 	(AclPermission)(0),                           // 7: sluice.controller.v1.AclPermission
 	(PatternType)(0),                             // 8: sluice.controller.v1.PatternType
 	(ScramMechanism)(0),                          // 9: sluice.controller.v1.ScramMechanism
-	(*TopicSpec)(nil),                            // 10: sluice.controller.v1.TopicSpec
-	(*ReplicaAssignment)(nil),                    // 11: sluice.controller.v1.ReplicaAssignment
-	(*CreateTopicsRequest)(nil),                  // 12: sluice.controller.v1.CreateTopicsRequest
-	(*CreateTopicResult)(nil),                    // 13: sluice.controller.v1.CreateTopicResult
-	(*CreateTopicsResponse)(nil),                 // 14: sluice.controller.v1.CreateTopicsResponse
-	(*DeleteTopicsRequest)(nil),                  // 15: sluice.controller.v1.DeleteTopicsRequest
-	(*DeleteTopicResult)(nil),                    // 16: sluice.controller.v1.DeleteTopicResult
-	(*DeleteTopicsResponse)(nil),                 // 17: sluice.controller.v1.DeleteTopicsResponse
-	(*ListTopicsRequest)(nil),                    // 18: sluice.controller.v1.ListTopicsRequest
-	(*TopicListing)(nil),                         // 19: sluice.controller.v1.TopicListing
-	(*ListTopicsResponse)(nil),                   // 20: sluice.controller.v1.ListTopicsResponse
-	(*DescribeTopicsRequest)(nil),                // 21: sluice.controller.v1.DescribeTopicsRequest
-	(*TopicDescription)(nil),                     // 22: sluice.controller.v1.TopicDescription
-	(*DescribeTopicsResponse)(nil),               // 23: sluice.controller.v1.DescribeTopicsResponse
-	(*PartitionIncrease)(nil),                    // 24: sluice.controller.v1.PartitionIncrease
-	(*CreatePartitionsRequest)(nil),              // 25: sluice.controller.v1.CreatePartitionsRequest
-	(*CreatePartitionsResult)(nil),               // 26: sluice.controller.v1.CreatePartitionsResult
-	(*CreatePartitionsResponse)(nil),             // 27: sluice.controller.v1.CreatePartitionsResponse
-	(*ConfigResource)(nil),                       // 28: sluice.controller.v1.ConfigResource
-	(*ConfigEntry)(nil),                          // 29: sluice.controller.v1.ConfigEntry
-	(*DescribeConfigsRequest)(nil),               // 30: sluice.controller.v1.DescribeConfigsRequest
-	(*ConfigResourceResult)(nil),                 // 31: sluice.controller.v1.ConfigResourceResult
-	(*DescribeConfigsResponse)(nil),              // 32: sluice.controller.v1.DescribeConfigsResponse
-	(*AlterConfigOp)(nil),                        // 33: sluice.controller.v1.AlterConfigOp
-	(*AlterConfigsResource)(nil),                 // 34: sluice.controller.v1.AlterConfigsResource
-	(*AlterConfigsRequest)(nil),                  // 35: sluice.controller.v1.AlterConfigsRequest
-	(*AlterConfigsResult)(nil),                   // 36: sluice.controller.v1.AlterConfigsResult
-	(*AlterConfigsResponse)(nil),                 // 37: sluice.controller.v1.AlterConfigsResponse
-	(*DescribeClusterRequest)(nil),               // 38: sluice.controller.v1.DescribeClusterRequest
-	(*ControllerMember)(nil),                     // 39: sluice.controller.v1.ControllerMember
-	(*QuorumStatus)(nil),                         // 40: sluice.controller.v1.QuorumStatus
-	(*DescribeClusterResponse)(nil),              // 41: sluice.controller.v1.DescribeClusterResponse
-	(*ElectLeadersRequest)(nil),                  // 42: sluice.controller.v1.ElectLeadersRequest
-	(*ElectLeadersResult)(nil),                   // 43: sluice.controller.v1.ElectLeadersResult
-	(*ElectLeadersResponse)(nil),                 // 44: sluice.controller.v1.ElectLeadersResponse
-	(*PartitionReassignment)(nil),                // 45: sluice.controller.v1.PartitionReassignment
-	(*AlterPartitionReassignmentsRequest)(nil),   // 46: sluice.controller.v1.AlterPartitionReassignmentsRequest
-	(*ReassignmentResult)(nil),                   // 47: sluice.controller.v1.ReassignmentResult
-	(*AlterPartitionReassignmentsResponse)(nil),  // 48: sluice.controller.v1.AlterPartitionReassignmentsResponse
-	(*ListPartitionReassignmentsRequest)(nil),    // 49: sluice.controller.v1.ListPartitionReassignmentsRequest
-	(*OngoingReassignment)(nil),                  // 50: sluice.controller.v1.OngoingReassignment
-	(*ListPartitionReassignmentsResponse)(nil),   // 51: sluice.controller.v1.ListPartitionReassignmentsResponse
-	(*AclBinding)(nil),                           // 52: sluice.controller.v1.AclBinding
-	(*CreateAclsRequest)(nil),                    // 53: sluice.controller.v1.CreateAclsRequest
-	(*CreateAclsResponse)(nil),                   // 54: sluice.controller.v1.CreateAclsResponse
-	(*DescribeAclsRequest)(nil),                  // 55: sluice.controller.v1.DescribeAclsRequest
-	(*DescribeAclsResponse)(nil),                 // 56: sluice.controller.v1.DescribeAclsResponse
-	(*DeleteAclsRequest)(nil),                    // 57: sluice.controller.v1.DeleteAclsRequest
-	(*DeleteAclsResponse)(nil),                   // 58: sluice.controller.v1.DeleteAclsResponse
-	(*ScramCredential)(nil),                      // 59: sluice.controller.v1.ScramCredential
-	(*UserScramCredentials)(nil),                 // 60: sluice.controller.v1.UserScramCredentials
-	(*ScramCredentialUpsertion)(nil),             // 61: sluice.controller.v1.ScramCredentialUpsertion
-	(*ScramCredentialDeletion)(nil),              // 62: sluice.controller.v1.ScramCredentialDeletion
-	(*AlterUserScramCredentialsRequest)(nil),     // 63: sluice.controller.v1.AlterUserScramCredentialsRequest
-	(*AlterUserScramCredentialsResult)(nil),      // 64: sluice.controller.v1.AlterUserScramCredentialsResult
-	(*AlterUserScramCredentialsResponse)(nil),    // 65: sluice.controller.v1.AlterUserScramCredentialsResponse
-	(*DescribeUserScramCredentialsRequest)(nil),  // 66: sluice.controller.v1.DescribeUserScramCredentialsRequest
-	(*ScramCredentialInfo)(nil),                  // 67: sluice.controller.v1.ScramCredentialInfo
-	(*DescribeUserScramCredentialsResult)(nil),   // 68: sluice.controller.v1.DescribeUserScramCredentialsResult
-	(*DescribeUserScramCredentialsResponse)(nil), // 69: sluice.controller.v1.DescribeUserScramCredentialsResponse
-	(*RegisterBrokerRequest)(nil),                // 70: sluice.controller.v1.RegisterBrokerRequest
-	(*RegisterBrokerResponse)(nil),               // 71: sluice.controller.v1.RegisterBrokerResponse
-	(*BrokerHeartbeatRequest)(nil),               // 72: sluice.controller.v1.BrokerHeartbeatRequest
-	(*BrokerHeartbeatResponse)(nil),              // 73: sluice.controller.v1.BrokerHeartbeatResponse
-	(*ControlledShutdownRequest)(nil),            // 74: sluice.controller.v1.ControlledShutdownRequest
-	(*ControlledShutdownResponse)(nil),           // 75: sluice.controller.v1.ControlledShutdownResponse
-	(*TopicMetadata)(nil),                        // 76: sluice.controller.v1.TopicMetadata
-	(*MetadataSnapshot)(nil),                     // 77: sluice.controller.v1.MetadataSnapshot
-	(*AclSet)(nil),                               // 78: sluice.controller.v1.AclSet
-	(*ClusterConfigs)(nil),                       // 79: sluice.controller.v1.ClusterConfigs
-	(*MetadataDelta)(nil),                        // 80: sluice.controller.v1.MetadataDelta
-	(*WatchMetadataRequest)(nil),                 // 81: sluice.controller.v1.WatchMetadataRequest
-	(*WatchMetadataResponse)(nil),                // 82: sluice.controller.v1.WatchMetadataResponse
-	(*PartitionChange)(nil),                      // 83: sluice.controller.v1.PartitionChange
-	(*AlterPartitionRequest)(nil),                // 84: sluice.controller.v1.AlterPartitionRequest
-	(*AlterPartitionResult)(nil),                 // 85: sluice.controller.v1.AlterPartitionResult
-	(*AlterPartitionResponse)(nil),               // 86: sluice.controller.v1.AlterPartitionResponse
-	(*AllocateProducerIdsRequest)(nil),           // 87: sluice.controller.v1.AllocateProducerIdsRequest
-	(*AllocateProducerIdsResponse)(nil),          // 88: sluice.controller.v1.AllocateProducerIdsResponse
-	nil,                                          // 89: sluice.controller.v1.TopicSpec.ConfigsEntry
-	nil,                                          // 90: sluice.controller.v1.CreateTopicResult.ConfigsEntry
-	nil,                                          // 91: sluice.controller.v1.TopicDescription.ConfigsEntry
-	nil,                                          // 92: sluice.controller.v1.OngoingReassignment.LagBytesEntry
-	nil,                                          // 93: sluice.controller.v1.TopicMetadata.ConfigsEntry
-	nil,                                          // 94: sluice.controller.v1.ClusterConfigs.ConfigsEntry
-	(*v1.Error)(nil),                             // 95: sluice.errordetails.v1.Error
-	(*v11.PartitionState)(nil),                   // 96: sluice.common.v1.PartitionState
-	(*v11.Broker)(nil),                           // 97: sluice.common.v1.Broker
-	(*v11.TopicPartition)(nil),                   // 98: sluice.common.v1.TopicPartition
-	(*v11.Endpoint)(nil),                         // 99: sluice.common.v1.Endpoint
-	(v11.BrokerState)(0),                         // 100: sluice.common.v1.BrokerState
+	(QuotaMatchType)(0),                          // 10: sluice.controller.v1.QuotaMatchType
+	(*TopicSpec)(nil),                            // 11: sluice.controller.v1.TopicSpec
+	(*ReplicaAssignment)(nil),                    // 12: sluice.controller.v1.ReplicaAssignment
+	(*CreateTopicsRequest)(nil),                  // 13: sluice.controller.v1.CreateTopicsRequest
+	(*CreateTopicResult)(nil),                    // 14: sluice.controller.v1.CreateTopicResult
+	(*CreateTopicsResponse)(nil),                 // 15: sluice.controller.v1.CreateTopicsResponse
+	(*DeleteTopicsRequest)(nil),                  // 16: sluice.controller.v1.DeleteTopicsRequest
+	(*DeleteTopicResult)(nil),                    // 17: sluice.controller.v1.DeleteTopicResult
+	(*DeleteTopicsResponse)(nil),                 // 18: sluice.controller.v1.DeleteTopicsResponse
+	(*ListTopicsRequest)(nil),                    // 19: sluice.controller.v1.ListTopicsRequest
+	(*TopicListing)(nil),                         // 20: sluice.controller.v1.TopicListing
+	(*ListTopicsResponse)(nil),                   // 21: sluice.controller.v1.ListTopicsResponse
+	(*DescribeTopicsRequest)(nil),                // 22: sluice.controller.v1.DescribeTopicsRequest
+	(*TopicDescription)(nil),                     // 23: sluice.controller.v1.TopicDescription
+	(*DescribeTopicsResponse)(nil),               // 24: sluice.controller.v1.DescribeTopicsResponse
+	(*PartitionIncrease)(nil),                    // 25: sluice.controller.v1.PartitionIncrease
+	(*CreatePartitionsRequest)(nil),              // 26: sluice.controller.v1.CreatePartitionsRequest
+	(*CreatePartitionsResult)(nil),               // 27: sluice.controller.v1.CreatePartitionsResult
+	(*CreatePartitionsResponse)(nil),             // 28: sluice.controller.v1.CreatePartitionsResponse
+	(*ConfigResource)(nil),                       // 29: sluice.controller.v1.ConfigResource
+	(*ConfigEntry)(nil),                          // 30: sluice.controller.v1.ConfigEntry
+	(*DescribeConfigsRequest)(nil),               // 31: sluice.controller.v1.DescribeConfigsRequest
+	(*ConfigResourceResult)(nil),                 // 32: sluice.controller.v1.ConfigResourceResult
+	(*DescribeConfigsResponse)(nil),              // 33: sluice.controller.v1.DescribeConfigsResponse
+	(*AlterConfigOp)(nil),                        // 34: sluice.controller.v1.AlterConfigOp
+	(*AlterConfigsResource)(nil),                 // 35: sluice.controller.v1.AlterConfigsResource
+	(*AlterConfigsRequest)(nil),                  // 36: sluice.controller.v1.AlterConfigsRequest
+	(*AlterConfigsResult)(nil),                   // 37: sluice.controller.v1.AlterConfigsResult
+	(*AlterConfigsResponse)(nil),                 // 38: sluice.controller.v1.AlterConfigsResponse
+	(*DescribeClusterRequest)(nil),               // 39: sluice.controller.v1.DescribeClusterRequest
+	(*ControllerMember)(nil),                     // 40: sluice.controller.v1.ControllerMember
+	(*QuorumStatus)(nil),                         // 41: sluice.controller.v1.QuorumStatus
+	(*DescribeClusterResponse)(nil),              // 42: sluice.controller.v1.DescribeClusterResponse
+	(*ElectLeadersRequest)(nil),                  // 43: sluice.controller.v1.ElectLeadersRequest
+	(*ElectLeadersResult)(nil),                   // 44: sluice.controller.v1.ElectLeadersResult
+	(*ElectLeadersResponse)(nil),                 // 45: sluice.controller.v1.ElectLeadersResponse
+	(*PartitionReassignment)(nil),                // 46: sluice.controller.v1.PartitionReassignment
+	(*AlterPartitionReassignmentsRequest)(nil),   // 47: sluice.controller.v1.AlterPartitionReassignmentsRequest
+	(*ReassignmentResult)(nil),                   // 48: sluice.controller.v1.ReassignmentResult
+	(*AlterPartitionReassignmentsResponse)(nil),  // 49: sluice.controller.v1.AlterPartitionReassignmentsResponse
+	(*ListPartitionReassignmentsRequest)(nil),    // 50: sluice.controller.v1.ListPartitionReassignmentsRequest
+	(*OngoingReassignment)(nil),                  // 51: sluice.controller.v1.OngoingReassignment
+	(*ListPartitionReassignmentsResponse)(nil),   // 52: sluice.controller.v1.ListPartitionReassignmentsResponse
+	(*AclBinding)(nil),                           // 53: sluice.controller.v1.AclBinding
+	(*CreateAclsRequest)(nil),                    // 54: sluice.controller.v1.CreateAclsRequest
+	(*CreateAclsResponse)(nil),                   // 55: sluice.controller.v1.CreateAclsResponse
+	(*DescribeAclsRequest)(nil),                  // 56: sluice.controller.v1.DescribeAclsRequest
+	(*DescribeAclsResponse)(nil),                 // 57: sluice.controller.v1.DescribeAclsResponse
+	(*DeleteAclsRequest)(nil),                    // 58: sluice.controller.v1.DeleteAclsRequest
+	(*DeleteAclsResponse)(nil),                   // 59: sluice.controller.v1.DeleteAclsResponse
+	(*ScramCredential)(nil),                      // 60: sluice.controller.v1.ScramCredential
+	(*UserScramCredentials)(nil),                 // 61: sluice.controller.v1.UserScramCredentials
+	(*ScramCredentialUpsertion)(nil),             // 62: sluice.controller.v1.ScramCredentialUpsertion
+	(*ScramCredentialDeletion)(nil),              // 63: sluice.controller.v1.ScramCredentialDeletion
+	(*AlterUserScramCredentialsRequest)(nil),     // 64: sluice.controller.v1.AlterUserScramCredentialsRequest
+	(*AlterUserScramCredentialsResult)(nil),      // 65: sluice.controller.v1.AlterUserScramCredentialsResult
+	(*AlterUserScramCredentialsResponse)(nil),    // 66: sluice.controller.v1.AlterUserScramCredentialsResponse
+	(*DescribeUserScramCredentialsRequest)(nil),  // 67: sluice.controller.v1.DescribeUserScramCredentialsRequest
+	(*ScramCredentialInfo)(nil),                  // 68: sluice.controller.v1.ScramCredentialInfo
+	(*DescribeUserScramCredentialsResult)(nil),   // 69: sluice.controller.v1.DescribeUserScramCredentialsResult
+	(*DescribeUserScramCredentialsResponse)(nil), // 70: sluice.controller.v1.DescribeUserScramCredentialsResponse
+	(*QuotaEntityComponent)(nil),                 // 71: sluice.controller.v1.QuotaEntityComponent
+	(*ClientQuotaEntry)(nil),                     // 72: sluice.controller.v1.ClientQuotaEntry
+	(*ClientQuotaOp)(nil),                        // 73: sluice.controller.v1.ClientQuotaOp
+	(*ClientQuotaAlteration)(nil),                // 74: sluice.controller.v1.ClientQuotaAlteration
+	(*AlterClientQuotasRequest)(nil),             // 75: sluice.controller.v1.AlterClientQuotasRequest
+	(*AlterClientQuotasResult)(nil),              // 76: sluice.controller.v1.AlterClientQuotasResult
+	(*AlterClientQuotasResponse)(nil),            // 77: sluice.controller.v1.AlterClientQuotasResponse
+	(*QuotaFilterComponent)(nil),                 // 78: sluice.controller.v1.QuotaFilterComponent
+	(*DescribeClientQuotasRequest)(nil),          // 79: sluice.controller.v1.DescribeClientQuotasRequest
+	(*DescribeClientQuotasResponse)(nil),         // 80: sluice.controller.v1.DescribeClientQuotasResponse
+	(*QuotaSet)(nil),                             // 81: sluice.controller.v1.QuotaSet
+	(*RegisterBrokerRequest)(nil),                // 82: sluice.controller.v1.RegisterBrokerRequest
+	(*RegisterBrokerResponse)(nil),               // 83: sluice.controller.v1.RegisterBrokerResponse
+	(*BrokerHeartbeatRequest)(nil),               // 84: sluice.controller.v1.BrokerHeartbeatRequest
+	(*BrokerHeartbeatResponse)(nil),              // 85: sluice.controller.v1.BrokerHeartbeatResponse
+	(*ControlledShutdownRequest)(nil),            // 86: sluice.controller.v1.ControlledShutdownRequest
+	(*ControlledShutdownResponse)(nil),           // 87: sluice.controller.v1.ControlledShutdownResponse
+	(*TopicMetadata)(nil),                        // 88: sluice.controller.v1.TopicMetadata
+	(*MetadataSnapshot)(nil),                     // 89: sluice.controller.v1.MetadataSnapshot
+	(*AclSet)(nil),                               // 90: sluice.controller.v1.AclSet
+	(*ClusterConfigs)(nil),                       // 91: sluice.controller.v1.ClusterConfigs
+	(*MetadataDelta)(nil),                        // 92: sluice.controller.v1.MetadataDelta
+	(*WatchMetadataRequest)(nil),                 // 93: sluice.controller.v1.WatchMetadataRequest
+	(*WatchMetadataResponse)(nil),                // 94: sluice.controller.v1.WatchMetadataResponse
+	(*PartitionChange)(nil),                      // 95: sluice.controller.v1.PartitionChange
+	(*AlterPartitionRequest)(nil),                // 96: sluice.controller.v1.AlterPartitionRequest
+	(*AlterPartitionResult)(nil),                 // 97: sluice.controller.v1.AlterPartitionResult
+	(*AlterPartitionResponse)(nil),               // 98: sluice.controller.v1.AlterPartitionResponse
+	(*AllocateProducerIdsRequest)(nil),           // 99: sluice.controller.v1.AllocateProducerIdsRequest
+	(*AllocateProducerIdsResponse)(nil),          // 100: sluice.controller.v1.AllocateProducerIdsResponse
+	nil,                                          // 101: sluice.controller.v1.TopicSpec.ConfigsEntry
+	nil,                                          // 102: sluice.controller.v1.CreateTopicResult.ConfigsEntry
+	nil,                                          // 103: sluice.controller.v1.TopicDescription.ConfigsEntry
+	nil,                                          // 104: sluice.controller.v1.OngoingReassignment.LagBytesEntry
+	nil,                                          // 105: sluice.controller.v1.ClientQuotaEntry.ValuesEntry
+	nil,                                          // 106: sluice.controller.v1.TopicMetadata.ConfigsEntry
+	nil,                                          // 107: sluice.controller.v1.ClusterConfigs.ConfigsEntry
+	(*v1.Error)(nil),                             // 108: sluice.errordetails.v1.Error
+	(*v11.PartitionState)(nil),                   // 109: sluice.common.v1.PartitionState
+	(*v11.Broker)(nil),                           // 110: sluice.common.v1.Broker
+	(*v11.TopicPartition)(nil),                   // 111: sluice.common.v1.TopicPartition
+	(*v11.Endpoint)(nil),                         // 112: sluice.common.v1.Endpoint
+	(v11.BrokerState)(0),                         // 113: sluice.common.v1.BrokerState
 }
 var file_sluice_controller_v1_messages_proto_depIdxs = []int32{
-	11,  // 0: sluice.controller.v1.TopicSpec.assignments:type_name -> sluice.controller.v1.ReplicaAssignment
-	89,  // 1: sluice.controller.v1.TopicSpec.configs:type_name -> sluice.controller.v1.TopicSpec.ConfigsEntry
-	10,  // 2: sluice.controller.v1.CreateTopicsRequest.topics:type_name -> sluice.controller.v1.TopicSpec
-	95,  // 3: sluice.controller.v1.CreateTopicResult.error:type_name -> sluice.errordetails.v1.Error
-	90,  // 4: sluice.controller.v1.CreateTopicResult.configs:type_name -> sluice.controller.v1.CreateTopicResult.ConfigsEntry
-	13,  // 5: sluice.controller.v1.CreateTopicsResponse.results:type_name -> sluice.controller.v1.CreateTopicResult
-	95,  // 6: sluice.controller.v1.DeleteTopicResult.error:type_name -> sluice.errordetails.v1.Error
-	16,  // 7: sluice.controller.v1.DeleteTopicsResponse.results:type_name -> sluice.controller.v1.DeleteTopicResult
-	19,  // 8: sluice.controller.v1.ListTopicsResponse.topics:type_name -> sluice.controller.v1.TopicListing
-	95,  // 9: sluice.controller.v1.TopicDescription.error:type_name -> sluice.errordetails.v1.Error
-	96,  // 10: sluice.controller.v1.TopicDescription.partitions:type_name -> sluice.common.v1.PartitionState
-	91,  // 11: sluice.controller.v1.TopicDescription.configs:type_name -> sluice.controller.v1.TopicDescription.ConfigsEntry
-	22,  // 12: sluice.controller.v1.DescribeTopicsResponse.topics:type_name -> sluice.controller.v1.TopicDescription
-	11,  // 13: sluice.controller.v1.PartitionIncrease.assignments:type_name -> sluice.controller.v1.ReplicaAssignment
-	24,  // 14: sluice.controller.v1.CreatePartitionsRequest.topics:type_name -> sluice.controller.v1.PartitionIncrease
-	95,  // 15: sluice.controller.v1.CreatePartitionsResult.error:type_name -> sluice.errordetails.v1.Error
-	26,  // 16: sluice.controller.v1.CreatePartitionsResponse.results:type_name -> sluice.controller.v1.CreatePartitionsResult
+	12,  // 0: sluice.controller.v1.TopicSpec.assignments:type_name -> sluice.controller.v1.ReplicaAssignment
+	101, // 1: sluice.controller.v1.TopicSpec.configs:type_name -> sluice.controller.v1.TopicSpec.ConfigsEntry
+	11,  // 2: sluice.controller.v1.CreateTopicsRequest.topics:type_name -> sluice.controller.v1.TopicSpec
+	108, // 3: sluice.controller.v1.CreateTopicResult.error:type_name -> sluice.errordetails.v1.Error
+	102, // 4: sluice.controller.v1.CreateTopicResult.configs:type_name -> sluice.controller.v1.CreateTopicResult.ConfigsEntry
+	14,  // 5: sluice.controller.v1.CreateTopicsResponse.results:type_name -> sluice.controller.v1.CreateTopicResult
+	108, // 6: sluice.controller.v1.DeleteTopicResult.error:type_name -> sluice.errordetails.v1.Error
+	17,  // 7: sluice.controller.v1.DeleteTopicsResponse.results:type_name -> sluice.controller.v1.DeleteTopicResult
+	20,  // 8: sluice.controller.v1.ListTopicsResponse.topics:type_name -> sluice.controller.v1.TopicListing
+	108, // 9: sluice.controller.v1.TopicDescription.error:type_name -> sluice.errordetails.v1.Error
+	109, // 10: sluice.controller.v1.TopicDescription.partitions:type_name -> sluice.common.v1.PartitionState
+	103, // 11: sluice.controller.v1.TopicDescription.configs:type_name -> sluice.controller.v1.TopicDescription.ConfigsEntry
+	23,  // 12: sluice.controller.v1.DescribeTopicsResponse.topics:type_name -> sluice.controller.v1.TopicDescription
+	12,  // 13: sluice.controller.v1.PartitionIncrease.assignments:type_name -> sluice.controller.v1.ReplicaAssignment
+	25,  // 14: sluice.controller.v1.CreatePartitionsRequest.topics:type_name -> sluice.controller.v1.PartitionIncrease
+	108, // 15: sluice.controller.v1.CreatePartitionsResult.error:type_name -> sluice.errordetails.v1.Error
+	27,  // 16: sluice.controller.v1.CreatePartitionsResponse.results:type_name -> sluice.controller.v1.CreatePartitionsResult
 	0,   // 17: sluice.controller.v1.ConfigResource.type:type_name -> sluice.controller.v1.ResourceType
 	1,   // 18: sluice.controller.v1.ConfigEntry.source:type_name -> sluice.controller.v1.ConfigSource
-	28,  // 19: sluice.controller.v1.DescribeConfigsRequest.resources:type_name -> sluice.controller.v1.ConfigResource
-	28,  // 20: sluice.controller.v1.ConfigResourceResult.resource:type_name -> sluice.controller.v1.ConfigResource
-	95,  // 21: sluice.controller.v1.ConfigResourceResult.error:type_name -> sluice.errordetails.v1.Error
-	29,  // 22: sluice.controller.v1.ConfigResourceResult.entries:type_name -> sluice.controller.v1.ConfigEntry
-	31,  // 23: sluice.controller.v1.DescribeConfigsResponse.results:type_name -> sluice.controller.v1.ConfigResourceResult
+	29,  // 19: sluice.controller.v1.DescribeConfigsRequest.resources:type_name -> sluice.controller.v1.ConfigResource
+	29,  // 20: sluice.controller.v1.ConfigResourceResult.resource:type_name -> sluice.controller.v1.ConfigResource
+	108, // 21: sluice.controller.v1.ConfigResourceResult.error:type_name -> sluice.errordetails.v1.Error
+	30,  // 22: sluice.controller.v1.ConfigResourceResult.entries:type_name -> sluice.controller.v1.ConfigEntry
+	32,  // 23: sluice.controller.v1.DescribeConfigsResponse.results:type_name -> sluice.controller.v1.ConfigResourceResult
 	2,   // 24: sluice.controller.v1.AlterConfigOp.op:type_name -> sluice.controller.v1.AlterConfigOpType
-	28,  // 25: sluice.controller.v1.AlterConfigsResource.resource:type_name -> sluice.controller.v1.ConfigResource
-	33,  // 26: sluice.controller.v1.AlterConfigsResource.ops:type_name -> sluice.controller.v1.AlterConfigOp
-	34,  // 27: sluice.controller.v1.AlterConfigsRequest.resources:type_name -> sluice.controller.v1.AlterConfigsResource
-	28,  // 28: sluice.controller.v1.AlterConfigsResult.resource:type_name -> sluice.controller.v1.ConfigResource
-	95,  // 29: sluice.controller.v1.AlterConfigsResult.error:type_name -> sluice.errordetails.v1.Error
-	36,  // 30: sluice.controller.v1.AlterConfigsResponse.results:type_name -> sluice.controller.v1.AlterConfigsResult
+	29,  // 25: sluice.controller.v1.AlterConfigsResource.resource:type_name -> sluice.controller.v1.ConfigResource
+	34,  // 26: sluice.controller.v1.AlterConfigsResource.ops:type_name -> sluice.controller.v1.AlterConfigOp
+	35,  // 27: sluice.controller.v1.AlterConfigsRequest.resources:type_name -> sluice.controller.v1.AlterConfigsResource
+	29,  // 28: sluice.controller.v1.AlterConfigsResult.resource:type_name -> sluice.controller.v1.ConfigResource
+	108, // 29: sluice.controller.v1.AlterConfigsResult.error:type_name -> sluice.errordetails.v1.Error
+	37,  // 30: sluice.controller.v1.AlterConfigsResponse.results:type_name -> sluice.controller.v1.AlterConfigsResult
 	3,   // 31: sluice.controller.v1.ControllerMember.state:type_name -> sluice.controller.v1.ControllerState
 	4,   // 32: sluice.controller.v1.ControllerMember.etcd_role:type_name -> sluice.controller.v1.EtcdRole
-	39,  // 33: sluice.controller.v1.DescribeClusterResponse.controllers:type_name -> sluice.controller.v1.ControllerMember
-	97,  // 34: sluice.controller.v1.DescribeClusterResponse.brokers:type_name -> sluice.common.v1.Broker
-	40,  // 35: sluice.controller.v1.DescribeClusterResponse.quorum:type_name -> sluice.controller.v1.QuorumStatus
+	40,  // 33: sluice.controller.v1.DescribeClusterResponse.controllers:type_name -> sluice.controller.v1.ControllerMember
+	110, // 34: sluice.controller.v1.DescribeClusterResponse.brokers:type_name -> sluice.common.v1.Broker
+	41,  // 35: sluice.controller.v1.DescribeClusterResponse.quorum:type_name -> sluice.controller.v1.QuorumStatus
 	5,   // 36: sluice.controller.v1.ElectLeadersRequest.election_type:type_name -> sluice.controller.v1.ElectionType
-	98,  // 37: sluice.controller.v1.ElectLeadersRequest.partitions:type_name -> sluice.common.v1.TopicPartition
-	98,  // 38: sluice.controller.v1.ElectLeadersResult.partition:type_name -> sluice.common.v1.TopicPartition
-	95,  // 39: sluice.controller.v1.ElectLeadersResult.error:type_name -> sluice.errordetails.v1.Error
-	96,  // 40: sluice.controller.v1.ElectLeadersResult.state:type_name -> sluice.common.v1.PartitionState
-	43,  // 41: sluice.controller.v1.ElectLeadersResponse.results:type_name -> sluice.controller.v1.ElectLeadersResult
-	98,  // 42: sluice.controller.v1.PartitionReassignment.partition:type_name -> sluice.common.v1.TopicPartition
-	45,  // 43: sluice.controller.v1.AlterPartitionReassignmentsRequest.reassignments:type_name -> sluice.controller.v1.PartitionReassignment
-	98,  // 44: sluice.controller.v1.ReassignmentResult.partition:type_name -> sluice.common.v1.TopicPartition
-	95,  // 45: sluice.controller.v1.ReassignmentResult.error:type_name -> sluice.errordetails.v1.Error
-	47,  // 46: sluice.controller.v1.AlterPartitionReassignmentsResponse.results:type_name -> sluice.controller.v1.ReassignmentResult
-	98,  // 47: sluice.controller.v1.OngoingReassignment.partition:type_name -> sluice.common.v1.TopicPartition
-	92,  // 48: sluice.controller.v1.OngoingReassignment.lag_bytes:type_name -> sluice.controller.v1.OngoingReassignment.LagBytesEntry
-	50,  // 49: sluice.controller.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> sluice.controller.v1.OngoingReassignment
+	111, // 37: sluice.controller.v1.ElectLeadersRequest.partitions:type_name -> sluice.common.v1.TopicPartition
+	111, // 38: sluice.controller.v1.ElectLeadersResult.partition:type_name -> sluice.common.v1.TopicPartition
+	108, // 39: sluice.controller.v1.ElectLeadersResult.error:type_name -> sluice.errordetails.v1.Error
+	109, // 40: sluice.controller.v1.ElectLeadersResult.state:type_name -> sluice.common.v1.PartitionState
+	44,  // 41: sluice.controller.v1.ElectLeadersResponse.results:type_name -> sluice.controller.v1.ElectLeadersResult
+	111, // 42: sluice.controller.v1.PartitionReassignment.partition:type_name -> sluice.common.v1.TopicPartition
+	46,  // 43: sluice.controller.v1.AlterPartitionReassignmentsRequest.reassignments:type_name -> sluice.controller.v1.PartitionReassignment
+	111, // 44: sluice.controller.v1.ReassignmentResult.partition:type_name -> sluice.common.v1.TopicPartition
+	108, // 45: sluice.controller.v1.ReassignmentResult.error:type_name -> sluice.errordetails.v1.Error
+	48,  // 46: sluice.controller.v1.AlterPartitionReassignmentsResponse.results:type_name -> sluice.controller.v1.ReassignmentResult
+	111, // 47: sluice.controller.v1.OngoingReassignment.partition:type_name -> sluice.common.v1.TopicPartition
+	104, // 48: sluice.controller.v1.OngoingReassignment.lag_bytes:type_name -> sluice.controller.v1.OngoingReassignment.LagBytesEntry
+	51,  // 49: sluice.controller.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> sluice.controller.v1.OngoingReassignment
 	0,   // 50: sluice.controller.v1.AclBinding.resource_type:type_name -> sluice.controller.v1.ResourceType
 	8,   // 51: sluice.controller.v1.AclBinding.pattern_type:type_name -> sluice.controller.v1.PatternType
 	6,   // 52: sluice.controller.v1.AclBinding.operation:type_name -> sluice.controller.v1.AclOperation
 	7,   // 53: sluice.controller.v1.AclBinding.permission:type_name -> sluice.controller.v1.AclPermission
-	52,  // 54: sluice.controller.v1.CreateAclsRequest.bindings:type_name -> sluice.controller.v1.AclBinding
-	95,  // 55: sluice.controller.v1.CreateAclsResponse.errors:type_name -> sluice.errordetails.v1.Error
-	52,  // 56: sluice.controller.v1.DescribeAclsRequest.filter:type_name -> sluice.controller.v1.AclBinding
-	52,  // 57: sluice.controller.v1.DescribeAclsResponse.bindings:type_name -> sluice.controller.v1.AclBinding
-	52,  // 58: sluice.controller.v1.DeleteAclsRequest.filters:type_name -> sluice.controller.v1.AclBinding
-	52,  // 59: sluice.controller.v1.DeleteAclsResponse.deleted:type_name -> sluice.controller.v1.AclBinding
+	53,  // 54: sluice.controller.v1.CreateAclsRequest.bindings:type_name -> sluice.controller.v1.AclBinding
+	108, // 55: sluice.controller.v1.CreateAclsResponse.errors:type_name -> sluice.errordetails.v1.Error
+	53,  // 56: sluice.controller.v1.DescribeAclsRequest.filter:type_name -> sluice.controller.v1.AclBinding
+	53,  // 57: sluice.controller.v1.DescribeAclsResponse.bindings:type_name -> sluice.controller.v1.AclBinding
+	53,  // 58: sluice.controller.v1.DeleteAclsRequest.filters:type_name -> sluice.controller.v1.AclBinding
+	53,  // 59: sluice.controller.v1.DeleteAclsResponse.deleted:type_name -> sluice.controller.v1.AclBinding
 	9,   // 60: sluice.controller.v1.ScramCredential.mechanism:type_name -> sluice.controller.v1.ScramMechanism
-	59,  // 61: sluice.controller.v1.UserScramCredentials.credentials:type_name -> sluice.controller.v1.ScramCredential
+	60,  // 61: sluice.controller.v1.UserScramCredentials.credentials:type_name -> sluice.controller.v1.ScramCredential
 	9,   // 62: sluice.controller.v1.ScramCredentialUpsertion.mechanism:type_name -> sluice.controller.v1.ScramMechanism
 	9,   // 63: sluice.controller.v1.ScramCredentialDeletion.mechanism:type_name -> sluice.controller.v1.ScramMechanism
-	62,  // 64: sluice.controller.v1.AlterUserScramCredentialsRequest.deletions:type_name -> sluice.controller.v1.ScramCredentialDeletion
-	61,  // 65: sluice.controller.v1.AlterUserScramCredentialsRequest.upsertions:type_name -> sluice.controller.v1.ScramCredentialUpsertion
-	95,  // 66: sluice.controller.v1.AlterUserScramCredentialsResult.error:type_name -> sluice.errordetails.v1.Error
-	64,  // 67: sluice.controller.v1.AlterUserScramCredentialsResponse.results:type_name -> sluice.controller.v1.AlterUserScramCredentialsResult
+	63,  // 64: sluice.controller.v1.AlterUserScramCredentialsRequest.deletions:type_name -> sluice.controller.v1.ScramCredentialDeletion
+	62,  // 65: sluice.controller.v1.AlterUserScramCredentialsRequest.upsertions:type_name -> sluice.controller.v1.ScramCredentialUpsertion
+	108, // 66: sluice.controller.v1.AlterUserScramCredentialsResult.error:type_name -> sluice.errordetails.v1.Error
+	65,  // 67: sluice.controller.v1.AlterUserScramCredentialsResponse.results:type_name -> sluice.controller.v1.AlterUserScramCredentialsResult
 	9,   // 68: sluice.controller.v1.ScramCredentialInfo.mechanism:type_name -> sluice.controller.v1.ScramMechanism
-	95,  // 69: sluice.controller.v1.DescribeUserScramCredentialsResult.error:type_name -> sluice.errordetails.v1.Error
-	67,  // 70: sluice.controller.v1.DescribeUserScramCredentialsResult.credentials:type_name -> sluice.controller.v1.ScramCredentialInfo
-	68,  // 71: sluice.controller.v1.DescribeUserScramCredentialsResponse.results:type_name -> sluice.controller.v1.DescribeUserScramCredentialsResult
-	99,  // 72: sluice.controller.v1.RegisterBrokerRequest.endpoints:type_name -> sluice.common.v1.Endpoint
-	95,  // 73: sluice.controller.v1.BrokerHeartbeatResponse.error:type_name -> sluice.errordetails.v1.Error
-	100, // 74: sluice.controller.v1.BrokerHeartbeatResponse.state:type_name -> sluice.common.v1.BrokerState
-	95,  // 75: sluice.controller.v1.ControlledShutdownResponse.error:type_name -> sluice.errordetails.v1.Error
-	96,  // 76: sluice.controller.v1.TopicMetadata.partitions:type_name -> sluice.common.v1.PartitionState
-	93,  // 77: sluice.controller.v1.TopicMetadata.configs:type_name -> sluice.controller.v1.TopicMetadata.ConfigsEntry
-	97,  // 78: sluice.controller.v1.MetadataSnapshot.brokers:type_name -> sluice.common.v1.Broker
-	76,  // 79: sluice.controller.v1.MetadataSnapshot.topics:type_name -> sluice.controller.v1.TopicMetadata
-	39,  // 80: sluice.controller.v1.MetadataSnapshot.controllers:type_name -> sluice.controller.v1.ControllerMember
-	79,  // 81: sluice.controller.v1.MetadataSnapshot.cluster_configs:type_name -> sluice.controller.v1.ClusterConfigs
-	60,  // 82: sluice.controller.v1.MetadataSnapshot.scram_users:type_name -> sluice.controller.v1.UserScramCredentials
-	78,  // 83: sluice.controller.v1.MetadataSnapshot.acls:type_name -> sluice.controller.v1.AclSet
-	52,  // 84: sluice.controller.v1.AclSet.bindings:type_name -> sluice.controller.v1.AclBinding
-	94,  // 85: sluice.controller.v1.ClusterConfigs.configs:type_name -> sluice.controller.v1.ClusterConfigs.ConfigsEntry
-	76,  // 86: sluice.controller.v1.MetadataDelta.upserted_topics:type_name -> sluice.controller.v1.TopicMetadata
-	97,  // 87: sluice.controller.v1.MetadataDelta.upserted_brokers:type_name -> sluice.common.v1.Broker
-	39,  // 88: sluice.controller.v1.MetadataDelta.controllers:type_name -> sluice.controller.v1.ControllerMember
-	79,  // 89: sluice.controller.v1.MetadataDelta.cluster_configs:type_name -> sluice.controller.v1.ClusterConfigs
-	60,  // 90: sluice.controller.v1.MetadataDelta.upserted_scram_users:type_name -> sluice.controller.v1.UserScramCredentials
-	78,  // 91: sluice.controller.v1.MetadataDelta.acls:type_name -> sluice.controller.v1.AclSet
-	77,  // 92: sluice.controller.v1.WatchMetadataResponse.snapshot:type_name -> sluice.controller.v1.MetadataSnapshot
-	80,  // 93: sluice.controller.v1.WatchMetadataResponse.delta:type_name -> sluice.controller.v1.MetadataDelta
-	83,  // 94: sluice.controller.v1.AlterPartitionRequest.changes:type_name -> sluice.controller.v1.PartitionChange
-	95,  // 95: sluice.controller.v1.AlterPartitionResult.error:type_name -> sluice.errordetails.v1.Error
-	96,  // 96: sluice.controller.v1.AlterPartitionResult.state:type_name -> sluice.common.v1.PartitionState
-	85,  // 97: sluice.controller.v1.AlterPartitionResponse.results:type_name -> sluice.controller.v1.AlterPartitionResult
-	95,  // 98: sluice.controller.v1.AllocateProducerIdsResponse.error:type_name -> sluice.errordetails.v1.Error
-	99,  // [99:99] is the sub-list for method output_type
-	99,  // [99:99] is the sub-list for method input_type
-	99,  // [99:99] is the sub-list for extension type_name
-	99,  // [99:99] is the sub-list for extension extendee
-	0,   // [0:99] is the sub-list for field type_name
+	108, // 69: sluice.controller.v1.DescribeUserScramCredentialsResult.error:type_name -> sluice.errordetails.v1.Error
+	68,  // 70: sluice.controller.v1.DescribeUserScramCredentialsResult.credentials:type_name -> sluice.controller.v1.ScramCredentialInfo
+	69,  // 71: sluice.controller.v1.DescribeUserScramCredentialsResponse.results:type_name -> sluice.controller.v1.DescribeUserScramCredentialsResult
+	71,  // 72: sluice.controller.v1.ClientQuotaEntry.entity:type_name -> sluice.controller.v1.QuotaEntityComponent
+	105, // 73: sluice.controller.v1.ClientQuotaEntry.values:type_name -> sluice.controller.v1.ClientQuotaEntry.ValuesEntry
+	71,  // 74: sluice.controller.v1.ClientQuotaAlteration.entity:type_name -> sluice.controller.v1.QuotaEntityComponent
+	73,  // 75: sluice.controller.v1.ClientQuotaAlteration.ops:type_name -> sluice.controller.v1.ClientQuotaOp
+	74,  // 76: sluice.controller.v1.AlterClientQuotasRequest.entries:type_name -> sluice.controller.v1.ClientQuotaAlteration
+	71,  // 77: sluice.controller.v1.AlterClientQuotasResult.entity:type_name -> sluice.controller.v1.QuotaEntityComponent
+	108, // 78: sluice.controller.v1.AlterClientQuotasResult.error:type_name -> sluice.errordetails.v1.Error
+	76,  // 79: sluice.controller.v1.AlterClientQuotasResponse.results:type_name -> sluice.controller.v1.AlterClientQuotasResult
+	10,  // 80: sluice.controller.v1.QuotaFilterComponent.match_type:type_name -> sluice.controller.v1.QuotaMatchType
+	78,  // 81: sluice.controller.v1.DescribeClientQuotasRequest.components:type_name -> sluice.controller.v1.QuotaFilterComponent
+	72,  // 82: sluice.controller.v1.DescribeClientQuotasResponse.entries:type_name -> sluice.controller.v1.ClientQuotaEntry
+	72,  // 83: sluice.controller.v1.QuotaSet.entries:type_name -> sluice.controller.v1.ClientQuotaEntry
+	112, // 84: sluice.controller.v1.RegisterBrokerRequest.endpoints:type_name -> sluice.common.v1.Endpoint
+	108, // 85: sluice.controller.v1.BrokerHeartbeatResponse.error:type_name -> sluice.errordetails.v1.Error
+	113, // 86: sluice.controller.v1.BrokerHeartbeatResponse.state:type_name -> sluice.common.v1.BrokerState
+	108, // 87: sluice.controller.v1.ControlledShutdownResponse.error:type_name -> sluice.errordetails.v1.Error
+	109, // 88: sluice.controller.v1.TopicMetadata.partitions:type_name -> sluice.common.v1.PartitionState
+	106, // 89: sluice.controller.v1.TopicMetadata.configs:type_name -> sluice.controller.v1.TopicMetadata.ConfigsEntry
+	110, // 90: sluice.controller.v1.MetadataSnapshot.brokers:type_name -> sluice.common.v1.Broker
+	88,  // 91: sluice.controller.v1.MetadataSnapshot.topics:type_name -> sluice.controller.v1.TopicMetadata
+	40,  // 92: sluice.controller.v1.MetadataSnapshot.controllers:type_name -> sluice.controller.v1.ControllerMember
+	91,  // 93: sluice.controller.v1.MetadataSnapshot.cluster_configs:type_name -> sluice.controller.v1.ClusterConfigs
+	61,  // 94: sluice.controller.v1.MetadataSnapshot.scram_users:type_name -> sluice.controller.v1.UserScramCredentials
+	90,  // 95: sluice.controller.v1.MetadataSnapshot.acls:type_name -> sluice.controller.v1.AclSet
+	81,  // 96: sluice.controller.v1.MetadataSnapshot.quotas:type_name -> sluice.controller.v1.QuotaSet
+	53,  // 97: sluice.controller.v1.AclSet.bindings:type_name -> sluice.controller.v1.AclBinding
+	107, // 98: sluice.controller.v1.ClusterConfigs.configs:type_name -> sluice.controller.v1.ClusterConfigs.ConfigsEntry
+	88,  // 99: sluice.controller.v1.MetadataDelta.upserted_topics:type_name -> sluice.controller.v1.TopicMetadata
+	110, // 100: sluice.controller.v1.MetadataDelta.upserted_brokers:type_name -> sluice.common.v1.Broker
+	40,  // 101: sluice.controller.v1.MetadataDelta.controllers:type_name -> sluice.controller.v1.ControllerMember
+	91,  // 102: sluice.controller.v1.MetadataDelta.cluster_configs:type_name -> sluice.controller.v1.ClusterConfigs
+	61,  // 103: sluice.controller.v1.MetadataDelta.upserted_scram_users:type_name -> sluice.controller.v1.UserScramCredentials
+	90,  // 104: sluice.controller.v1.MetadataDelta.acls:type_name -> sluice.controller.v1.AclSet
+	81,  // 105: sluice.controller.v1.MetadataDelta.quotas:type_name -> sluice.controller.v1.QuotaSet
+	89,  // 106: sluice.controller.v1.WatchMetadataResponse.snapshot:type_name -> sluice.controller.v1.MetadataSnapshot
+	92,  // 107: sluice.controller.v1.WatchMetadataResponse.delta:type_name -> sluice.controller.v1.MetadataDelta
+	95,  // 108: sluice.controller.v1.AlterPartitionRequest.changes:type_name -> sluice.controller.v1.PartitionChange
+	108, // 109: sluice.controller.v1.AlterPartitionResult.error:type_name -> sluice.errordetails.v1.Error
+	109, // 110: sluice.controller.v1.AlterPartitionResult.state:type_name -> sluice.common.v1.PartitionState
+	97,  // 111: sluice.controller.v1.AlterPartitionResponse.results:type_name -> sluice.controller.v1.AlterPartitionResult
+	108, // 112: sluice.controller.v1.AllocateProducerIdsResponse.error:type_name -> sluice.errordetails.v1.Error
+	113, // [113:113] is the sub-list for method output_type
+	113, // [113:113] is the sub-list for method input_type
+	113, // [113:113] is the sub-list for extension type_name
+	113, // [113:113] is the sub-list for extension extendee
+	0,   // [0:113] is the sub-list for field type_name
 }
 
 func init() { file_sluice_controller_v1_messages_proto_init() }
@@ -6217,8 +6985,8 @@ func file_sluice_controller_v1_messages_proto_init() {
 	}
 	file_sluice_controller_v1_messages_proto_msgTypes[0].OneofWrappers = []any{}
 	file_sluice_controller_v1_messages_proto_msgTypes[19].OneofWrappers = []any{}
-	file_sluice_controller_v1_messages_proto_msgTypes[70].OneofWrappers = []any{}
-	file_sluice_controller_v1_messages_proto_msgTypes[72].OneofWrappers = []any{
+	file_sluice_controller_v1_messages_proto_msgTypes[81].OneofWrappers = []any{}
+	file_sluice_controller_v1_messages_proto_msgTypes[83].OneofWrappers = []any{
 		(*WatchMetadataResponse_Snapshot)(nil),
 		(*WatchMetadataResponse_Delta)(nil),
 	}
@@ -6227,8 +6995,8 @@ func file_sluice_controller_v1_messages_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_controller_v1_messages_proto_rawDesc), len(file_sluice_controller_v1_messages_proto_rawDesc)),
-			NumEnums:      10,
-			NumMessages:   85,
+			NumEnums:      11,
+			NumMessages:   97,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -28,7 +28,7 @@ var File_sluice_controller_v1_service_proto protoreflect.FileDescriptor
 
 const file_sluice_controller_v1_service_proto_rawDesc = "" +
 	"\n" +
-	"\"sluice/controller/v1/service.proto\x12\x14sluice.controller.v1\x1a#sluice/controller/v1/messages.proto2\xf6\x13\n" +
+	"\"sluice/controller/v1/service.proto\x12\x14sluice.controller.v1\x1a#sluice/controller/v1/messages.proto2\xeb\x15\n" +
 	"\x11ControllerService\x12e\n" +
 	"\fCreateTopics\x12).sluice.controller.v1.CreateTopicsRequest\x1a*.sluice.controller.v1.CreateTopicsResponse\x12e\n" +
 	"\fDeleteTopics\x12).sluice.controller.v1.DeleteTopicsRequest\x1a*.sluice.controller.v1.DeleteTopicsResponse\x12_\n" +
@@ -48,7 +48,9 @@ const file_sluice_controller_v1_service_proto_rawDesc = "" +
 	"\n" +
 	"DeleteAcls\x12'.sluice.controller.v1.DeleteAclsRequest\x1a(.sluice.controller.v1.DeleteAclsResponse\x12\x8c\x01\n" +
 	"\x19AlterUserScramCredentials\x126.sluice.controller.v1.AlterUserScramCredentialsRequest\x1a7.sluice.controller.v1.AlterUserScramCredentialsResponse\x12\x95\x01\n" +
-	"\x1cDescribeUserScramCredentials\x129.sluice.controller.v1.DescribeUserScramCredentialsRequest\x1a:.sluice.controller.v1.DescribeUserScramCredentialsResponse\x12k\n" +
+	"\x1cDescribeUserScramCredentials\x129.sluice.controller.v1.DescribeUserScramCredentialsRequest\x1a:.sluice.controller.v1.DescribeUserScramCredentialsResponse\x12t\n" +
+	"\x11AlterClientQuotas\x12..sluice.controller.v1.AlterClientQuotasRequest\x1a/.sluice.controller.v1.AlterClientQuotasResponse\x12}\n" +
+	"\x14DescribeClientQuotas\x121.sluice.controller.v1.DescribeClientQuotasRequest\x1a2.sluice.controller.v1.DescribeClientQuotasResponse\x12k\n" +
 	"\x0eRegisterBroker\x12+.sluice.controller.v1.RegisterBrokerRequest\x1a,.sluice.controller.v1.RegisterBrokerResponse\x12r\n" +
 	"\x0fBrokerHeartbeat\x12,.sluice.controller.v1.BrokerHeartbeatRequest\x1a-.sluice.controller.v1.BrokerHeartbeatResponse(\x010\x01\x12w\n" +
 	"\x12ControlledShutdown\x12/.sluice.controller.v1.ControlledShutdownRequest\x1a0.sluice.controller.v1.ControlledShutdownResponse\x12j\n" +
@@ -74,34 +76,38 @@ var file_sluice_controller_v1_service_proto_goTypes = []any{
 	(*DeleteAclsRequest)(nil),                    // 13: sluice.controller.v1.DeleteAclsRequest
 	(*AlterUserScramCredentialsRequest)(nil),     // 14: sluice.controller.v1.AlterUserScramCredentialsRequest
 	(*DescribeUserScramCredentialsRequest)(nil),  // 15: sluice.controller.v1.DescribeUserScramCredentialsRequest
-	(*RegisterBrokerRequest)(nil),                // 16: sluice.controller.v1.RegisterBrokerRequest
-	(*BrokerHeartbeatRequest)(nil),               // 17: sluice.controller.v1.BrokerHeartbeatRequest
-	(*ControlledShutdownRequest)(nil),            // 18: sluice.controller.v1.ControlledShutdownRequest
-	(*WatchMetadataRequest)(nil),                 // 19: sluice.controller.v1.WatchMetadataRequest
-	(*AlterPartitionRequest)(nil),                // 20: sluice.controller.v1.AlterPartitionRequest
-	(*AllocateProducerIdsRequest)(nil),           // 21: sluice.controller.v1.AllocateProducerIdsRequest
-	(*CreateTopicsResponse)(nil),                 // 22: sluice.controller.v1.CreateTopicsResponse
-	(*DeleteTopicsResponse)(nil),                 // 23: sluice.controller.v1.DeleteTopicsResponse
-	(*ListTopicsResponse)(nil),                   // 24: sluice.controller.v1.ListTopicsResponse
-	(*DescribeTopicsResponse)(nil),               // 25: sluice.controller.v1.DescribeTopicsResponse
-	(*CreatePartitionsResponse)(nil),             // 26: sluice.controller.v1.CreatePartitionsResponse
-	(*DescribeConfigsResponse)(nil),              // 27: sluice.controller.v1.DescribeConfigsResponse
-	(*AlterConfigsResponse)(nil),                 // 28: sluice.controller.v1.AlterConfigsResponse
-	(*DescribeClusterResponse)(nil),              // 29: sluice.controller.v1.DescribeClusterResponse
-	(*ElectLeadersResponse)(nil),                 // 30: sluice.controller.v1.ElectLeadersResponse
-	(*AlterPartitionReassignmentsResponse)(nil),  // 31: sluice.controller.v1.AlterPartitionReassignmentsResponse
-	(*ListPartitionReassignmentsResponse)(nil),   // 32: sluice.controller.v1.ListPartitionReassignmentsResponse
-	(*CreateAclsResponse)(nil),                   // 33: sluice.controller.v1.CreateAclsResponse
-	(*DescribeAclsResponse)(nil),                 // 34: sluice.controller.v1.DescribeAclsResponse
-	(*DeleteAclsResponse)(nil),                   // 35: sluice.controller.v1.DeleteAclsResponse
-	(*AlterUserScramCredentialsResponse)(nil),    // 36: sluice.controller.v1.AlterUserScramCredentialsResponse
-	(*DescribeUserScramCredentialsResponse)(nil), // 37: sluice.controller.v1.DescribeUserScramCredentialsResponse
-	(*RegisterBrokerResponse)(nil),               // 38: sluice.controller.v1.RegisterBrokerResponse
-	(*BrokerHeartbeatResponse)(nil),              // 39: sluice.controller.v1.BrokerHeartbeatResponse
-	(*ControlledShutdownResponse)(nil),           // 40: sluice.controller.v1.ControlledShutdownResponse
-	(*WatchMetadataResponse)(nil),                // 41: sluice.controller.v1.WatchMetadataResponse
-	(*AlterPartitionResponse)(nil),               // 42: sluice.controller.v1.AlterPartitionResponse
-	(*AllocateProducerIdsResponse)(nil),          // 43: sluice.controller.v1.AllocateProducerIdsResponse
+	(*AlterClientQuotasRequest)(nil),             // 16: sluice.controller.v1.AlterClientQuotasRequest
+	(*DescribeClientQuotasRequest)(nil),          // 17: sluice.controller.v1.DescribeClientQuotasRequest
+	(*RegisterBrokerRequest)(nil),                // 18: sluice.controller.v1.RegisterBrokerRequest
+	(*BrokerHeartbeatRequest)(nil),               // 19: sluice.controller.v1.BrokerHeartbeatRequest
+	(*ControlledShutdownRequest)(nil),            // 20: sluice.controller.v1.ControlledShutdownRequest
+	(*WatchMetadataRequest)(nil),                 // 21: sluice.controller.v1.WatchMetadataRequest
+	(*AlterPartitionRequest)(nil),                // 22: sluice.controller.v1.AlterPartitionRequest
+	(*AllocateProducerIdsRequest)(nil),           // 23: sluice.controller.v1.AllocateProducerIdsRequest
+	(*CreateTopicsResponse)(nil),                 // 24: sluice.controller.v1.CreateTopicsResponse
+	(*DeleteTopicsResponse)(nil),                 // 25: sluice.controller.v1.DeleteTopicsResponse
+	(*ListTopicsResponse)(nil),                   // 26: sluice.controller.v1.ListTopicsResponse
+	(*DescribeTopicsResponse)(nil),               // 27: sluice.controller.v1.DescribeTopicsResponse
+	(*CreatePartitionsResponse)(nil),             // 28: sluice.controller.v1.CreatePartitionsResponse
+	(*DescribeConfigsResponse)(nil),              // 29: sluice.controller.v1.DescribeConfigsResponse
+	(*AlterConfigsResponse)(nil),                 // 30: sluice.controller.v1.AlterConfigsResponse
+	(*DescribeClusterResponse)(nil),              // 31: sluice.controller.v1.DescribeClusterResponse
+	(*ElectLeadersResponse)(nil),                 // 32: sluice.controller.v1.ElectLeadersResponse
+	(*AlterPartitionReassignmentsResponse)(nil),  // 33: sluice.controller.v1.AlterPartitionReassignmentsResponse
+	(*ListPartitionReassignmentsResponse)(nil),   // 34: sluice.controller.v1.ListPartitionReassignmentsResponse
+	(*CreateAclsResponse)(nil),                   // 35: sluice.controller.v1.CreateAclsResponse
+	(*DescribeAclsResponse)(nil),                 // 36: sluice.controller.v1.DescribeAclsResponse
+	(*DeleteAclsResponse)(nil),                   // 37: sluice.controller.v1.DeleteAclsResponse
+	(*AlterUserScramCredentialsResponse)(nil),    // 38: sluice.controller.v1.AlterUserScramCredentialsResponse
+	(*DescribeUserScramCredentialsResponse)(nil), // 39: sluice.controller.v1.DescribeUserScramCredentialsResponse
+	(*AlterClientQuotasResponse)(nil),            // 40: sluice.controller.v1.AlterClientQuotasResponse
+	(*DescribeClientQuotasResponse)(nil),         // 41: sluice.controller.v1.DescribeClientQuotasResponse
+	(*RegisterBrokerResponse)(nil),               // 42: sluice.controller.v1.RegisterBrokerResponse
+	(*BrokerHeartbeatResponse)(nil),              // 43: sluice.controller.v1.BrokerHeartbeatResponse
+	(*ControlledShutdownResponse)(nil),           // 44: sluice.controller.v1.ControlledShutdownResponse
+	(*WatchMetadataResponse)(nil),                // 45: sluice.controller.v1.WatchMetadataResponse
+	(*AlterPartitionResponse)(nil),               // 46: sluice.controller.v1.AlterPartitionResponse
+	(*AllocateProducerIdsResponse)(nil),          // 47: sluice.controller.v1.AllocateProducerIdsResponse
 }
 var file_sluice_controller_v1_service_proto_depIdxs = []int32{
 	0,  // 0: sluice.controller.v1.ControllerService.CreateTopics:input_type -> sluice.controller.v1.CreateTopicsRequest
@@ -120,36 +126,40 @@ var file_sluice_controller_v1_service_proto_depIdxs = []int32{
 	13, // 13: sluice.controller.v1.ControllerService.DeleteAcls:input_type -> sluice.controller.v1.DeleteAclsRequest
 	14, // 14: sluice.controller.v1.ControllerService.AlterUserScramCredentials:input_type -> sluice.controller.v1.AlterUserScramCredentialsRequest
 	15, // 15: sluice.controller.v1.ControllerService.DescribeUserScramCredentials:input_type -> sluice.controller.v1.DescribeUserScramCredentialsRequest
-	16, // 16: sluice.controller.v1.ControllerService.RegisterBroker:input_type -> sluice.controller.v1.RegisterBrokerRequest
-	17, // 17: sluice.controller.v1.ControllerService.BrokerHeartbeat:input_type -> sluice.controller.v1.BrokerHeartbeatRequest
-	18, // 18: sluice.controller.v1.ControllerService.ControlledShutdown:input_type -> sluice.controller.v1.ControlledShutdownRequest
-	19, // 19: sluice.controller.v1.ControllerService.WatchMetadata:input_type -> sluice.controller.v1.WatchMetadataRequest
-	20, // 20: sluice.controller.v1.ControllerService.AlterPartition:input_type -> sluice.controller.v1.AlterPartitionRequest
-	21, // 21: sluice.controller.v1.ControllerService.AllocateProducerIds:input_type -> sluice.controller.v1.AllocateProducerIdsRequest
-	22, // 22: sluice.controller.v1.ControllerService.CreateTopics:output_type -> sluice.controller.v1.CreateTopicsResponse
-	23, // 23: sluice.controller.v1.ControllerService.DeleteTopics:output_type -> sluice.controller.v1.DeleteTopicsResponse
-	24, // 24: sluice.controller.v1.ControllerService.ListTopics:output_type -> sluice.controller.v1.ListTopicsResponse
-	25, // 25: sluice.controller.v1.ControllerService.DescribeTopics:output_type -> sluice.controller.v1.DescribeTopicsResponse
-	26, // 26: sluice.controller.v1.ControllerService.CreatePartitions:output_type -> sluice.controller.v1.CreatePartitionsResponse
-	27, // 27: sluice.controller.v1.ControllerService.DescribeConfigs:output_type -> sluice.controller.v1.DescribeConfigsResponse
-	28, // 28: sluice.controller.v1.ControllerService.AlterConfigs:output_type -> sluice.controller.v1.AlterConfigsResponse
-	29, // 29: sluice.controller.v1.ControllerService.DescribeCluster:output_type -> sluice.controller.v1.DescribeClusterResponse
-	30, // 30: sluice.controller.v1.ControllerService.ElectLeaders:output_type -> sluice.controller.v1.ElectLeadersResponse
-	31, // 31: sluice.controller.v1.ControllerService.AlterPartitionReassignments:output_type -> sluice.controller.v1.AlterPartitionReassignmentsResponse
-	32, // 32: sluice.controller.v1.ControllerService.ListPartitionReassignments:output_type -> sluice.controller.v1.ListPartitionReassignmentsResponse
-	33, // 33: sluice.controller.v1.ControllerService.CreateAcls:output_type -> sluice.controller.v1.CreateAclsResponse
-	34, // 34: sluice.controller.v1.ControllerService.DescribeAcls:output_type -> sluice.controller.v1.DescribeAclsResponse
-	35, // 35: sluice.controller.v1.ControllerService.DeleteAcls:output_type -> sluice.controller.v1.DeleteAclsResponse
-	36, // 36: sluice.controller.v1.ControllerService.AlterUserScramCredentials:output_type -> sluice.controller.v1.AlterUserScramCredentialsResponse
-	37, // 37: sluice.controller.v1.ControllerService.DescribeUserScramCredentials:output_type -> sluice.controller.v1.DescribeUserScramCredentialsResponse
-	38, // 38: sluice.controller.v1.ControllerService.RegisterBroker:output_type -> sluice.controller.v1.RegisterBrokerResponse
-	39, // 39: sluice.controller.v1.ControllerService.BrokerHeartbeat:output_type -> sluice.controller.v1.BrokerHeartbeatResponse
-	40, // 40: sluice.controller.v1.ControllerService.ControlledShutdown:output_type -> sluice.controller.v1.ControlledShutdownResponse
-	41, // 41: sluice.controller.v1.ControllerService.WatchMetadata:output_type -> sluice.controller.v1.WatchMetadataResponse
-	42, // 42: sluice.controller.v1.ControllerService.AlterPartition:output_type -> sluice.controller.v1.AlterPartitionResponse
-	43, // 43: sluice.controller.v1.ControllerService.AllocateProducerIds:output_type -> sluice.controller.v1.AllocateProducerIdsResponse
-	22, // [22:44] is the sub-list for method output_type
-	0,  // [0:22] is the sub-list for method input_type
+	16, // 16: sluice.controller.v1.ControllerService.AlterClientQuotas:input_type -> sluice.controller.v1.AlterClientQuotasRequest
+	17, // 17: sluice.controller.v1.ControllerService.DescribeClientQuotas:input_type -> sluice.controller.v1.DescribeClientQuotasRequest
+	18, // 18: sluice.controller.v1.ControllerService.RegisterBroker:input_type -> sluice.controller.v1.RegisterBrokerRequest
+	19, // 19: sluice.controller.v1.ControllerService.BrokerHeartbeat:input_type -> sluice.controller.v1.BrokerHeartbeatRequest
+	20, // 20: sluice.controller.v1.ControllerService.ControlledShutdown:input_type -> sluice.controller.v1.ControlledShutdownRequest
+	21, // 21: sluice.controller.v1.ControllerService.WatchMetadata:input_type -> sluice.controller.v1.WatchMetadataRequest
+	22, // 22: sluice.controller.v1.ControllerService.AlterPartition:input_type -> sluice.controller.v1.AlterPartitionRequest
+	23, // 23: sluice.controller.v1.ControllerService.AllocateProducerIds:input_type -> sluice.controller.v1.AllocateProducerIdsRequest
+	24, // 24: sluice.controller.v1.ControllerService.CreateTopics:output_type -> sluice.controller.v1.CreateTopicsResponse
+	25, // 25: sluice.controller.v1.ControllerService.DeleteTopics:output_type -> sluice.controller.v1.DeleteTopicsResponse
+	26, // 26: sluice.controller.v1.ControllerService.ListTopics:output_type -> sluice.controller.v1.ListTopicsResponse
+	27, // 27: sluice.controller.v1.ControllerService.DescribeTopics:output_type -> sluice.controller.v1.DescribeTopicsResponse
+	28, // 28: sluice.controller.v1.ControllerService.CreatePartitions:output_type -> sluice.controller.v1.CreatePartitionsResponse
+	29, // 29: sluice.controller.v1.ControllerService.DescribeConfigs:output_type -> sluice.controller.v1.DescribeConfigsResponse
+	30, // 30: sluice.controller.v1.ControllerService.AlterConfigs:output_type -> sluice.controller.v1.AlterConfigsResponse
+	31, // 31: sluice.controller.v1.ControllerService.DescribeCluster:output_type -> sluice.controller.v1.DescribeClusterResponse
+	32, // 32: sluice.controller.v1.ControllerService.ElectLeaders:output_type -> sluice.controller.v1.ElectLeadersResponse
+	33, // 33: sluice.controller.v1.ControllerService.AlterPartitionReassignments:output_type -> sluice.controller.v1.AlterPartitionReassignmentsResponse
+	34, // 34: sluice.controller.v1.ControllerService.ListPartitionReassignments:output_type -> sluice.controller.v1.ListPartitionReassignmentsResponse
+	35, // 35: sluice.controller.v1.ControllerService.CreateAcls:output_type -> sluice.controller.v1.CreateAclsResponse
+	36, // 36: sluice.controller.v1.ControllerService.DescribeAcls:output_type -> sluice.controller.v1.DescribeAclsResponse
+	37, // 37: sluice.controller.v1.ControllerService.DeleteAcls:output_type -> sluice.controller.v1.DeleteAclsResponse
+	38, // 38: sluice.controller.v1.ControllerService.AlterUserScramCredentials:output_type -> sluice.controller.v1.AlterUserScramCredentialsResponse
+	39, // 39: sluice.controller.v1.ControllerService.DescribeUserScramCredentials:output_type -> sluice.controller.v1.DescribeUserScramCredentialsResponse
+	40, // 40: sluice.controller.v1.ControllerService.AlterClientQuotas:output_type -> sluice.controller.v1.AlterClientQuotasResponse
+	41, // 41: sluice.controller.v1.ControllerService.DescribeClientQuotas:output_type -> sluice.controller.v1.DescribeClientQuotasResponse
+	42, // 42: sluice.controller.v1.ControllerService.RegisterBroker:output_type -> sluice.controller.v1.RegisterBrokerResponse
+	43, // 43: sluice.controller.v1.ControllerService.BrokerHeartbeat:output_type -> sluice.controller.v1.BrokerHeartbeatResponse
+	44, // 44: sluice.controller.v1.ControllerService.ControlledShutdown:output_type -> sluice.controller.v1.ControlledShutdownResponse
+	45, // 45: sluice.controller.v1.ControllerService.WatchMetadata:output_type -> sluice.controller.v1.WatchMetadataResponse
+	46, // 46: sluice.controller.v1.ControllerService.AlterPartition:output_type -> sluice.controller.v1.AlterPartitionResponse
+	47, // 47: sluice.controller.v1.ControllerService.AllocateProducerIds:output_type -> sluice.controller.v1.AllocateProducerIdsResponse
+	24, // [24:48] is the sub-list for method output_type
+	0,  // [0:24] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name

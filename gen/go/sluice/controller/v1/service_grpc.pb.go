@@ -39,6 +39,8 @@ const (
 	ControllerService_DeleteAcls_FullMethodName                   = "/sluice.controller.v1.ControllerService/DeleteAcls"
 	ControllerService_AlterUserScramCredentials_FullMethodName    = "/sluice.controller.v1.ControllerService/AlterUserScramCredentials"
 	ControllerService_DescribeUserScramCredentials_FullMethodName = "/sluice.controller.v1.ControllerService/DescribeUserScramCredentials"
+	ControllerService_AlterClientQuotas_FullMethodName            = "/sluice.controller.v1.ControllerService/AlterClientQuotas"
+	ControllerService_DescribeClientQuotas_FullMethodName         = "/sluice.controller.v1.ControllerService/DescribeClientQuotas"
 	ControllerService_RegisterBroker_FullMethodName               = "/sluice.controller.v1.ControllerService/RegisterBroker"
 	ControllerService_BrokerHeartbeat_FullMethodName              = "/sluice.controller.v1.ControllerService/BrokerHeartbeat"
 	ControllerService_ControlledShutdown_FullMethodName           = "/sluice.controller.v1.ControllerService/ControlledShutdown"
@@ -102,6 +104,16 @@ type ControllerServiceClient interface {
 	// DescribeUserScramCredentials lists users with their SCRAM mechanisms and
 	// iteration counts; it never returns salts or keys.
 	DescribeUserScramCredentials(ctx context.Context, in *DescribeUserScramCredentialsRequest, opts ...grpc.CallOption) (*DescribeUserScramCredentialsResponse, error)
+	// AlterClientQuotas sets and removes client quotas (Kafka's
+	// AlterClientQuotas, KIP-546): producer_byte_rate, consumer_byte_rate and
+	// request_percentage per user and client id, connection_creation_rate per
+	// IP. Each entity's changes are one write; an entity whose entry is
+	// invalid changes nothing and gets INVALID_REQUEST in its result. The
+	// caller needs AlterConfigs on the cluster.
+	AlterClientQuotas(ctx context.Context, in *AlterClientQuotasRequest, opts ...grpc.CallOption) (*AlterClientQuotasResponse, error)
+	// DescribeClientQuotas lists the quotas of the entities that match a
+	// filter (KIP-546). The caller needs DescribeConfigs on the cluster.
+	DescribeClientQuotas(ctx context.Context, in *DescribeClientQuotasRequest, opts ...grpc.CallOption) (*DescribeClientQuotasResponse, error)
 	// RegisterBroker registers a node (of any role) with the controller and
 	// returns its broker epoch. A node registers once per process start; the
 	// new epoch fences everything the previous incarnation did.
@@ -297,6 +309,26 @@ func (c *controllerServiceClient) DescribeUserScramCredentials(ctx context.Conte
 	return out, nil
 }
 
+func (c *controllerServiceClient) AlterClientQuotas(ctx context.Context, in *AlterClientQuotasRequest, opts ...grpc.CallOption) (*AlterClientQuotasResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AlterClientQuotasResponse)
+	err := c.cc.Invoke(ctx, ControllerService_AlterClientQuotas_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controllerServiceClient) DescribeClientQuotas(ctx context.Context, in *DescribeClientQuotasRequest, opts ...grpc.CallOption) (*DescribeClientQuotasResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DescribeClientQuotasResponse)
+	err := c.cc.Invoke(ctx, ControllerService_DescribeClientQuotas_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *controllerServiceClient) RegisterBroker(ctx context.Context, in *RegisterBrokerRequest, opts ...grpc.CallOption) (*RegisterBrokerResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RegisterBrokerResponse)
@@ -424,6 +456,16 @@ type ControllerServiceServer interface {
 	// DescribeUserScramCredentials lists users with their SCRAM mechanisms and
 	// iteration counts; it never returns salts or keys.
 	DescribeUserScramCredentials(context.Context, *DescribeUserScramCredentialsRequest) (*DescribeUserScramCredentialsResponse, error)
+	// AlterClientQuotas sets and removes client quotas (Kafka's
+	// AlterClientQuotas, KIP-546): producer_byte_rate, consumer_byte_rate and
+	// request_percentage per user and client id, connection_creation_rate per
+	// IP. Each entity's changes are one write; an entity whose entry is
+	// invalid changes nothing and gets INVALID_REQUEST in its result. The
+	// caller needs AlterConfigs on the cluster.
+	AlterClientQuotas(context.Context, *AlterClientQuotasRequest) (*AlterClientQuotasResponse, error)
+	// DescribeClientQuotas lists the quotas of the entities that match a
+	// filter (KIP-546). The caller needs DescribeConfigs on the cluster.
+	DescribeClientQuotas(context.Context, *DescribeClientQuotasRequest) (*DescribeClientQuotasResponse, error)
 	// RegisterBroker registers a node (of any role) with the controller and
 	// returns its broker epoch. A node registers once per process start; the
 	// new epoch fences everything the previous incarnation did.
@@ -506,6 +548,12 @@ func (UnimplementedControllerServiceServer) AlterUserScramCredentials(context.Co
 }
 func (UnimplementedControllerServiceServer) DescribeUserScramCredentials(context.Context, *DescribeUserScramCredentialsRequest) (*DescribeUserScramCredentialsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DescribeUserScramCredentials not implemented")
+}
+func (UnimplementedControllerServiceServer) AlterClientQuotas(context.Context, *AlterClientQuotasRequest) (*AlterClientQuotasResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AlterClientQuotas not implemented")
+}
+func (UnimplementedControllerServiceServer) DescribeClientQuotas(context.Context, *DescribeClientQuotasRequest) (*DescribeClientQuotasResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DescribeClientQuotas not implemented")
 }
 func (UnimplementedControllerServiceServer) RegisterBroker(context.Context, *RegisterBrokerRequest) (*RegisterBrokerResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RegisterBroker not implemented")
@@ -834,6 +882,42 @@ func _ControllerService_DescribeUserScramCredentials_Handler(srv interface{}, ct
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ControllerService_AlterClientQuotas_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AlterClientQuotasRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).AlterClientQuotas(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_AlterClientQuotas_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).AlterClientQuotas(ctx, req.(*AlterClientQuotasRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControllerService_DescribeClientQuotas_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeClientQuotasRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).DescribeClientQuotas(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_DescribeClientQuotas_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).DescribeClientQuotas(ctx, req.(*DescribeClientQuotasRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ControllerService_RegisterBroker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(RegisterBrokerRequest)
 	if err := dec(in); err != nil {
@@ -994,6 +1078,14 @@ var ControllerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DescribeUserScramCredentials",
 			Handler:    _ControllerService_DescribeUserScramCredentials_Handler,
+		},
+		{
+			MethodName: "AlterClientQuotas",
+			Handler:    _ControllerService_AlterClientQuotas_Handler,
+		},
+		{
+			MethodName: "DescribeClientQuotas",
+			Handler:    _ControllerService_DescribeClientQuotas_Handler,
 		},
 		{
 			MethodName: "RegisterBroker",
