@@ -40,6 +40,9 @@ type Image struct {
 	// ACLs is every ACL of the cluster (process authorizers decide from
 	// it, see authz.FromProtoSet).
 	ACLs *controllerv1.AclSet
+	// Quotas is every client quota of the cluster (each process enforces
+	// from it, see quota.Follow); nil when none was ever set.
+	Quotas *controllerv1.QuotaSet
 }
 
 // Topic is one topic in an Image.
@@ -68,6 +71,7 @@ func FromSnapshot(s *controllerv1.MetadataSnapshot) *Image {
 		ClusterConfigs: s.GetClusterConfigs().GetConfigs(),
 		ScramUsers:     scramUsers(s.GetScramUsers()),
 		ACLs:           s.GetAcls(),
+		Quotas:         s.GetQuotas(),
 	}
 	for _, b := range s.GetBrokers() {
 		img.Brokers[b.GetId()] = b
@@ -120,6 +124,9 @@ func (img *Image) Apply(d *controllerv1.MetadataDelta) *Image {
 	if d.GetAcls() != nil {
 		out.ACLs = d.GetAcls()
 	}
+	if d.GetQuotas() != nil {
+		out.Quotas = d.GetQuotas()
+	}
 	if len(d.GetUpsertedScramUsers()) > 0 || len(d.GetDeletedScramUsers()) > 0 {
 		out.ScramUsers = maps.Clone(img.ScramUsers)
 		if out.ScramUsers == nil {
@@ -160,6 +167,7 @@ func (img *Image) Snapshot() *controllerv1.MetadataSnapshot {
 		s.Topics = append(s.Topics, img.Topics[name].Metadata())
 	}
 	s.Acls = img.ACLs
+	s.Quotas = img.Quotas
 	for _, name := range slices.Sorted(maps.Keys(img.ScramUsers)) {
 		s.ScramUsers = append(s.ScramUsers, img.ScramUsers[name])
 	}

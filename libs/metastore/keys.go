@@ -22,6 +22,7 @@ import (
 //	producer-ids/next               next unallocated producer id (decimal string)
 //	users/scram/<user>              a user's SCRAM credentials (controller.v1.UserScramCredentials)
 //	acls/<id>                       one ACL (controller.v1.AclBinding); id hashes its fields
+//	quotas/<id>                     one entity's client quotas (controller.v1.ClientQuotaEntry); id hashes the entity
 const (
 	KeyClusterID        = "cluster/id"
 	KeyControllerLeader = "controller/leader"
@@ -35,7 +36,11 @@ const (
 	KeyProducerIDNext   = "producer-ids/next"
 	PrefixScramUsers    = "users/scram/"
 	PrefixACLs          = "acls/"
+	PrefixQuotas        = "quotas/"
 )
+
+// QuotaKey is the key of one entity's client quotas.
+func QuotaKey(id string) string { return PrefixQuotas + id }
 
 // ACLKey is the key of one ACL.
 func ACLKey(id string) string { return PrefixACLs + id }

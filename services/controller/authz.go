@@ -21,6 +21,8 @@ import (
 //	ElectLeaders                 Alter on the cluster
 //	AlterPartitionReassignments  Alter on the cluster
 //	ListPartitionReassignments   Describe on the cluster
+//	AlterClientQuotas            AlterConfigs on the cluster
+//	DescribeClientQuotas         DescribeConfigs on the cluster
 //	RegisterBroker, BrokerHeartbeat, ControlledShutdown, WatchMetadata,
 //	AlterPartition, AllocateProducerIds
 //	                             calls between Sluice roles (authz.CheckInternal)

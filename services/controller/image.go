@@ -43,7 +43,8 @@ type state struct {
 	brokerEpoch    versioned[string]
 	clusterConfigs versioned[*metastorev1.ConfigRecord]
 	scramUsers     map[string]*versioned[*controllerv1.UserScramCredentials]
-	acls           map[string]*versioned[*controllerv1.AclBinding] // by id, see acls.go
+	acls           map[string]*versioned[*controllerv1.AclBinding]       // by id, see acls.go
+	quotas         map[string]*versioned[*controllerv1.ClientQuotaEntry] // by id, see quotas.go
 }
 
 type electionKey struct {
@@ -152,6 +153,7 @@ type change struct {
 	configs     bool
 	scramUsers  map[string]bool
 	acls        bool
+	quotas      bool
 }
 
 func newChange() *change {
@@ -198,6 +200,8 @@ func (s *state) apply(key string, kv *mvccpb.KeyValue, deleted bool, ch *change)
 			s.election[key] = electionKey{createRev: kv.CreateRevision, nodeID: int32(id)}
 		}
 		ch.controllers = true
+	case strings.HasPrefix(key, metastore.PrefixQuotas):
+		return s.applyQuota(strings.TrimPrefix(key, metastore.PrefixQuotas), kv, deleted, ch)
 	case strings.HasPrefix(key, metastore.PrefixACLs):
 		return s.applyACL(strings.TrimPrefix(key, metastore.PrefixACLs), kv, deleted, ch)
 	case strings.HasPrefix(key, metastore.PrefixScramUsers):
@@ -295,6 +299,7 @@ func (s *state) image() *metadata.Image {
 	}
 	img.ScramUsers = s.scramImage()
 	img.ACLs = s.aclSet()
+	img.Quotas = s.quotaSet()
 	for name := range s.topics {
 		img.Topics[name] = s.topicImage(name, nil)
 	}
@@ -359,6 +364,7 @@ func (s *state) delta(ch *change) *controllerv1.MetadataDelta {
 	}
 	s.scramDelta(ch, d)
 	s.aclDelta(ch, d)
+	s.quotaDelta(ch, d)
 	for id := range ch.brokers {
 		if b, ok := s.brokers[id]; ok {
 			d.UpsertedBrokers = append(d.UpsertedBrokers, b.val.GetBroker())
