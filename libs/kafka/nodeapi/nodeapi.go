@@ -91,6 +91,10 @@ func Register(mux *kafka.Mux, d Deps) {
 	mux.Handle(kmsg.ListPartitionReassignments.Int16(), listReassignMin, listReassignMax, typed(n.listPartitionReassignments))
 	mux.Handle(kmsg.DescribeUserSCRAMCredentials.Int16(), describeScramMin, describeScramMax, typed(n.describeUserScram))
 	mux.Handle(kmsg.AlterUserSCRAMCredentials.Int16(), alterScramMin, alterScramMax, typed(n.alterUserScram))
+	// Client quotas (KIP-546), kept by the controller; every process
+	// enforces them from its metadata.
+	mux.Handle(kmsg.DescribeClientQuotas.Int16(), describeQuotasMin, describeQuotasMax, typed(n.describeClientQuotas))
+	mux.Handle(kmsg.AlterClientQuotas.Int16(), alterQuotasMin, alterQuotasMax, typed(n.alterClientQuotas))
 
 	// ACL administration (KIP-140), forwarded to the active controller,
 	// which stores ACLs in the metadata quorum; every process's authorizer
