@@ -3,6 +3,7 @@ package authz
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 
 	"github.com/sluice-io/sluice/libs/auth"
@@ -31,12 +32,16 @@ type ACLAuthorizer struct {
 	allowIfNo  bool
 	logger     *slog.Logger
 	idx        atomic.Pointer[index]
+
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced by SetACLs
 }
 
 // New returns an authorizer with no ACLs: it allows super users and role
 // identities, and everyone else only if AllowEveryoneIfNoACLFound.
 func New(cfg Config) *ACLAuthorizer {
-	a := &ACLAuthorizer{superUsers: map[string]bool{}, allowIfNo: cfg.AllowEveryoneIfNoACLFound, logger: cfg.Logger}
+	a := &ACLAuthorizer{superUsers: map[string]bool{}, allowIfNo: cfg.AllowEveryoneIfNoACLFound, logger: cfg.Logger,
+		changed: make(chan struct{})}
 	for _, u := range cfg.SuperUsers {
 		a.superUsers[u] = true
 	}
@@ -52,7 +57,25 @@ func New(cfg Config) *ACLAuthorizer {
 // ownership of acls; invalid entries are kept (they only ever match what
 // their fields say).
 func (a *ACLAuthorizer) SetACLs(acls []ACL, rev int64) {
-	a.idx.Store(newIndex(acls, rev))
+	ix := newIndex(acls, rev)
+	a.mu.Lock()
+	ix.gen = a.idx.Load().gen + 1
+	a.idx.Store(ix)
+	close(a.changed)
+	a.changed = make(chan struct{})
+	a.mu.Unlock()
+}
+
+// Generation counts the ACL sets the authorizer has held: it changes
+// whenever SetACLs replaces the set, even with an equal one. One atomic
+// load, for callers that re-decide when the set changed.
+func (a *ACLAuthorizer) Generation() uint64 { return a.idx.Load().gen }
+
+// Changed returns a channel closed at the next SetACLs.
+func (a *ACLAuthorizer) Changed() <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.changed
 }
 
 // ACLs returns the ACL set the authorizer decides from, and the metadata
@@ -154,6 +177,7 @@ func implies(granted, op Operation) bool {
 
 // index is one immutable ACL set, looked up by resource type and name.
 type index struct {
+	gen      uint64 // the SetACLs that stored it, counting from 0 (New)
 	rev      int64
 	all      []ACL
 	literal  map[ResourceType]map[string][]ACL

@@ -20,6 +20,8 @@ func Check(ctx context.Context, a Authorizer, op Operation, rt ResourceType, nam
 	}
 	id := identityOf(ctx)
 	if a.Authorize(ctx, id, op, rt, name) {
+		// A guarded stream decides it again when the ACLs change.
+		record(ctx, op, rt, name)
 		return nil
 	}
 	audit(ctx, a, id, op, rt, name, false)

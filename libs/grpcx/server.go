@@ -75,6 +75,10 @@ type ServerOptions struct {
 	// Authn builds every call's identity (auth.Identity in its context) or
 	// refuses the call; nil makes every caller ANONYMOUS.
 	Authn *authn.Authenticator
+	// StreamGuard, if set, runs on every stream after authentication: it
+	// ends long-lived streams whose authorization the cluster withdrew
+	// (authz.StreamGuard).
+	StreamGuard grpc.StreamServerInterceptor
 	// Extra server options, such as a codec.
 	Extra []grpc.ServerOption
 }
@@ -124,6 +128,12 @@ func NewServer(cfg ServerConfig, o ServerOptions) *Server {
 	if o.Authn == nil {
 		o.Authn = authn.New(authn.Options{Logger: o.Logger})
 	}
+	streamGuard := o.StreamGuard
+	if streamGuard == nil {
+		streamGuard = func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+			return handler(srv, ss)
+		}
+	}
 	opts := []grpc.ServerOption{
 		// Frames go out without copying their bodies; everything else is
 		// plain protobuf.
@@ -157,6 +167,7 @@ func NewServer(cfg ServerConfig, o ServerOptions) *Server {
 			streamErrorInterceptor(o.Logger),
 			recovery.StreamServerInterceptor(recoveryOpt),
 			o.Authn.StreamServerInterceptor(),
+			streamGuard,
 			s.streamGate,
 			s.Validators.streamInterceptor(),
 		),

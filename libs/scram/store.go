@@ -3,6 +3,7 @@ package scram
 import (
 	"crypto/rand"
 	"errors"
+	"fmt"
 
 	"github.com/xdg-go/scram"
 
@@ -90,4 +91,27 @@ func (s *Store) fake(user string, m Mechanism) scram.StoredCredentials {
 		KeyFactors: scram.KeyFactors{Salt: string(c.GetSalt()), Iters: int(c.GetIterations())},
 		StoredKey:  c.GetStoredKey(), ServerKey: c.GetServerKey(),
 	}
+}
+
+// UsersRevision returns the metadata revision the credentials are read at
+// (authz.Users: a changed user changes it).
+func (s *Store) UsersRevision() int64 { return s.cache.Load().Revision }
+
+// UsersChanged returns a channel closed at the next metadata change.
+func (s *Store) UsersChanged() <-chan struct{} { return s.cache.Changed() }
+
+// Credential returns a string that changes whenever user's credentials
+// change (every mechanism's iterations, salt and StoredKey), or nil when
+// the user has none. A snapshot received after a watch reconnects brings
+// new records with the same contents: they compare equal.
+func (s *Store) Credential(user string) any {
+	creds := s.credentials(user)
+	if len(creds) == 0 {
+		return nil
+	}
+	var b []byte
+	for _, c := range creds {
+		b = fmt.Appendf(b, "%d/%d/%x/%x;", c.GetMechanism(), c.GetIterations(), c.GetSalt(), c.GetStoredKey())
+	}
+	return string(b)
 }

@@ -72,10 +72,15 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// With --authz.enabled every role checks calls against the cluster's
+	// ACLs, which arrive with the metadata and apply to the next request of
+	// every connection, and to the next message of every stream.
+	acls := cfg.Authz.New(logger.With(log.Component("authz")))
+	guard := &authz.StreamGuard{ACLs: acls, Users: sec.scram}
 	// Filled in as the roles are built, before the server accepts a call.
 	served := serviceRoles{}
 	srv := grpcx.NewServer(cfg.GRPC, grpcx.ServerOptions{Logger: logger, Telemetry: tel, RoleOf: served.RoleOf,
-		TLS: sec.serverTLS("h2"), Authn: sec.authn})
+		TLS: sec.serverTLS("h2"), Authn: sec.authn, StreamGuard: guard.StreamServerInterceptor()})
 	// Bind before anything starts, so a port in use fails at once with a
 	// clear error.
 	lis, err := net.Listen("tcp", cfg.Node.Listen)
@@ -107,12 +112,9 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 	if kit != nil {
 		n.now = kit.clock.Now
 	}
-	// With --authz.enabled every role checks calls against the cluster's
-	// ACLs, which arrive with the metadata and apply to the next request of
-	// every connection.
-	if a := cfg.Authz.New(logger.With(log.Component("authz"))); a != nil {
-		n.authz = a
-		authz.Follow(ctx, a, n.cache)
+	if acls != nil {
+		n.authz = acls
+		authz.Follow(ctx, acls, n.cache)
 	}
 	// Every node answers metadata requests from its cache, showing each
 	// caller the topics it may Describe.
