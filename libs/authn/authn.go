@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/base64"
+	"errors"
 	"flag"
 	"log/slog"
 	"net"
@@ -65,10 +66,6 @@ func New(o Options) *Authenticator {
 	return &Authenticator{o: o}
 }
 
-// MechanismPassword is the auth.Identity mechanism of a caller
-// authenticated by per-call user name and password.
-const MechanismPassword = "password"
-
 // authorizationHeader is the gRPC metadata key of per-call credentials:
 // "Basic base64(user:password)", as HTTP basic authentication.
 const authorizationHeader = "authorization"
@@ -106,9 +103,12 @@ func (a *Authenticator) Identify(ctx context.Context) (auth.Identity, error) {
 		}
 		if err := a.o.Passwords.Verify(ctx, user, password); err != nil {
 			a.o.Logger.InfoContext(ctx, "password authentication failed", slog.String("user", user), slog.String("host", id.Host), slog.Any("error", err))
+			if lo := (*LockedOutError)(nil); errors.As(err, &lo) {
+				return id, lo.Err()
+			}
 			return id, errs.New(errs.SaslAuthenticationFailed, "authentication failed for user %q: unknown user or wrong password", user)
 		}
-		id.Principal, id.Mechanism = auth.User(user), MechanismPassword
+		id.Principal, id.Mechanism = auth.User(user), "password"
 		return id, nil
 	}
 	if a.o.Require {

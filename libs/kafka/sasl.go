@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -53,6 +54,9 @@ type SASLOptions struct {
 	// other than ApiVersions, SaslHandshake and SaslAuthenticate after it
 	// ended closes the connection. Zero: sessions never expire.
 	SessionLifetime time.Duration
+	// Limiter refuses user names and addresses with too many failed
+	// authentications (PLAIN and SCRAM); nil: no limit.
+	Limiter *authn.Limiter
 }
 
 // ValidateMechanisms checks a mechanism list (the --kafka.sasl.mechanisms
@@ -198,6 +202,18 @@ func (s *Server) saslAuthenticate(ctx context.Context, req *Request) (Reply, err
 		return Now(resp), nil
 	}
 	authFailed := errs.New(errs.SaslAuthenticationFailed, "authentication failed: invalid user name or password (mechanism %s)", c.sasl.mechanism)
+	host := authn.HostOf(c.info.Remote)
+	lim := s.sasl.opts.Limiter
+	// lockedOut is the refusal of a user or address over the failure
+	// limit, answered before its password is checked; nil if none.
+	lockedOut := func(user string) *errs.Error {
+		var lo *authn.LockedOutError
+		if err := lim.Check(user, host); errors.As(err, &lo) {
+			return lo.Err()
+		}
+		return nil
+	}
+	const lockedMsg = "Kafka SASL authentication refused after too many failures, closing the connection"
 	var user string
 	switch c.sasl.mechanism {
 	case "":
@@ -210,7 +226,11 @@ func (s *Server) saslAuthenticate(ctx context.Context, req *Request) (Reply, err
 		if s.sasl.opts.Passwords == nil {
 			return fail(authFailed, "Kafka SASL/PLAIN with no password verifier, closing the connection")
 		}
+		if e := lockedOut(u); e != nil {
+			return fail(e, lockedMsg, slog.String("user", u))
+		}
 		if err := s.sasl.opts.Passwords.Verify(ctx, u, pw); err != nil {
+			lim.Failed(u, host)
 			return fail(authFailed, "Kafka SASL authentication failed, closing the connection", slog.String("user", u))
 		}
 		user = u
@@ -223,15 +243,25 @@ func (s *Server) saslAuthenticate(ctx context.Context, req *Request) (Reply, err
 			}
 			c.sasl.scram = conv
 		}
+		first := !c.sasl.scram.Started()
 		out, err := c.sasl.scram.Step(string(r.SASLAuthBytes))
 		if err != nil {
+			if !first {
+				lim.Failed(c.sasl.scram.Username(), host)
+			}
 			return fail(authFailed, "Kafka SASL authentication failed, closing the connection", slog.String("user", c.sasl.scram.Username()), log.Err(err))
+		}
+		if first {
+			if e := lockedOut(c.sasl.scram.Username()); e != nil {
+				return fail(e, lockedMsg, slog.String("user", c.sasl.scram.Username()))
+			}
 		}
 		resp.SASLAuthBytes = []byte(out)
 		if !c.sasl.scram.Done() {
 			return Now(resp), nil // server-first-message; the client proves next
 		}
 		if !c.sasl.scram.Valid() {
+			lim.Failed(c.sasl.scram.Username(), host)
 			return fail(authFailed, "Kafka SASL authentication failed, closing the connection", slog.String("user", c.sasl.scram.Username()))
 		}
 		if a := c.sasl.scram.AuthzID(); a != "" && a != c.sasl.scram.Username() {
@@ -244,6 +274,7 @@ func (s *Server) saslAuthenticate(ctx context.Context, req *Request) (Reply, err
 		return fail(errs.New(errs.SaslAuthenticationFailed, "reauthentication as %s on a connection of %s", id.Principal, c.sasl.id.Principal),
 			"Kafka reauthentication changed the principal, closing the connection", slog.String("principal", c.sasl.id.Principal.String()), slog.String("new_principal", id.Principal.String()))
 	}
+	lim.Succeeded(user)
 	reauth := c.sasl.authenticated
 	c.sasl.mechanism, c.sasl.scram = "", nil
 	c.sasl.authenticated, c.sasl.id = true, id

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	"github.com/sluice-io/sluice/libs/auth"
+	"github.com/sluice-io/sluice/libs/authn"
 	"github.com/sluice-io/sluice/libs/kafka"
 	"github.com/sluice-io/sluice/libs/metadata"
 	"github.com/sluice-io/sluice/libs/scram"
@@ -21,6 +23,12 @@ import (
 // saslServer serves a Heartbeat handler that reports the identity it sees,
 // with SASL on and the users alice (pw "alice-pw") and bob ("bob-pw").
 func saslServer(t *testing.T, lifetime time.Duration) (*kafka.Server, <-chan auth.Identity) {
+	t.Helper()
+	return saslServerLimited(t, lifetime, nil)
+}
+
+// saslServerLimited is saslServer with a failure limiter.
+func saslServerLimited(t *testing.T, lifetime time.Duration, lim *authn.Limiter) (*kafka.Server, <-chan auth.Identity) {
 	t.Helper()
 	cache := metadata.NewCache()
 	img := metadata.Empty()
@@ -49,7 +57,7 @@ func saslServer(t *testing.T, lifetime time.Duration) (*kafka.Server, <-chan aut
 	require.NoError(t, err)
 	s := kafka.NewServer(kafka.Config{}, mux, lis, kafka.ServerOptions{SASL: &kafka.SASLOptions{
 		Mechanisms:  []string{kafka.MechanismPlain, kafka.MechanismScramSHA256, kafka.MechanismScramSHA512},
-		Credentials: store, Passwords: scram.NewVerifier(store, 0), SessionLifetime: lifetime,
+		Credentials: store, Passwords: scram.NewVerifier(store, 0), SessionLifetime: lifetime, Limiter: lim,
 	}})
 	require.NoError(t, s.Start(context.Background()))
 	t.Cleanup(func() {
@@ -170,6 +178,47 @@ func TestSASLScram(t *testing.T) {
 		require.Equal(t, int16(58), c.scram(mech, "bob", "alice-pw").ErrorCode, mech)
 		c.requireClosed()
 	}
+}
+
+// After too many failures a user (PLAIN or SCRAM, counted together) is
+// refused without its password being checked, with a message saying why
+// and for how long, until the lockout ends.
+func TestSASLFailureLimit(t *testing.T) {
+	var now atomic.Int64 // seconds; the listener reads it on its own goroutines
+	now.Store(1000)
+	lim := authn.NewLimiter(authn.LimitConfig{MaxPerUser: 2, Window: time.Minute, Lockout: time.Minute}, func() time.Time { return time.Unix(now.Load(), 0) })
+	s, seen := saslServerLimited(t, 0, lim)
+	c := dial(t, s)
+	require.Equal(t, int16(58), c.plain("alice", "wrong").ErrorCode)
+	c = dial(t, s)
+	require.Equal(t, int16(58), c.scram(kafka.MechanismScramSHA256, "alice", "wrong").ErrorCode)
+
+	// The right password is refused now, over PLAIN and at SCRAM's first
+	// message.
+	c = dial(t, s)
+	resp := c.plain("alice", "alice-pw")
+	require.Equal(t, int16(58), resp.ErrorCode)
+	require.Contains(t, *resp.ErrorMessage, `too many failed authentications for user "alice"; retry in 1m0s`)
+	c.requireClosed()
+	c = dial(t, s)
+	require.Zero(t, c.handshake(kafka.MechanismScramSHA512).ErrorCode)
+	cl, err := xscram.SHA512.NewClient("alice", "alice-pw", "")
+	require.NoError(t, err)
+	first, err := cl.NewConversation().Step("")
+	require.NoError(t, err)
+	resp = c.authenticate([]byte(first))
+	require.Equal(t, int16(58), resp.ErrorCode)
+	require.Contains(t, *resp.ErrorMessage, "too many failed authentications")
+	c.requireClosed()
+
+	// Others are not affected; alice is once the lockout ended.
+	c = dial(t, s)
+	require.Zero(t, c.plain("bob", "bob-pw").ErrorCode)
+	require.Equal(t, "User:bob", c.heartbeat(t, seen).Principal.String())
+	now.Add(60)
+	c = dial(t, s)
+	require.Zero(t, c.scram(kafka.MechanismScramSHA512, "alice", "alice-pw").ErrorCode)
+	require.Equal(t, "User:alice", c.heartbeat(t, seen).Principal.String())
 }
 
 func TestSASLHandshakeErrors(t *testing.T) {

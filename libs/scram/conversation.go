@@ -128,3 +128,7 @@ func (c *Conversation) Username() string { return c.xs.Username() }
 
 // AuthzID is the authorization id the client named, if any.
 func (c *Conversation) AuthzID() string { return c.xs.AuthzID() }
+
+// Started reports whether the conversation has seen the client's first
+// message (after which Username is known).
+func (c *Conversation) Started() bool { return c.step > 0 }

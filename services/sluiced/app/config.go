@@ -32,6 +32,7 @@ type Config struct {
 	Kafka     kafka.Config
 	TLS       tlsx.Config
 	Auth      authn.Config
+	AuthLimit authn.LimitConfig
 	Authz     authz.Flags
 	Unsafe    UnsafeConfig
 
@@ -55,7 +56,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 }
 
 func (c *Config) components() []config.Component {
-	return []config.Component{&c.Node, &c.Log, &c.Telemetry, &c.GRPC, &c.Kafka, &c.TLS, &c.Auth, &c.Authz, &c.Unsafe}
+	return []config.Component{&c.Node, &c.Log, &c.Telemetry, &c.GRPC, &c.Kafka, &c.TLS, &c.Auth, &c.AuthLimit, &c.Authz, &c.Unsafe}
 }
 
 func (c *Config) roleComponents() map[role.Role]config.Component {

@@ -26,7 +26,10 @@ type security struct {
 	// Kafka SASL/PLAIN).
 	scram     *scram.Store
 	passwords *scram.Verifier
-	logger    *slog.Logger
+	// limiter refuses user names and addresses after too many failed
+	// password authentications, on both listeners together.
+	limiter *authn.Limiter
+	logger  *slog.Logger
 }
 
 // setupSecurity loads the TLS files (failing at start on a bad one) and,
@@ -37,7 +40,8 @@ func setupSecurity(cfg *Config, cache *metadata.Cache, logger *slog.Logger) (*se
 		return nil, fmt.Errorf("tls.principal-mapping-rules: %w", err)
 	}
 	store := scram.NewStore(cache)
-	sec := &security{mode: cfg.TLS.Mode(), scram: store, passwords: scram.NewVerifier(store, 0), logger: logger}
+	sec := &security{mode: cfg.TLS.Mode(), scram: store, passwords: scram.NewVerifier(store, 0),
+		limiter: authn.NewLimiter(cfg.AuthLimit, nil), logger: logger}
 	if cfg.TLS.Enabled() {
 		files := tlsx.Files{Cert: cfg.TLS.Cert, Key: cfg.TLS.Key, CA: cfg.TLS.CA}
 		if sec.src, err = tlsx.NewSource(files, logger); err != nil {
@@ -45,7 +49,8 @@ func setupSecurity(cfg *Config, cache *metadata.Cache, logger *slog.Logger) (*se
 		}
 		cfg.Controller.Etcd.TLS = &metastore.TLS{CertFile: files.Cert, KeyFile: files.Key, CAFile: files.CA, Client: sec.src.ClientConfig()}
 	}
-	sec.authn = authn.New(authn.Options{Rules: rules, Require: cfg.Auth.Require, Passwords: sec.passwords, Logger: logger})
+	sec.authn = authn.New(authn.Options{Rules: rules, Require: cfg.Auth.Require,
+		Passwords: authn.LimitPasswords(sec.passwords, sec.limiter), Logger: logger})
 	return sec, nil
 }
 
@@ -78,5 +83,6 @@ func (s *security) kafkaSASL(cfg kafka.Config) *kafka.SASLOptions {
 		// refuses it otherwise.
 		s.logger.Warn("SASL/PLAIN on a Kafka listener without TLS sends passwords in clear text (--kafka.sasl.allow-plain-without-tls)")
 	}
-	return &kafka.SASLOptions{Mechanisms: ms, Credentials: s.scram, Passwords: s.passwords, SessionLifetime: cfg.SASLSessionLifetime}
+	return &kafka.SASLOptions{Mechanisms: ms, Credentials: s.scram, Passwords: s.passwords,
+		SessionLifetime: cfg.SASLSessionLifetime, Limiter: s.limiter}
 }
