@@ -37,7 +37,9 @@ type globals struct {
 	tlsCA, tlsCert, tlsKey string
 	// user and password authenticate every call (over TLS only).
 	user, password string
-	tracing        tracing
+	// clientID names this client to the cluster's quotas.
+	clientID string
+	tracing  tracing
 }
 
 // Execute runs the CLI and returns the process exit code.
@@ -100,7 +102,9 @@ func newRoot() (*cobra.Command, *globals) {
 	root.PersistentFlags().StringVar(&g.tlsKey, "tls-key", "", "PEM file of the key of --tls-cert.")
 	root.PersistentFlags().StringVar(&g.user, "user", os.Getenv("SLUICE_USER"), "User to authenticate as with a password, over TLS only (env SLUICE_USER).")
 	root.PersistentFlags().StringVar(&g.password, "password", "", "Password of --user (env SLUICE_PASSWORD, which other local users cannot see in the process list).")
-	root.AddCommand(newClusterCmd(g), newTopicCmd(g), newPartitionCmd(g), newProduceCmd(g), newConsumeCmd(g), newGroupCmd(g), newTxnCmd(g), newProducersCmd(g), newDevCmd(g), newCertsCmd(), newUserCmd(g), newACLCmd(g), newPerfCmd(g), newVerifyCmd(g), newHealthCmd(g))
+	root.PersistentFlags().StringVar(&g.clientID, "client-id", client.DefaultClientID,
+		"Client id sent with every call (Kafka's client.id); client quotas match it.")
+	root.AddCommand(newClusterCmd(g), newTopicCmd(g), newPartitionCmd(g), newProduceCmd(g), newConsumeCmd(g), newGroupCmd(g), newTxnCmd(g), newProducersCmd(g), newDevCmd(g), newCertsCmd(), newUserCmd(g), newACLCmd(g), newQuotaCmd(g), newPerfCmd(g), newVerifyCmd(g), newHealthCmd(g))
 	return root, g
 }
 
@@ -131,7 +135,7 @@ func (g *globals) client() (*client.Client, error) {
 		return nil, errors.New("--user sends a password, which goes only over TLS: pass --tls-ca with the cluster's CA")
 	}
 	return client.New(client.Config{Bootstrap: addrs, RequestTimeout: g.timeout, Telemetry: tel, Logger: logger, TLS: tlsCfg,
-		User: g.user, Password: pw})
+		User: g.user, Password: pw, ClientID: g.clientID})
 }
 
 // clientTLS is the TLS configuration the --tls-* flags ask for, nil for
