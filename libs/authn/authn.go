@@ -66,6 +66,10 @@ func New(o Options) *Authenticator {
 	return &Authenticator{o: o}
 }
 
+// MechanismPassword is the auth.Identity mechanism of a caller
+// authenticated by per-call user name and password.
+const MechanismPassword = "password"
+
 // authorizationHeader is the gRPC metadata key of per-call credentials:
 // "Basic base64(user:password)", as HTTP basic authentication.
 const authorizationHeader = "authorization"
@@ -108,7 +112,7 @@ func (a *Authenticator) Identify(ctx context.Context) (auth.Identity, error) {
 			}
 			return id, errs.New(errs.SaslAuthenticationFailed, "authentication failed for user %q: unknown user or wrong password", user)
 		}
-		id.Principal, id.Mechanism = auth.User(user), "password"
+		id.Principal, id.Mechanism = auth.User(user), MechanismPassword
 		return id, nil
 	}
 	if a.o.Require {
