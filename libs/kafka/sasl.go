@@ -106,6 +106,12 @@ type saslState struct {
 	authenticated bool
 	id            auth.Identity
 	expires       time.Time
+	// cred is the user's credentials when it authenticated
+	// (scram.Store.Credential) and credRev the users revision they were
+	// last compared at: a deleted user or a changed password ends the
+	// session at the connection's next request.
+	cred    any
+	credRev int64
 	// raw is set after a v0 handshake until the authentication ends: the
 	// next frames are bare tokens.
 	raw bool
@@ -129,8 +135,26 @@ func (c *conn) saslPermits(key int16) (bool, string) {
 		return false, "request before SASL authentication"
 	case !st.expires.IsZero() && !s.now().Before(st.expires):
 		return false, "SASL session expired without reauthentication (KIP-368)"
+	case s.credentialsChanged(st):
+		return false, "SASL user deleted or its password changed since the connection authenticated"
 	}
 	return true, ""
+}
+
+// credentialsChanged reports whether the user of an authenticated session
+// was deleted or its credentials changed. It costs one load per request
+// while the users stay the same.
+func (s *saslServer) credentialsChanged(st *saslState) bool {
+	users := s.opts.Credentials
+	if users == nil || st.cred == nil {
+		return false
+	}
+	rev := users.UsersRevision()
+	if rev == st.credRev {
+		return false
+	}
+	st.credRev = rev
+	return users.Credential(st.id.Principal.Name) != st.cred
 }
 
 func (s *Server) saslHandshake(_ context.Context, req *Request) (Reply, error) {
@@ -278,6 +302,12 @@ func (s *Server) saslAuthenticate(ctx context.Context, req *Request) (Reply, err
 	reauth := c.sasl.authenticated
 	c.sasl.mechanism, c.sasl.scram = "", nil
 	c.sasl.authenticated, c.sasl.id = true, id
+	if users := s.sasl.opts.Credentials; users != nil {
+		// Read after the proof: credentials changed since are caught at the
+		// next request.
+		c.sasl.credRev = users.UsersRevision()
+		c.sasl.cred = users.Credential(user)
+	}
 	c.sasl.expires = time.Time{}
 	if lt := s.sasl.opts.SessionLifetime; lt > 0 {
 		c.sasl.expires = s.sasl.now().Add(lt)
