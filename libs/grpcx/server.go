@@ -19,7 +19,6 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -176,7 +175,7 @@ func NewServer(cfg ServerConfig, o ServerOptions) *Server {
 		opts = append(opts, grpc.StatsHandler(newRoleStatsHandler(o.Telemetry, o.RoleOf)))
 	}
 	if o.TLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(o.TLS)))
+		opts = append(opts, grpc.Creds(wire.TLSCredentials(o.TLS)))
 	}
 	opts = append(opts, o.Extra...)
 	s.GRPC = grpc.NewServer(opts...)

@@ -3,7 +3,6 @@ package kafka
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sluice-io/sluice/libs/client/wire"
 	"github.com/sluice-io/sluice/libs/log"
 )
 
@@ -120,7 +120,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	ctx, cancel := context.WithCancel(s.ctx)
 	remote := nc.RemoteAddr()
 	if s.tls != nil {
-		nc = tls.Server(nc, s.tls)
+		nc = wire.BufferedTLSServer(nc, s.tls)
 	}
 	c := &conn{
 		s: s, nc: nc,
@@ -548,6 +548,11 @@ func (c *conn) write(bw *bufio.Writer, sl *slot) error {
 	// closes and the memory is given back.
 	_ = c.nc.SetWriteDeadline(time.Now().Add(min(c.s.cfg.IdleTimeout, c.s.cfg.RequestTimeout))) // as above
 	if err := bw.Flush(); err != nil {
+		return err
+	}
+	if tc, ok := c.nc.(*wire.TLSConn); ok {
+		// No writev under TLS: the pieces' records leave in one write.
+		_, err := tc.WriteBuffers(&sl.pieces)
 		return err
 	}
 	_, err := sl.pieces.WriteTo(c.nc)

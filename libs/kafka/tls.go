@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"context"
 	"crypto/tls"
 	"log/slog"
 
@@ -8,6 +9,13 @@ import (
 	"github.com/sluice-io/sluice/libs/authn"
 	"github.com/sluice-io/sluice/libs/log"
 )
+
+// tlsConn is a server-side TLS connection: a *tls.Conn, or the buffered
+// one of wire.BufferedTLSServer.
+type tlsConn interface {
+	HandshakeContext(ctx context.Context) error
+	ConnectionState() tls.ConnectionState
+}
 
 // authenticate runs the TLS handshake of a TLS connection (bounded by the
 // request timeout) and puts the connection's identity on its context: the
@@ -19,7 +27,7 @@ import (
 func (c *conn) authenticate() bool {
 	host := authn.HostOf(c.info.Remote)
 	id := auth.Identity{Principal: auth.Anonymous, Host: host}
-	if tc, ok := c.nc.(*tls.Conn); ok {
+	if tc, ok := c.nc.(tlsConn); ok {
 		if !c.armRead(c.s.cfg.RequestTimeout) {
 			return false
 		}

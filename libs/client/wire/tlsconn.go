@@ -74,6 +74,31 @@ type TLSConn struct {
 // Write encrypts p and sends its records with one write system call.
 func (c *TLSConn) Write(p []byte) (int, error) { return c.gather.Write(p) }
 
+// WriteBuffers writes every buffer of v, in order, with one write system
+// call for all their records, and consumes v as net.Buffers.WriteTo does;
+// a response sent in pieces (a header, then page-cache chunks) uses it in
+// place of the writev it makes on a plain socket.
+func (c *TLSConn) WriteBuffers(v *net.Buffers) (int64, error) {
+	c.gather.raw.hold()
+	var n int64
+	var err error
+	for len(*v) > 0 && err == nil {
+		b := (*v)[0]
+		var m int
+		m, err = c.Conn.Write(b)
+		n += int64(m)
+		if m == len(b) {
+			*v = (*v)[1:]
+		} else {
+			(*v)[0] = b[m:]
+		}
+	}
+	if ferr := c.gather.raw.release(); err == nil && ferr != nil {
+		err = ferr
+	}
+	return n, err
+}
+
 // gatherConn sends every record a Write of the TLS connection makes with
 // one write system call of the socket.
 type gatherConn struct {

@@ -116,6 +116,25 @@ func TestTLSGathersRecordsIntoOneWrite(t *testing.T) {
 		require.Equal(t, int64(1), dir.from.raw.writes.Load()-before, "records of one Write in one write system call")
 	}
 
+	// A response in pieces (no writev under TLS): one system call too.
+	pieces := net.Buffers{[]byte("head"), payload[:300<<10], []byte("mid"), payload[300<<10:]}
+	want := bytes.Join(pieces, nil)
+	before := srv.raw.writes.Load()
+	done := make(chan []byte, 1)
+	go func() {
+		got := make([]byte, len(want))
+		if _, err := io.ReadFull(cconn, got); err != nil {
+			got = nil
+		}
+		done <- got
+	}()
+	n, err := srv.conn.(*wire.TLSConn).WriteBuffers(&pieces)
+	require.NoError(t, err)
+	require.Equal(t, int64(len(want)), n)
+	require.Empty(t, pieces, "the buffers are consumed")
+	require.True(t, bytes.Equal(want, <-done), "pieces changed in transit")
+	require.Equal(t, int64(1), srv.raw.writes.Load()-before)
+
 	// Two writers at once on each side (with -race): every record
 	// arrives whole and in its writer's order.
 	const chunks, size = 64, 40 << 10
