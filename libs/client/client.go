@@ -55,6 +55,11 @@ type Config struct {
 	// by each node against the user's SCRAM credentials. They are sent
 	// only over TLS: New fails without TLS.
 	User, Password string
+	// ClientID names the application to the cluster (Kafka's client.id):
+	// it is sent with every call in the sluice-client-id metadata, and
+	// client quotas (producer_byte_rate, consumer_byte_rate,
+	// request_percentage) match it. Default "sluice".
+	ClientID string
 	// Logger receives warnings while the client retries, such as no
 	// bootstrap node answering (at most one every 5 s), so a caller waiting
 	// on a retry loop is not left in silence; nil discards them.
@@ -93,7 +98,10 @@ func New(cfg Config) (*Client, error) {
 	if cfg.BootstrapTimeout == 0 {
 		cfg.BootstrapTimeout = 2 * time.Second
 	}
-	extra := cfg.DialOptions
+	if cfg.ClientID == "" {
+		cfg.ClientID = DefaultClientID
+	}
+	extra := append(slices.Clip(cfg.DialOptions), clientIDOptions(cfg.ClientID)...)
 	if cfg.User != "" {
 		if cfg.TLS == nil {
 			return nil, errors.New("client: a user and password are sent only over TLS; set Config.TLS (--tls-ca) or connect without them")

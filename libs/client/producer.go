@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -231,6 +232,10 @@ type Producer struct {
 	idRefused   error
 	idRefusedAt time.Time
 	idFetching  bool
+
+	// throttle counts the throttle times nodes answered
+	// (producer_throttle.go).
+	throttle throttleStats
 
 	wake   chan struct{}
 	idle   *sync.Cond // signalled when a batch completes
@@ -971,6 +976,9 @@ type prodConn struct {
 	queue  []queuedReq
 	cur    *prodStream
 	closed bool
+	// throttledUntil is when the node's last throttle ends (unix ns):
+	// nothing is sent to it before (producer_throttle.go).
+	throttledUntil atomic.Int64
 }
 
 type queuedReq struct {
@@ -1060,6 +1068,7 @@ func (c *prodConn) loop() {
 		c.mu.Unlock()
 		// Send may block on flow control while the node does not read;
 		// only this node's requests wait.
+		c.waitThrottle()
 		ps.sendMu.Lock()
 		err = ps.stream.SendMsg(enc)
 		ps.sendMu.Unlock()
@@ -1181,6 +1190,7 @@ func (c *prodConn) receive(ps *prodStream) {
 			c.p.complete(r.group, nil, e)
 			continue
 		}
+		c.throttled(resp.GetResponse().GetThrottleTimeMs())
 		c.p.complete(r.group, resp.GetResponse(), nil)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-io/sluice/libs/kafka"
 	"github.com/sluice-io/sluice/libs/membership"
 	"github.com/sluice-io/sluice/libs/metadata"
+	"github.com/sluice-io/sluice/libs/quota"
 	"github.com/sluice-io/sluice/libs/replica"
 	"github.com/sluice-io/sluice/libs/telemetry"
 )
@@ -50,6 +51,9 @@ type Deps struct {
 	// Kafka requests (the caller's identity is in the request context, see
 	// libs/auth). Nil means authorization is off (see Authorizer).
 	Authz authz.Authorizer
+	// Quotas enforces client quotas on the data path (producer and
+	// consumer byte rates, request time); nil enforces none.
+	Quotas *quota.Manager
 }
 
 // Authorizer returns Authz, or authz.AllowAll when it is nil.

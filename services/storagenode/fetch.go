@@ -103,6 +103,7 @@ func (r *StorageNode) Fetch(req *storagev1.FetchRequest, stream grpc.ServerStrea
 	readCommitted := req.GetIsolationLevel() == commonv1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED
 	deadline := time.Now().Add(time.Duration(req.GetMaxWaitMs()) * time.Millisecond)
 	collected := 0
+	fq := r.newFetchQuota(ctx)
 	for {
 		roles := r.replicas.Changed() // before reading, so no change is missed
 		var waits []<-chan struct{}
@@ -122,6 +123,7 @@ func (r *StorageNode) Fetch(req *storagev1.FetchRequest, stream grpc.ServerStrea
 			}
 			collected += n
 			budget -= n
+			fq.sent(stream, n)
 			if ch != nil {
 				waits = append(waits, ch)
 			}

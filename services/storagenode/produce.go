@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
+	grpcmd "google.golang.org/grpc/metadata"
 
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
@@ -283,8 +285,19 @@ func (r *StorageNode) Produce(ctx context.Context, req *storagev1.ProduceRequest
 	}
 	ctx, span := r.requestSpan(ctx, req)
 	defer span.End()
+	start := time.Now()
 	out, waits := r.appendAll(ctx, req)
+	var throttle time.Duration
+	if r.deps.Quotas != nil {
+		principal, clientID := quotaClient(ctx)
+		throttle = r.recordProduce(principal, clientID, req, time.Since(start))
+	}
 	r.awaitAll(ctx, acksOf(req.GetAcks()), waits)
+	if throttle > 0 {
+		out.ThrottleTimeMs = throttleMs(throttle)
+		_ = grpc.SetHeader(ctx, grpcmd.Pairs(ThrottleHeader, strconv.Itoa(int(out.ThrottleTimeMs)))) // fails only if the call ended
+		hold(ctx, throttle)
+	}
 	return out, nil
 }
 
@@ -390,8 +403,16 @@ func (r *StorageNode) ProduceStream(stream grpc.BidiStreamingServer[storagev1.Pr
 	defer answers.close()
 	var in produceIn
 	defer in.Release()
+	var principal, clientID string
+	if r.deps.Quotas != nil {
+		principal, clientID = quotaClient(ctx)
+	}
+	var throttle time.Duration
 	for {
 		in.Release()
+		// A client over its quota: its next request waits.
+		hold(ctx, throttle)
+		throttle = 0
 		err := stream.RecvMsg(&in)
 		if errors.Is(err, io.EOF) {
 			return answers.drain()
@@ -422,7 +443,10 @@ func (r *StorageNode) ProduceStream(stream grpc.BidiStreamingServer[storagev1.Pr
 		}
 		rctx, cancel := context.WithTimeout(ctx, produceTimeout(preq))
 		rctx, span := r.requestSpan(rctx, preq)
+		start := time.Now()
 		resp, waits := r.appendAll(rctx, preq)
+		throttle = r.recordProduce(principal, clientID, preq, time.Since(start))
+		resp.ThrottleTimeMs = throttleMs(throttle)
 		id := req.GetRequestId()
 		in.Release() // the batches are in the log now
 		f := &streamFuture{id: id, resp: resp}
