@@ -57,10 +57,36 @@ func (a ACL) String() string {
 	return fmt.Sprintf("%s %s %s on %s %s %q from host %s", a.Principal, a.Permission, a.Operation, a.ResourceType, a.Pattern, a.Name, a.Host)
 }
 
+// CanonicalHost returns the form ACL hosts are stored and compared in:
+// "*" stays "*"; an IP address is parsed, an IPv4-mapped IPv6 address
+// becomes its IPv4 address (::ffff:10.0.0.1 is 10.0.0.1, as a dual-stack
+// listener may report an IPv4 caller either way) and IPv6 is written in
+// its canonical lower-case, zero-compressed form (RFC 5952). ok is false
+// when host is neither.
+func CanonicalHost(host string) (canonical string, ok bool) {
+	if host == Wildcard {
+		return host, true
+	}
+	addr, err := netip.ParseAddr(host)
+	if err != nil {
+		return host, false
+	}
+	return addr.Unmap().String(), true
+}
+
+// Canonical returns a with its host in canonical form (CanonicalHost); a
+// host that is not an address is left as it is, for Validate to report.
+func (a ACL) Canonical() ACL {
+	a.Host, _ = CanonicalHost(a.Host)
+	return a
+}
+
 // Validate reports the first field of a that a binding may not have, as a
 // field name and a sentence. Kafka's rules: a known resource type,
-// operation, permission and pattern type; a principal "Type:Name"; a host
-// that is "*" or an IP address; a non-empty name; the cluster resource is
+// operation, permission and pattern type; a principal "User:Name" (the
+// type is case-sensitive, as Kafka compares it; Sluice authenticates no
+// other type, so an ACL for another would never match); a host that is
+// "*" or an IP address; a non-empty name; the cluster resource is
 // named "kafka-cluster" and is literal; "*" is only a literal name; the
 // operation applies to the resource type.
 func (a ACL) Validate() (field, problem string) {
@@ -79,13 +105,19 @@ func (a ACL) Validate() (field, problem string) {
 	if a.Pattern == Prefixed && a.Name == Wildcard {
 		return "resource_name", `"*" matches every name only as a LITERAL pattern; a PREFIXED "*" would match names starting with '*'`
 	}
-	if _, err := auth.ParsePrincipal(a.Principal); err != nil || a.Principal == Wildcard {
+	p, err := auth.ParsePrincipal(a.Principal)
+	if err != nil || a.Principal == Wildcard {
 		return "principal", fmt.Sprintf("%q is not a principal: want Type:Name such as User:alice, or User:* for everyone", a.Principal)
 	}
-	if a.Host != Wildcard {
-		if _, err := netip.ParseAddr(a.Host); err != nil {
-			return "host", fmt.Sprintf("%q is neither \"*\" nor an IP address (ACLs match the caller's address, not host names)", a.Host)
+	if p.Type != auth.UserType {
+		hint := ""
+		if strings.EqualFold(p.Type, auth.UserType) {
+			hint = fmt.Sprintf(" (principal types are case-sensitive, as in Kafka: write %s:%s)", auth.UserType, p.Name)
 		}
+		return "principal", fmt.Sprintf("%q: the principal type must be %q, the only type Sluice authenticates%s", a.Principal, auth.UserType, hint)
+	}
+	if _, ok := CanonicalHost(a.Host); !ok {
+		return "host", fmt.Sprintf("%q is neither \"*\" nor an IP address (ACLs match the caller's address, not host names)", a.Host)
 	}
 	if a.Permission != Allow && a.Permission != Deny {
 		return "permission", "must be ALLOW or DENY"
@@ -156,10 +188,11 @@ type Filter struct {
 	Pattern      PatternType
 }
 
-// Matches reports whether f selects a.
+// Matches reports whether f selects a. Hosts compare in canonical form
+// (CanonicalHost).
 func (f Filter) Matches(a ACL) bool {
 	return (f.Principal == "" || f.Principal == a.Principal) &&
-		(f.Host == "" || f.Host == a.Host) &&
+		(f.Host == "" || sameHost(f.Host, a.Host)) &&
 		(f.Operation == OpUnknown || f.Operation == a.Operation) &&
 		(f.Permission == PermissionUnknown || f.Permission == a.Permission) &&
 		(f.ResourceType == ResourceUnknown || f.ResourceType == a.ResourceType) &&
@@ -169,3 +202,12 @@ func (f Filter) Matches(a ACL) bool {
 
 // IsEmpty reports whether f matches every ACL.
 func (f Filter) IsEmpty() bool { return f == Filter{} }
+
+func sameHost(x, y string) bool {
+	if x == y {
+		return true
+	}
+	cx, _ := CanonicalHost(x)
+	cy, _ := CanonicalHost(y)
+	return cx == cy
+}

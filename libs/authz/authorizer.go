@@ -3,6 +3,7 @@ package authz
 import (
 	"context"
 	"log/slog"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 
@@ -118,15 +119,19 @@ func (a *ACLAuthorizer) authorize(id auth.Identity, op Operation, rt ResourceTyp
 	}
 	ix := a.idx.Load()
 	principal := id.Principal.String()
+	// The caller's address in canonical form: an IPv4-mapped IPv6
+	// address is its IPv4 address. An unparsable host matches only "*".
+	from, _ := netip.ParseAddr(id.Host)
+	from = from.Unmap()
 	found, allowed := false, false
-	decide := func(acls []ACL) bool { // returns true on a matching Deny
+	decide := func(acls []entry) bool { // returns true on a matching Deny
 		for i := range acls {
 			acl := &acls[i]
 			found = true
 			if acl.Principal != principal && acl.Principal != WildcardPrincipal {
 				continue
 			}
-			if acl.Host != Wildcard && acl.Host != id.Host {
+			if !acl.anyHost && (!acl.addr.IsValid() || acl.addr != from) {
 				continue
 			}
 			if acl.Permission == Deny {
@@ -175,21 +180,30 @@ func implies(granted, op Operation) bool {
 	return false
 }
 
+// entry is an ACL with its host parsed: anyHost for "*", else addr in
+// canonical form (invalid when the host is not an address: it matches
+// nothing).
+type entry struct {
+	ACL
+	anyHost bool
+	addr    netip.Addr
+}
+
 // index is one immutable ACL set, looked up by resource type and name.
 type index struct {
 	gen      uint64 // the SetACLs that stored it, counting from 0 (New)
 	rev      int64
 	all      []ACL
-	literal  map[ResourceType]map[string][]ACL
-	prefixed map[ResourceType]map[string][]ACL
+	literal  map[ResourceType]map[string][]entry
+	prefixed map[ResourceType]map[string][]entry
 }
 
 func newIndex(acls []ACL, rev int64) *index {
 	ix := &index{
 		rev:      rev,
 		all:      append([]ACL(nil), acls...),
-		literal:  map[ResourceType]map[string][]ACL{},
-		prefixed: map[ResourceType]map[string][]ACL{},
+		literal:  map[ResourceType]map[string][]entry{},
+		prefixed: map[ResourceType]map[string][]entry{},
 	}
 	for _, acl := range ix.all {
 		m := ix.literal
@@ -199,9 +213,13 @@ func newIndex(acls []ACL, rev int64) *index {
 			continue
 		}
 		if m[acl.ResourceType] == nil {
-			m[acl.ResourceType] = map[string][]ACL{}
+			m[acl.ResourceType] = map[string][]entry{}
 		}
-		m[acl.ResourceType][acl.Name] = append(m[acl.ResourceType][acl.Name], acl)
+		e := entry{ACL: acl, anyHost: acl.Host == Wildcard}
+		if addr, err := netip.ParseAddr(acl.Host); err == nil {
+			e.addr = addr.Unmap()
+		}
+		m[acl.ResourceType][acl.Name] = append(m[acl.ResourceType][acl.Name], e)
 	}
 	return ix
 }

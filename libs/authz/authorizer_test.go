@@ -172,6 +172,55 @@ func TestACLValidate(t *testing.T) {
 	require.Equal(t, "resource_name", field)
 	field, _ = mutate(func(a *authz.ACL) { a.Host = "::1"; a.Principal = "User:*" }).Validate()
 	require.Empty(t, field)
+	// Principal types are case-sensitive (as Kafka compares them) and
+	// only User is authenticated: other spellings would never match.
+	field, problem = mutate(func(a *authz.ACL) { a.Principal = "user:alice" }).Validate()
+	require.Equal(t, "principal", field)
+	require.Contains(t, problem, "case-sensitive, as in Kafka: write User:alice")
+	field, _ = mutate(func(a *authz.ACL) { a.Principal = "Group:eng" }).Validate()
+	require.Equal(t, "principal", field)
+}
+
+// Hosts compare as addresses, not strings: an IPv4-mapped IPv6 address is
+// its IPv4 address either way round, and IPv6 spellings of one address are
+// equal. A Deny written with the other spelling must still deny.
+func TestAuthorizeHostCanonical(t *testing.T) {
+	read := func(principal, host string, perm authz.Permission) authz.ACL {
+		a := onHost(allow(principal, authz.Read, authz.Topic, "orders", authz.Literal), host)
+		a.Permission = perm
+		return a
+	}
+	ctx := context.Background()
+	for _, tc := range []struct{ aclHost, callerHost string }{
+		{"::ffff:10.0.0.9", "10.0.0.9"},
+		{"10.0.0.9", "::ffff:10.0.0.9"},
+		{"2001:DB8:0:0::1", "2001:db8::1"},
+		{"2001:db8::1", "2001:0db8::0001"},
+	} {
+		a := authz.New(authz.Config{})
+		a.SetACLs([]authz.ACL{read("User:alice", tc.aclHost, authz.Allow)}, 1)
+		require.True(t, a.Authorize(ctx, user("alice", tc.callerHost), authz.Read, authz.Topic, "orders"), "allow %v", tc)
+		require.False(t, a.Authorize(ctx, user("alice", "10.0.0.8"), authz.Read, authz.Topic, "orders"), "allow %v", tc)
+
+		a.SetACLs([]authz.ACL{read("User:*", "*", authz.Allow), read("User:alice", tc.aclHost, authz.Deny)}, 2)
+		require.False(t, a.Authorize(ctx, user("alice", tc.callerHost), authz.Read, authz.Topic, "orders"), "deny %v", tc)
+		require.True(t, a.Authorize(ctx, user("alice", "10.0.0.8"), authz.Read, authz.Topic, "orders"), "deny %v", tc)
+	}
+	// A caller without an address matches only "*".
+	a := authz.New(authz.Config{})
+	a.SetACLs([]authz.ACL{read("User:alice", "10.0.0.9", authz.Allow)}, 1)
+	require.False(t, a.Authorize(ctx, user("alice", ""), authz.Read, authz.Topic, "orders"))
+
+	for in, want := range map[string]string{"*": "*", "::FFFF:10.0.0.1": "10.0.0.1", "2001:DB8::0:1": "2001:db8::1", "10.0.0.1": "10.0.0.1"} {
+		got, ok := authz.CanonicalHost(in)
+		require.True(t, ok, in)
+		require.Equal(t, want, got, in)
+	}
+	_, ok := authz.CanonicalHost("db.example.com")
+	require.False(t, ok)
+	require.Equal(t, "10.0.0.1", onHost(allow("User:a", authz.Read, authz.Topic, "t", authz.Literal), "::ffff:10.0.0.1").Canonical().Host)
+	require.True(t, authz.Filter{Host: "::ffff:10.0.0.9"}.Matches(read("User:alice", "10.0.0.9", authz.Allow)))
+	require.False(t, authz.Filter{Host: "10.0.0.8"}.Matches(read("User:alice", "10.0.0.9", authz.Allow)))
 }
 
 func TestParseNames(t *testing.T) {

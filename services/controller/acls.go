@@ -69,7 +69,9 @@ func (s *state) aclDelta(ch *change, d *controllerv1.MetadataDelta) {
 }
 
 // normalizeBinding fills what a binding may leave out: host "*" and a
-// LITERAL pattern (the proto's documented defaults).
+// LITERAL pattern (the proto's documented defaults), and writes the host
+// in canonical form (authz.CanonicalHost: ::ffff:10.0.0.1 is stored as
+// 10.0.0.1), so one address is one binding however it was spelled.
 func normalizeBinding(b *controllerv1.AclBinding) authz.ACL {
 	a := authz.FromProto(b)
 	if a.Host == "" {
@@ -78,7 +80,7 @@ func normalizeBinding(b *controllerv1.AclBinding) authz.ACL {
 	if a.Pattern == authz.PatternUnknown {
 		a.Pattern = authz.Literal
 	}
-	return a
+	return a.Canonical()
 }
 
 // checkACLAdmin authorizes an ACL call: Alter on the cluster to change
@@ -128,11 +130,13 @@ func (c *Controller) CreateAcls(ctx context.Context, r *controllerv1.CreateAclsR
 		chunk := valid[start:min(start+maxTxnOps, len(valid))]
 		_, err := c.update(ctx, t, func(st *state) (*txn, error) {
 			x := &txn{}
+			seen := map[string]bool{} // one binding given twice (or in two spellings of its host) is one key
 			for _, a := range chunk {
 				id := aclID(a)
-				if _, ok := st.acls[id]; ok {
+				if _, ok := st.acls[id]; ok || seen[id] {
 					continue
 				}
+				seen[id] = true
 				c.put(x, metastore.ACLKey(id), 0, authz.ToProto(a))
 			}
 			return x, nil

@@ -124,6 +124,21 @@ func TestACLsStoredAndDistributed(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, resp.GetErrors()[0])
 
+	// Hosts are stored in canonical form: an IPv4-mapped address and its
+	// IPv4 form are one binding, and a filter matches either spelling.
+	mapped := topicACL("User:alice", controllerv1.AclOperation_ACL_OPERATION_READ, "orders-", controllerv1.PatternType_PATTERN_TYPE_PREFIXED)
+	mapped.Host = "::ffff:10.0.0.7"
+	plain := topicACL("User:alice", controllerv1.AclOperation_ACL_OPERATION_READ, "orders-", controllerv1.PatternType_PATTERN_TYPE_PREFIXED)
+	plain.Host = "10.0.0.7"
+	resp, err = c.CreateAcls(admin, &controllerv1.CreateAclsRequest{Bindings: []*controllerv1.AclBinding{mapped, plain}})
+	require.NoError(t, err)
+	require.Nil(t, resp.GetErrors()[0])
+	require.Nil(t, resp.GetErrors()[1])
+	delMapped, err := c.DeleteAcls(admin, &controllerv1.DeleteAclsRequest{Filters: []*controllerv1.AclBinding{{Host: "::FFFF:10.0.0.7"}}})
+	require.NoError(t, err)
+	require.Len(t, delMapped.GetDeleted(), 1, "one binding for both spellings")
+	require.Equal(t, "10.0.0.7", delMapped.GetDeleted()[0].GetHost())
+
 	desc, err := c.DescribeAcls(admin, &controllerv1.DescribeAclsRequest{})
 	require.NoError(t, err)
 	require.Len(t, desc.GetBindings(), 3)
