@@ -28,6 +28,7 @@ import (
 	"github.com/sluice-io/sluice/libs/membership"
 	"github.com/sluice-io/sluice/libs/metadata"
 	"github.com/sluice-io/sluice/libs/planted"
+	"github.com/sluice-io/sluice/libs/quota"
 	"github.com/sluice-io/sluice/libs/replica"
 	"github.com/sluice-io/sluice/libs/role"
 	"github.com/sluice-io/sluice/libs/service"
@@ -116,6 +117,15 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 		n.authz = acls
 		authz.Follow(ctx, acls, n.cache)
 	}
+	// Client quotas arrive with the metadata like ACLs, and apply to the
+	// next request of every connection; connection limits per IP apply to
+	// both client listeners.
+	n.quotas = cfg.Quota.New(logger.With(log.Component("quota")), tel.Meter)
+	quota.Follow(ctx, n.quotas, n.cache)
+	lis = n.quotas.LimitListener(lis, "grpc")
+	if kafkaLis != nil {
+		kafkaLis = n.quotas.LimitListener(kafkaLis, "kafka")
+	}
 	// Every node answers metadata requests from its cache, showing each
 	// caller the topics it may Describe.
 	ms := metadata.NewServer(n.cache, int32(cfg.Node.ID), srv.Validators)
@@ -175,7 +185,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 		// first to stop, so no Kafka request reaches a stopped role.
 		m.Add(kafka.NewServer(cfg.Kafka, n.kafka, kafkaLis, kafka.ServerOptions{
 			Logger: logger, Meter: tel.Meter, Tracer: tel.Tracer(telemetry.Process),
-			TLS: sec.serverTLS(), Authn: sec.authn, SASL: sec.kafkaSASL(cfg.Kafka)}))
+			TLS: sec.serverTLS(), Authn: sec.authn, SASL: sec.kafkaSASL(cfg.Kafka), Quotas: n.quotas}))
 	}
 	m.Ready = func() {
 		logger.Info("sluiced ready", slog.String("roles", cfg.Roles.String()), slog.String("listen", lis.Addr().String()))
@@ -203,6 +213,9 @@ type node struct {
 	now func() time.Time
 	// authz is the process's authorizer; nil with authorization off.
 	authz authz.Authorizer
+	// quotas enforces the cluster's client quotas and the per-IP
+	// connection limits.
+	quotas *quota.Manager
 }
 
 // controllerAddrs are the controllers to reach: --controllers, or this
@@ -217,7 +230,7 @@ func (n *node) controllerAddrs() []string {
 func (n *node) newRole(r role.Role) service.Service {
 	cfg := n.cfg
 	deps := service.Deps{Logger: n.logger, Telemetry: n.tel, Server: n.srv, Kafka: n.kafka, Node: cfg.Node,
-		Metadata: n.cache, Member: n.member, Pool: n.pool, Replicas: n.replicas, Now: n.now, Authz: n.authz}
+		Metadata: n.cache, Member: n.member, Pool: n.pool, Replicas: n.replicas, Now: n.now, Authz: n.authz, Quotas: n.quotas}
 	switch r {
 	case role.Controller:
 		return controller.New(cfg.Controller, deps)

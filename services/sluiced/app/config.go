@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-io/sluice/libs/grpcx"
 	"github.com/sluice-io/sluice/libs/kafka"
 	"github.com/sluice-io/sluice/libs/log"
+	"github.com/sluice-io/sluice/libs/quota"
 	"github.com/sluice-io/sluice/libs/role"
 	"github.com/sluice-io/sluice/libs/telemetry"
 	"github.com/sluice-io/sluice/libs/tlsx"
@@ -34,6 +35,7 @@ type Config struct {
 	Auth      authn.Config
 	AuthLimit authn.LimitConfig
 	Authz     authz.Flags
+	Quota     quota.Config
 	Unsafe    UnsafeConfig
 
 	Controller             controller.Config
@@ -56,7 +58,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 }
 
 func (c *Config) components() []config.Component {
-	return []config.Component{&c.Node, &c.Log, &c.Telemetry, &c.GRPC, &c.Kafka, &c.TLS, &c.Auth, &c.AuthLimit, &c.Authz, &c.Unsafe}
+	return []config.Component{&c.Node, &c.Log, &c.Telemetry, &c.GRPC, &c.Kafka, &c.TLS, &c.Auth, &c.AuthLimit, &c.Authz, &c.Quota, &c.Unsafe}
 }
 
 func (c *Config) roleComponents() map[role.Role]config.Component {
