@@ -3,10 +3,6 @@ package integration
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -23,7 +19,6 @@ import (
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	"github.com/sluice-io/sluice/integration/cluster"
 	"github.com/sluice-io/sluice/libs/client/errs"
-	"github.com/sluice-io/sluice/libs/tlsx"
 )
 
 // A cluster with --authz.enabled (mutual TLS; User:admin is the super
@@ -33,13 +28,10 @@ import (
 // listener, on a connection opened before it, within a bound the test
 // measures.
 func TestACLs(t *testing.T) {
-	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 1, TLS: true,
-		ExtraArgs: []string{"--authz.enabled", "--authz.super-users=User:admin"}})
-	files := c.TLS()
-	storage := c.StorageNodes()[0]
+	c := startAuthzCluster(t)
+	files, storage, sdk := c.files, c.storage, c.admin
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	sdk := cluster.Client(t, c)
 
 	cli := func(args ...string) (string, error) {
 		full := append([]string{"--bootstrap", strings.Join(c.Bootstrap(), ","), "--request-timeout", "20s",
@@ -104,15 +96,9 @@ func TestACLs(t *testing.T) {
 	// alice, authenticated by a certificate of the cluster's CA, keeps one
 	// Kafka connection open to the storage node while the controller's ACLs
 	// change.
-	ca, err := tlsx.LoadCA(files.CA, files.CAKey)
-	require.NoError(t, err)
-	aliceCert := clientCert(t, ca, tlsx.Issue{Subject: pkix.Name{CommonName: "alice"}, Validity: time.Hour})
-	pool := x509.NewCertPool()
-	caPEM, err := os.ReadFile(files.CA)
-	require.NoError(t, err)
-	pool.AppendCertsFromPEM(caPEM)
-	alice, err := kgo.NewClient(kgo.SeedBrokers(storage.KafkaAddr), kgo.DialTLSConfig(&tls.Config{
-		RootCAs: pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{aliceCert}}))
+	aliceTLS := c.userTLS(t, "alice")
+	aliceTLS.ServerName = "127.0.0.1"
+	alice, err := kgo.NewClient(kgo.SeedBrokers(storage.KafkaAddr), kgo.DialTLSConfig(aliceTLS))
 	require.NoError(t, err)
 	defer alice.Close()
 	broker := alice.Broker(int(storage.NodeID))
@@ -145,9 +131,7 @@ func TestACLs(t *testing.T) {
 		}
 		return time.Since(start)
 	}
-	writeACL := &controllerv1.AclBinding{ResourceType: controllerv1.ResourceType_RESOURCE_TYPE_TOPIC, ResourceName: "orders",
-		PatternType: controllerv1.PatternType_PATTERN_TYPE_LITERAL, Principal: "User:alice", Host: "*",
-		Operation: controllerv1.AclOperation_ACL_OPERATION_WRITE, Permission: controllerv1.AclPermission_ACL_PERMISSION_ALLOW}
+	writeACL := topicACL("User:alice", "orders", controllerv1.AclOperation_ACL_OPERATION_WRITE)
 	const rounds = 10
 	var grant, revoke []time.Duration
 	for i := 0; i < rounds; i++ {

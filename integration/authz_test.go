@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"crypto/x509/pkix"
 	"testing"
 	"time"
 
@@ -15,12 +14,9 @@ import (
 	groupv1 "github.com/sluice-io/sluice/gen/go/sluice/group/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
 	txnv1 "github.com/sluice-io/sluice/gen/go/sluice/txn/v1"
-	"github.com/sluice-io/sluice/integration/cluster"
 	"github.com/sluice-io/sluice/libs/client"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/client/record"
-	"github.com/sluice-io/sluice/libs/client/wire"
-	"github.com/sluice-io/sluice/libs/tlsx"
 )
 
 // With --authz.enabled over mutual TLS, the cluster's own calls pass by
@@ -31,43 +27,19 @@ import (
 // TOPIC_AUTHORIZATION_FAILED on both, sees only t in metadata, and is
 // refused a group and a transactional id she has no ACL for.
 func TestAuthzEnforcedOnBothProtocols(t *testing.T) {
-	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 1, TLS: true,
-		ExtraArgs: []string{"--authz.enabled", "--authz.super-users=User:admin"}})
-	files := c.TLS()
-	storage := c.StorageNodes()[0]
+	c := startAuthzCluster(t)
+	storage := c.storage
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
 	// The super user sets up two topics and alice's ACLs.
-	adminTLS, err := files.ClientTLS()
-	require.NoError(t, err)
-	admin, err := client.New(client.Config{Bootstrap: c.Bootstrap(), TLS: adminTLS, RequestTimeout: 20 * time.Second})
-	require.NoError(t, err)
-	defer admin.Close()
 	for _, name := range []string{"t", "u"} {
-		_, err := admin.CreateTopic(ctx, name, 1, 1, nil)
+		_, err := c.admin.CreateTopic(ctx, name, 1, 1, nil)
 		require.NoError(t, err)
 	}
-	conn, err := admin.Conn(c.Controllers()[0].Addr)
-	require.NoError(t, err)
-	acl := func(op controllerv1.AclOperation) *controllerv1.AclBinding {
-		return &controllerv1.AclBinding{ResourceType: controllerv1.ResourceType_RESOURCE_TYPE_TOPIC, ResourceName: "t",
-			PatternType: controllerv1.PatternType_PATTERN_TYPE_LITERAL, Principal: "User:alice", Host: "*", Operation: op,
-			Permission: controllerv1.AclPermission_ACL_PERMISSION_ALLOW}
-	}
-	_, err = controllerv1.NewControllerServiceClient(conn).CreateAcls(ctx, &controllerv1.CreateAclsRequest{
-		Bindings: []*controllerv1.AclBinding{acl(controllerv1.AclOperation_ACL_OPERATION_WRITE), acl(controllerv1.AclOperation_ACL_OPERATION_READ)}})
-	require.NoError(t, err)
-
-	// alice's certificate, from the cluster's CA.
-	ca, err := tlsx.LoadCA(files.CA, files.CAKey)
-	require.NoError(t, err)
-	pair, err := ca.Issue(tlsx.Issue{Subject: pkix.Name{CommonName: "alice"}, Validity: time.Hour})
-	require.NoError(t, err)
-	cert, key, err := pair.WriteFiles(t.TempDir(), "alice")
-	require.NoError(t, err)
-	aliceTLS, err := wire.ClientTLS(files.CA, cert, key)
-	require.NoError(t, err)
+	c.createACLs(ctx, t, topicACL("User:alice", "t", controllerv1.AclOperation_ACL_OPERATION_WRITE),
+		topicACL("User:alice", "t", controllerv1.AclOperation_ACL_OPERATION_READ))
+	aliceTLS := c.userTLS(t, "alice")
 
 	// gRPC: metadata lists t only; a produce to u is refused per partition.
 	alice, err := client.New(client.Config{Bootstrap: c.Bootstrap(), TLS: aliceTLS, RequestTimeout: 20 * time.Second})
