@@ -16,8 +16,14 @@ BUILDTOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/g
 # buf breaking compares the API with this input: the previous commit by
 # default (CI runs on main, where comparing with main itself proves nothing).
 BUF_BREAKING_AGAINST ?= .git\#ref=HEAD~1
+# The container image `make image` builds, and the compose cluster (its own
+# project name, so it never touches other containers).
+IMAGE ?= sluice:dev
+COMPOSE_PROJECT ?= sluice-compose
+COMPOSE := docker-compose -p $(COMPOSE_PROJECT) -f $(ROOT)/deploy/compose/docker-compose.yml
+COMPOSE_WAIT ?= 180
 
-.PHONY: all build run dev test unit integration gen check-gen lint bench bench-txn bench-kafka bench-security bench-groups clean tools image chaos chaos-planted planted
+.PHONY: all build run dev test unit integration gen check-gen lint bench bench-txn bench-kafka bench-security bench-groups clean tools image compose-up compose-down chaos chaos-planted planted
 
 all: build
 
@@ -151,7 +157,28 @@ chaos-planted: planted
 clean:
 	rm -rf $(BIN) $(ROOT)/data $(ROOT)/.cache
 
-## image: build the sluice container image (static binaries on scratch)
+## image: build the sluice container image $(IMAGE) (static binaries on scratch, from bin/image/)
 image:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/ $(MOD)/services/sluiced $(MOD)/tools/sluice
-	docker build -f deploy/docker/Dockerfile -t sluice:dev .
+	mkdir -p $(BIN)/image/data
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/image/ $(MOD)/services/sluiced $(MOD)/tools/sluice
+	docker build -f deploy/docker/Dockerfile -t $(IMAGE) .
+
+## compose-up: build the image, start the compose cluster (deploy/compose: 3 controllers, 3 storage nodes,
+## replication workers, group and transaction coordinators, each in containers of its own) and wait until every
+## container is healthy. Clients: SLUICE_BOOTSTRAP=127.0.0.1:17091 (see docs/operations.md, "Containers").
+compose-up: image
+	SLUICE_IMAGE=$(IMAGE) $(COMPOSE) up -d $(COMPOSE_ARGS)
+	@deadline=$$(( $$(date +%s) + $(COMPOSE_WAIT) )); \
+	while :; do \
+		ids=$$($(COMPOSE) ps -q); \
+		states=$$(docker inspect --format '{{.Name}} {{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{else}}no-healthcheck{{end}}' $$ids); \
+		if ! grep -qv ' running healthy$$' <<<"$$states"; then echo "compose cluster healthy: $$(wc -l <<<"$$states") containers"; break; fi; \
+		if (( $$(date +%s) > deadline )); then \
+			echo "containers not healthy after $(COMPOSE_WAIT)s:"; grep -v ' running healthy$$' <<<"$$states"; \
+			echo "logs: $(COMPOSE) logs SERVICE"; exit 1; fi; \
+		sleep 2; \
+	done
+
+## compose-down: stop the compose cluster and remove its containers, volumes and network
+compose-down:
+	$(COMPOSE) down --volumes --remove-orphans --timeout 30
