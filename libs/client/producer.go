@@ -228,10 +228,18 @@ type Producer struct {
 	idErr error
 	// idRefused is set when the last attempt to get a producer id was
 	// refused (authorization) at idRefusedAt: batches that were already
-	// waiting for an id then fail with it; later ones ask again.
+	// waiting for an id then fail with it, and so do batches until
+	// idRetryAt (by idClock), the end of a backoff doubling with each of
+	// idRefusals consecutive refusals; the first batch after it asks
+	// again.
 	idRefused   error
 	idRefusedAt time.Time
+	idRetryAt   time.Time
+	idRefusals  int
 	idFetching  bool
+	// idClock is the clock of the refusal backoff (time.Now; tests
+	// replace it).
+	idClock func() time.Time
 
 	// throttle counts the throttle times nodes answered
 	// (producer_throttle.go).
@@ -323,6 +331,7 @@ func (c *Client) NewProducer(cfg ProducerConfig) *Producer {
 	p := &Producer{
 		c: c, cfg: cfg, md: newMetaCache(c), parts: map[tpKey]*prodPartition{}, cfgErr: cfgErr, idem: !cfg.DisableIdempotence, ctx: ctx,
 		wake: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{}), conns: map[string]*prodConn{},
+		idClock: time.Now,
 	}
 	p.idemTel = newIdemTelemetry(c.cfg.Telemetry)
 	p.initID = func(ctx context.Context) (int64, int16, error) {
@@ -733,7 +742,7 @@ func (p *Producer) sendReady(ctx context.Context) time.Duration {
 			p.finishLocked(b, -1, p.deliveryTimedOut(b))
 		}
 		for p.idRefused != nil && len(pp.ready) > 0 && pp.ready[0].seq < 0 && len(pp.idem.outstanding) == 0 &&
-			!pp.ready[0].created.After(p.idRefusedAt) {
+			(!pp.ready[0].created.After(p.idRefusedAt) || p.idClock().Before(p.idRetryAt)) {
 			b := p.takeReadyLocked(pp, 0)
 			p.finishLocked(b, -1, p.idRefused)
 		}

@@ -276,6 +276,9 @@ func (p *Producer) needIDLocked(gen uint64) {
 	if p.id.gen > gen || p.idFetching || p.closed {
 		return
 	}
+	if p.idRefused != nil && p.idClock().Before(p.idRetryAt) {
+		return // refused: batches fail with it until the backoff ends (sendReady)
+	}
 	p.idFetching, p.idRefused = true, nil
 	p.bg.Go(p.fetchID)
 }
@@ -305,7 +308,7 @@ func (p *Producer) fetchID() {
 		p.mu.Lock()
 		if err == nil {
 			p.id = prodID{pid: pid, epoch: epoch, gen: p.id.gen + 1}
-			p.idErr, p.idFetching = nil, false
+			p.idErr, p.idFetching, p.idRefusals = nil, false, 0
 			p.mu.Unlock()
 			if l := p.c.cfg.Logger; l != nil {
 				l.Debug("idempotent producer: producer id assigned", slog.Int64("producer_id", pid), slog.Int("producer_epoch", int(epoch)))
@@ -323,9 +326,20 @@ func (p *Producer) fetchID() {
 		if refusedID(err) {
 			// Retrying cannot help until an administrator changes the
 			// ACLs or credentials: the batches waiting for an id fail now
-			// with the server's message (sendReady), and the next batch
-			// produced asks again.
-			p.idRefused, p.idRefusedAt, p.idFetching = p.idErr, time.Now(), false
+			// with the server's message (sendReady), and so do those
+			// produced during a backoff that starts at RetryBackoff and
+			// doubles with each refusal in a row up to RetryBackoffMax;
+			// the first batch after it asks again. Without the backoff a
+			// producer refused an id would ask once per record.
+			p.idRefusals++
+			backoff := p.cfg.RetryBackoff
+			for i := 1; i < p.idRefusals && backoff < p.cfg.RetryBackoffMax; i++ {
+				backoff *= 2
+			}
+			backoff = min(backoff, p.cfg.RetryBackoffMax)
+			p.idRefused = errs.New(errs.CodeOf(err), "%s (refused %d times in a row; the producer asks again for records produced after %v)",
+				p.idErr.(*errs.Error).Message, p.idRefusals, backoff)
+			p.idRefusedAt, p.idRetryAt, p.idFetching = time.Now(), p.idClock().Add(backoff), false
 			p.mu.Unlock()
 			p.kick()
 			return

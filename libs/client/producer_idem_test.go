@@ -762,8 +762,70 @@ func TestIdempotentProducerFailsFastWhenRefusedAnID(t *testing.T) {
 	require.Empty(t, f.sentBatches())
 
 	granted.Store(true)
-	for _, r := range produceNumbered(t, p, 1, 2) {
+	// A record produced once the refusal's backoff (50 ms) ended asks
+	// again and is delivered.
+	require.Eventually(t, func() bool {
+		return produceNumbered(t, p, 1, 1)[0].Err == nil
+	}, 10*time.Second, 10*time.Millisecond)
+	require.GreaterOrEqual(t, calls.Load(), int32(2), "asked again after the refusal")
+}
+
+// After a producer id is refused, records fail with the refusal without
+// asking again until a backoff ends: RetryBackoff, doubling with each
+// refusal in a row up to RetryBackoffMax, and reset by an id granted.
+// Without it a refused producer asked once per record.
+func TestIdempotentProducerBacksOffAfterRefusedID(t *testing.T) {
+	f := newSeqNode()
+	p, _ := startSeqNode(t, f, ProducerConfig{DeliveryTimeout: time.Minute, RetryBackoff: 100 * time.Millisecond, RetryBackoffMax: 400 * time.Millisecond})
+	var clock atomic.Int64 // the backoff's clock, advanced by hand
+	p.mu.Lock()
+	p.idClock = func() time.Time { return time.Unix(0, clock.Load()) }
+	p.mu.Unlock()
+	advance := func(d time.Duration) { clock.Add(int64(d)) }
+	var granted atomic.Bool
+	var calls atomic.Int32
+	p.initID = func(context.Context) (int64, int16, error) {
+		calls.Add(1)
+		if !granted.Load() {
+			return -1, -1, errs.New(errs.ClusterAuthorizationFailed, "User:alice may not IdempotentWrite Cluster \"kafka-cluster\"")
+		}
+		return 7, 0, nil
+	}
+	refused := func(want int32, msg string) {
+		t.Helper()
+		for _, r := range produceNumbered(t, p, 0, 1) {
+			require.True(t, errs.Is(r.Err, errs.ClusterAuthorizationFailed), "%s: got %v", msg, r.Err)
+		}
+		require.Equal(t, want, calls.Load(), msg)
+	}
+	refused(1, "the first record asks")
+	for range 5 {
+		refused(1, "records during the backoff do not ask")
+	}
+	advance(99 * time.Millisecond)
+	refused(1, "99 ms into a 100 ms backoff")
+	advance(time.Millisecond)
+	refused(2, "after 100 ms")
+	advance(199 * time.Millisecond)
+	refused(2, "the second backoff is 200 ms")
+	advance(time.Millisecond)
+	refused(3, "after 200 ms")
+	advance(400 * time.Millisecond)
+	refused(4, "after 400 ms")
+	advance(399 * time.Millisecond)
+	refused(4, "the backoff stays at RetryBackoffMax")
+	res := produceNumbered(t, p, 0, 1)
+	require.ErrorContains(t, res[0].Err, "refused 4 times in a row; the producer asks again for records produced after 400ms")
+	advance(time.Millisecond)
+	refused(5, "after 400 ms")
+
+	granted.Store(true)
+	advance(400 * time.Millisecond)
+	for _, r := range produceNumbered(t, p, 0, 2) {
 		require.NoError(t, r.Err)
 	}
-	require.GreaterOrEqual(t, calls.Load(), int32(2), "asked again after the refusal")
+	require.EqualValues(t, 6, calls.Load())
+	p.mu.Lock()
+	require.Zero(t, p.idRefusals, "an id granted resets the backoff")
+	p.mu.Unlock()
 }
