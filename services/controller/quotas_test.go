@@ -5,12 +5,16 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	"github.com/sluice-io/sluice/libs/auth"
@@ -72,12 +76,18 @@ func TestClientQuotas(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	require.NoError(t, c.Start(ctx))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv.SetServing(true, c.HealthServices()...)
+	go func() { _ = srv.Serve(lis) }() // ends when the listener closes
+	defer srv.GRPC.Stop()
 	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
 		if !c.IsActive() {
 			return errors.New("the controller is not active yet")
 		}
 		return nil
 	})
+	authz.Follow(ctx, own, deps.Metadata)
 	admin := auth.NewContext(ctx, auth.Identity{Principal: auth.User("admin"), Host: "10.1.2.3"})
 	alice := auth.NewContext(ctx, auth.Identity{Principal: auth.User("alice"), Host: "10.1.2.4"})
 
@@ -85,7 +95,7 @@ func TestClientQuotas(t *testing.T) {
 
 	// Both calls are authorized on the cluster; a refused change writes
 	// nothing.
-	_, err := c.AlterClientQuotas(alice, &controllerv1.AlterClientQuotasRequest{Entries: []*controllerv1.ClientQuotaAlteration{app1}})
+	_, err = c.AlterClientQuotas(alice, &controllerv1.AlterClientQuotasRequest{Entries: []*controllerv1.ClientQuotaAlteration{app1}})
 	require.Equal(t, errs.ClusterAuthorizationFailed, errs.CodeOf(err), "%v", err)
 	_, err = c.DescribeClientQuotas(alice, &controllerv1.DescribeClientQuotasRequest{})
 	require.Equal(t, errs.ClusterAuthorizationFailed, errs.CodeOf(err), "%v", err)
@@ -223,6 +233,58 @@ func TestClientQuotas(t *testing.T) {
 	n := len(c.st.quotas)
 	c.mu.RUnlock()
 	require.Equal(t, 3, n, "the entity left without values was deleted from etcd")
+
+	// Another process (its own cache from the controller's watch stream,
+	// a quota Manager following it): how long from AlterClientQuotas
+	// returning to that Manager enforcing the new value. Watching takes
+	// ClusterAction; this server authenticates nobody, so the watcher is
+	// User:ANONYMOUS and gets an ACL for it.
+	_, err = c.CreateAcls(admin, &controllerv1.CreateAclsRequest{Bindings: []*controllerv1.AclBinding{{
+		ResourceType: controllerv1.ResourceType_RESOURCE_TYPE_CLUSTER, ResourceName: authz.ClusterName,
+		Principal: "User:ANONYMOUS", Operation: controllerv1.AclOperation_ACL_OPERATION_CLUSTER_ACTION,
+		Permission: controllerv1.AclPermission_ACL_PERMISSION_ALLOW,
+	}}})
+	require.NoError(t, err)
+	testutil.Eventually(t, 10*time.Second, time.Millisecond, func() error {
+		if !own.Authorize(ctx, auth.Identity{Principal: auth.Anonymous}, authz.ClusterAction, authz.Cluster, authz.ClusterName) {
+			return errors.New("the controller's authorizer does not see the ACL yet")
+		}
+		return nil
+	})
+	remoteCache := metadata.NewCache()
+	w := metadata.NewWatcher(remoteCache, []string{lis.Addr().String()}, func(addr string) (*grpc.ClientConn, error) {
+		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}, 2, log.Discard())
+	require.NoError(t, w.Start(ctx))
+	defer func() { require.NoError(t, w.Stop(context.Background())) }()
+	remote := quota.NewManager(quota.Options{})
+	quota.Follow(ctx, remote, remoteCache)
+	remoteValue := func() float64 {
+		for _, e := range remote.Table().Entries() {
+			if quota.EntityKey(e.Entity) == "client-id=lat" {
+				return e.Values[quota.ProducerByteRate]
+			}
+		}
+		return 0
+	}
+	const rounds = 20
+	var lat []time.Duration
+	for i := 1; i <= rounds; i++ {
+		_, err := c.AlterClientQuotas(admin, &controllerv1.AlterClientQuotasRequest{Entries: []*controllerv1.ClientQuotaAlteration{
+			{Entity: clientIDEntity("lat"), Ops: []*controllerv1.ClientQuotaOp{setOp(quota.ProducerByteRate, float64(i))}}}})
+		require.NoError(t, err)
+		start := time.Now()
+		for remoteValue() != float64(i) {
+			require.Less(t, time.Since(start), 10*time.Second, "quota change %d never reached the other process", i)
+			time.Sleep(50 * time.Microsecond)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	slices.Sort(lat)
+	t.Logf("quota change to another process's Manager over %d rounds: p50 %v max %v", rounds, lat[rounds/2], lat[rounds-1])
+	_, err = c.AlterClientQuotas(admin, &controllerv1.AlterClientQuotasRequest{Entries: []*controllerv1.ClientQuotaAlteration{
+		{Entity: clientIDEntity("lat"), Ops: []*controllerv1.ClientQuotaOp{{Key: quota.ProducerByteRate, Remove: true}}}}})
+	require.NoError(t, err)
 
 	// A restarted controller loads the quotas from etcd.
 	stopController(t, c)
