@@ -24,7 +24,9 @@ func newQuotaCmd(g *globals) *cobra.Command {
 			"(bytes per second), request_percentage (percent of one request thread's time) for users and client ids;\n" +
 			"connection_creation_rate (connections per second) for IPs. A client gets the quota of the most specific\n" +
 			"entity that matches it: user+client-id, user+default client, user, default user+client-id, default user+default\n" +
-			"client, default user, client-id, default client. Every process enforces a change within moments.",
+			"client, default user, client-id, default client. Every process enforces a change within moments.\n\n" +
+			"In these commands --user and --client-id name the quota's entity; to authenticate with a password, set\n" +
+			"SLUICE_USER and SLUICE_PASSWORD instead of the global --user and --password.",
 	}
 	cmd.AddCommand(newQuotaSetCmd(g), newQuotaListCmd(g), newQuotaDeleteCmd(g))
 	return cmd
