@@ -21,79 +21,88 @@ const (
 	deleteACLsMin, deleteACLsMax     = 0, 3
 )
 
-// Kafka's wire numbers differ from the proto's: operations are off by one
-// (0 UNKNOWN, 1 ANY, 2 ALL, ...), permissions are 2 DENY and 3 ALLOW,
-// pattern types 1 ANY, 2 MATCH, 3 LITERAL, 4 PREFIXED, resource types 1 ANY,
-// 2 TOPIC, 3 GROUP, 4 CLUSTER, 5 TRANSACTIONAL_ID.
-
-func aclResourceType(rt kmsg.ACLResourceType) authz.ResourceType {
-	switch rt {
-	case kmsg.ACLResourceTypeTopic:
-		return authz.Topic
-	case kmsg.ACLResourceTypeGroup:
-		return authz.Group
-	case kmsg.ACLResourceTypeCluster:
-		return authz.Cluster
-	case kmsg.ACLResourceTypeTransactionalId:
-		return authz.TransactionalID
-	}
-	return authz.ResourceUnknown
+// enumTable pairs Kafka's wire values of one ACL enum with the
+// authorizer's, one row per value, and converts both ways: one table
+// instead of a switch per direction. Kafka's numbers differ from ours
+// (operations are off by one: 0 UNKNOWN, 1 ANY, 2 ALL, ...; permissions
+// are 2 DENY and 3 ALLOW; pattern types 1 ANY, 2 MATCH, 3 LITERAL, 4
+// PREFIXED; resource types 1 ANY, 2 TOPIC, 3 GROUP, 4 CLUSTER, 5
+// TRANSACTIONAL_ID).
+type enumTable[K, A comparable] struct {
+	rows []enumRow[K, A]
+	// unknownK and unknownA answer a value without a row.
+	unknownK K
+	unknownA A
 }
 
-func kafkaResourceType(rt authz.ResourceType) kmsg.ACLResourceType {
-	switch rt {
-	case authz.Topic:
-		return kmsg.ACLResourceTypeTopic
-	case authz.Group:
-		return kmsg.ACLResourceTypeGroup
-	case authz.Cluster:
-		return kmsg.ACLResourceTypeCluster
-	case authz.TransactionalID:
-		return kmsg.ACLResourceTypeTransactionalId
-	}
-	return kmsg.ACLResourceTypeUnknown
+type enumRow[K, A comparable] struct {
+	k K
+	a A
 }
 
-func aclOperation(op kmsg.ACLOperation) authz.Operation {
-	if op >= kmsg.ACLOperationAll && op <= kmsg.ACLOperationIdempotentWrite {
-		return authz.Operation(op - 1)
+// authz returns the authorizer's value of Kafka's k.
+func (t *enumTable[K, A]) authz(k K) A {
+	for _, r := range t.rows {
+		if r.k == k {
+			return r.a
+		}
 	}
-	return authz.OpUnknown
+	return t.unknownA
 }
 
-func aclPermission(p kmsg.ACLPermissionType) authz.Permission {
-	switch p {
-	case kmsg.ACLPermissionTypeAllow:
-		return authz.Allow
-	case kmsg.ACLPermissionTypeDeny:
-		return authz.Deny
+// kafka returns Kafka's value of the authorizer's a.
+func (t *enumTable[K, A]) kafka(a A) K {
+	for _, r := range t.rows {
+		if r.a == a {
+			return r.k
+		}
 	}
-	return authz.PermissionUnknown
+	return t.unknownK
 }
 
-func kafkaPermission(p authz.Permission) kmsg.ACLPermissionType {
-	if p == authz.Deny {
-		return kmsg.ACLPermissionTypeDeny
+var (
+	resourceTypes = &enumTable[kmsg.ACLResourceType, authz.ResourceType]{
+		rows: []enumRow[kmsg.ACLResourceType, authz.ResourceType]{
+			{kmsg.ACLResourceTypeTopic, authz.Topic},
+			{kmsg.ACLResourceTypeGroup, authz.Group},
+			{kmsg.ACLResourceTypeCluster, authz.Cluster},
+			{kmsg.ACLResourceTypeTransactionalId, authz.TransactionalID},
+		},
+		unknownK: kmsg.ACLResourceTypeUnknown, unknownA: authz.ResourceUnknown,
 	}
-	return kmsg.ACLPermissionTypeAllow
-}
-
-func aclPattern(p kmsg.ACLResourcePatternType) authz.PatternType {
-	switch p {
-	case kmsg.ACLResourcePatternTypeLiteral:
-		return authz.Literal
-	case kmsg.ACLResourcePatternTypePrefixed:
-		return authz.Prefixed
+	operations = &enumTable[kmsg.ACLOperation, authz.Operation]{
+		rows: []enumRow[kmsg.ACLOperation, authz.Operation]{
+			{kmsg.ACLOperationAll, authz.All},
+			{kmsg.ACLOperationRead, authz.Read},
+			{kmsg.ACLOperationWrite, authz.Write},
+			{kmsg.ACLOperationCreate, authz.Create},
+			{kmsg.ACLOperationDelete, authz.Delete},
+			{kmsg.ACLOperationAlter, authz.Alter},
+			{kmsg.ACLOperationDescribe, authz.Describe},
+			{kmsg.ACLOperationClusterAction, authz.ClusterAction},
+			{kmsg.ACLOperationDescribeConfigs, authz.DescribeConfigs},
+			{kmsg.ACLOperationAlterConfigs, authz.AlterConfigs},
+			{kmsg.ACLOperationIdempotentWrite, authz.IdempotentWrite},
+		},
+		unknownK: kmsg.ACLOperationUnknown, unknownA: authz.OpUnknown,
 	}
-	return authz.PatternUnknown
-}
-
-func kafkaPattern(p authz.PatternType) kmsg.ACLResourcePatternType {
-	if p == authz.Prefixed {
-		return kmsg.ACLResourcePatternTypePrefixed
+	// Stored ACLs always have a permission and a pattern; an unknown one
+	// is answered as Allow and LITERAL, as before.
+	permissions = &enumTable[kmsg.ACLPermissionType, authz.Permission]{
+		rows: []enumRow[kmsg.ACLPermissionType, authz.Permission]{
+			{kmsg.ACLPermissionTypeAllow, authz.Allow},
+			{kmsg.ACLPermissionTypeDeny, authz.Deny},
+		},
+		unknownK: kmsg.ACLPermissionTypeAllow, unknownA: authz.PermissionUnknown,
 	}
-	return kmsg.ACLResourcePatternTypeLiteral
-}
+	patterns = &enumTable[kmsg.ACLResourcePatternType, authz.PatternType]{
+		rows: []enumRow[kmsg.ACLResourcePatternType, authz.PatternType]{
+			{kmsg.ACLResourcePatternTypeLiteral, authz.Literal},
+			{kmsg.ACLResourcePatternTypePrefixed, authz.Prefixed},
+		},
+		unknownK: kmsg.ACLResourcePatternTypeLiteral, unknownA: authz.PatternUnknown,
+	}
+)
 
 // aclFilter is a Kafka ACL filter (DescribeAcls, DeleteAcls) with Kafka's
 // semantics: ANY and null match anything; the MATCH pattern type selects
@@ -112,7 +121,7 @@ func newACLFilter(rt kmsg.ACLResourceType, name *string, pt kmsg.ACLResourcePatt
 	op kmsg.ACLOperation, perm kmsg.ACLPermissionType) (aclFilter, error) {
 	f := aclFilter{name: name, pattern: pt, principal: principal, host: host}
 	if rt != kmsg.ACLResourceTypeAny {
-		if f.rt = aclResourceType(rt); f.rt == authz.ResourceUnknown {
+		if f.rt = resourceTypes.authz(rt); f.rt == authz.ResourceUnknown {
 			return f, errorf(errs.InvalidRequest, "resource type %d: ACLs apply to topics (2), groups (3), the cluster (4) and transactional ids (5) only", rt)
 		}
 	}
@@ -122,12 +131,12 @@ func newACLFilter(rt kmsg.ACLResourceType, name *string, pt kmsg.ACLResourcePatt
 		return f, errorf(errs.InvalidRequest, "resource pattern type %d: want ANY (1), MATCH (2), LITERAL (3) or PREFIXED (4)", pt)
 	}
 	if op != kmsg.ACLOperationAny {
-		if f.op = aclOperation(op); f.op == authz.OpUnknown {
+		if f.op = operations.authz(op); f.op == authz.OpUnknown {
 			return f, errorf(errs.InvalidRequest, "operation %d is not a known ACL operation", op)
 		}
 	}
 	if perm != kmsg.ACLPermissionTypeAny {
-		if f.perm = aclPermission(perm); f.perm == authz.PermissionUnknown {
+		if f.perm = permissions.authz(perm); f.perm == authz.PermissionUnknown {
 			return f, errorf(errs.InvalidRequest, "permission type %d: want ANY (1), DENY (2) or ALLOW (3)", perm)
 		}
 	}
@@ -152,7 +161,7 @@ func (f aclFilter) matches(a authz.ACL) bool {
 	}
 	switch f.pattern {
 	case kmsg.ACLResourcePatternTypeLiteral, kmsg.ACLResourcePatternTypePrefixed:
-		if aclPattern(f.pattern) != a.Pattern {
+		if patterns.authz(f.pattern) != a.Pattern {
 			return false
 		}
 	case kmsg.ACLResourcePatternTypeMatch:
@@ -215,15 +224,15 @@ func (n *node) describeACLs(ctx context.Context, req *kmsg.DescribeACLsRequest) 
 		if !f.matches(a) {
 			continue
 		}
-		if k := len(resp.Resources); k == 0 || resp.Resources[k-1].ResourceType != kafkaResourceType(a.ResourceType) ||
-			resp.Resources[k-1].ResourceName != a.Name || resp.Resources[k-1].ResourcePatternType != kafkaPattern(a.Pattern) {
+		if k := len(resp.Resources); k == 0 || resp.Resources[k-1].ResourceType != resourceTypes.kafka(a.ResourceType) ||
+			resp.Resources[k-1].ResourceName != a.Name || resp.Resources[k-1].ResourcePatternType != patterns.kafka(a.Pattern) {
 			r := kmsg.NewDescribeACLsResponseResource()
-			r.ResourceType, r.ResourceName, r.ResourcePatternType = kafkaResourceType(a.ResourceType), a.Name, kafkaPattern(a.Pattern)
+			r.ResourceType, r.ResourceName, r.ResourcePatternType = resourceTypes.kafka(a.ResourceType), a.Name, patterns.kafka(a.Pattern)
 			resp.Resources = append(resp.Resources, r)
 		}
 		e := kmsg.NewDescribeACLsResponseResourceACL()
 		e.Principal, e.Host = a.Principal, a.Host
-		e.Operation, e.PermissionType = kmsg.ACLOperation(a.Operation+1), kafkaPermission(a.Permission)
+		e.Operation, e.PermissionType = operations.kafka(a.Operation), permissions.kafka(a.Permission)
 		r := &resp.Resources[len(resp.Resources)-1]
 		r.ACLs = append(r.ACLs, e)
 	}
@@ -257,8 +266,8 @@ func (n *node) createACLs(ctx context.Context, req *kmsg.CreateACLsRequest) *kms
 		if req.Version == 0 {
 			pt = kmsg.ACLResourcePatternTypeLiteral
 		}
-		a := authz.ACL{Principal: c.Principal, Host: c.Host, Operation: aclOperation(c.Operation), Permission: aclPermission(c.PermissionType),
-			ResourceType: aclResourceType(c.ResourceType), Name: c.ResourceName, Pattern: aclPattern(pt)}
+		a := authz.ACL{Principal: c.Principal, Host: c.Host, Operation: operations.authz(c.Operation), Permission: permissions.authz(c.PermissionType),
+			ResourceType: resourceTypes.authz(c.ResourceType), Name: c.ResourceName, Pattern: patterns.authz(pt)}
 		if field, problem := a.Validate(); field != "" {
 			resp.Results[i].ErrorCode, resp.Results[i].ErrorMessage = kafkaError(errs.Invalid(errs.InvalidRequest, field, "%s", problem))
 			continue
@@ -369,9 +378,9 @@ func (n *node) deleteACLs(ctx context.Context, req *kmsg.DeleteACLsRequest) *kms
 				continue
 			}
 			m := kmsg.NewDeleteACLsResponseResultMatchingACL()
-			m.ResourceType, m.ResourceName, m.ResourcePatternType = kafkaResourceType(a.ResourceType), a.Name, kafkaPattern(a.Pattern)
+			m.ResourceType, m.ResourceName, m.ResourcePatternType = resourceTypes.kafka(a.ResourceType), a.Name, patterns.kafka(a.Pattern)
 			m.Principal, m.Host = a.Principal, a.Host
-			m.Operation, m.PermissionType = kmsg.ACLOperation(a.Operation+1), kafkaPermission(a.Permission)
+			m.Operation, m.PermissionType = operations.kafka(a.Operation), permissions.kafka(a.Permission)
 			resp.Results[i].MatchingACLs = append(resp.Results[i].MatchingACLs, m)
 		}
 	}
