@@ -2,103 +2,20 @@ package client
 
 import (
 	"context"
-	"net"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 
-	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
-	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
-	metadatav1 "github.com/sluice-io/sluice/gen/go/sluice/metadata/v1"
-	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
 	"github.com/sluice-io/sluice/libs/client/errs"
 )
 
-// laggingNode is one node that is controller, metadata server and storage
-// node at once, whose metadata learns a created topic only after lag more
-// metadata calls have asked about it (as a storage node's image follows the
-// controller's a moment behind).
-type laggingNode struct {
-	metadatav1.UnimplementedMetadataServiceServer
-	controllerv1.UnimplementedControllerServiceServer
-	storagev1.UnimplementedStorageServiceServer
-
-	lag      int32
-	mu       sync.Mutex
-	created  map[string]bool
-	asked    atomic.Int32 // metadata calls naming a created topic
-	listings atomic.Int32
-}
-
-func (n *laggingNode) GetMetadata(_ context.Context, req *metadatav1.GetMetadataRequest) (*metadatav1.GetMetadataResponse, error) {
-	resp := &metadatav1.GetMetadataResponse{ControllerId: 1, ControllerAddress: "node:1", Brokers: []*commonv1.Broker{{
-		Id: 1, Roles: []string{"controller", "storage-node"}, State: commonv1.BrokerState_BROKER_STATE_ALIVE,
-		Endpoints: []*commonv1.Endpoint{{Name: "grpc", Host: "node", Port: 1}},
-	}}}
-	for _, name := range req.GetTopics() {
-		ti := &metadatav1.TopicInfo{Name: name}
-		n.mu.Lock()
-		created := n.created[name]
-		n.mu.Unlock()
-		if created && n.asked.Add(1) > n.lag {
-			ti.Partitions = []*commonv1.PartitionState{{Topic: name, LeaderId: 1, Replicas: []int32{1}, Isr: []int32{1}}}
-		} else {
-			ti.Error = errs.New(errs.UnknownTopicOrPartition, "topic %q does not exist", name).Proto()
-		}
-		resp.Topics = append(resp.Topics, ti)
-	}
-	return resp, nil
-}
-
-func (n *laggingNode) CreateTopics(_ context.Context, req *controllerv1.CreateTopicsRequest) (*controllerv1.CreateTopicsResponse, error) {
-	resp := &controllerv1.CreateTopicsResponse{}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for _, s := range req.GetTopics() {
-		if !req.GetValidateOnly() {
-			n.created[s.GetName()] = true
-		}
-		resp.Results = append(resp.Results, &controllerv1.CreateTopicResult{Name: s.GetName()})
-	}
-	return resp, nil
-}
-
-func (n *laggingNode) ListOffsets(_ context.Context, req *storagev1.ListOffsetsRequest) (*storagev1.ListOffsetsResponse, error) {
-	n.listings.Add(1)
-	resp := &storagev1.ListOffsetsResponse{}
-	for _, p := range req.GetPartitions() {
-		resp.Results = append(resp.Results, &storagev1.ListOffsetsResult{Topic: p.GetTopic(), Partition: p.GetPartition(), Offset: 0})
-	}
-	return resp, nil
-}
-
-func startLaggingNode(t *testing.T, lag int32) (*laggingNode, *Client) {
+// startLaggingNode serves a fakeNode whose metadata learns a created
+// topic only after lag more metadata calls have asked about it.
+func startLaggingNode(t *testing.T, lag int32) (*fakeNode, *Client) {
 	t.Helper()
-	n := &laggingNode{lag: lag, created: map[string]bool{}}
-	l := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer()
-	metadatav1.RegisterMetadataServiceServer(srv, n)
-	controllerv1.RegisterControllerServiceServer(srv, n)
-	storagev1.RegisterStorageServiceServer(srv, n)
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = srv.Serve(l) })
-	c, err := New(Config{Bootstrap: []string{"node:1"}, RequestTimeout: 10 * time.Second, DialOptions: []grpc.DialOption{
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return l.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-	}})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = c.Close()
-		srv.Stop()
-		wg.Wait()
-	})
-	return n, c
+	f := &fakeNode{lag: lag}
+	return f, startFake(t, f, Config{RequestTimeout: 10 * time.Second})
 }
 
 // Right after this client created a topic, a node whose metadata has not

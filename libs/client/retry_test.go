@@ -16,16 +16,21 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
+	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	metadatav1 "github.com/sluice-io/sluice/gen/go/sluice/metadata/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
 	"github.com/sluice-io/sluice/libs/client/errs"
 )
 
-// fakeNode is an in-process node serving metadata for one topic ("t", one
-// partition, led by itself) and a produce stream whose answers the test
-// chooses.
+// fakeNode is an in-process node that is controller, metadata server and
+// storage node at once. Its metadata knows topic "t" (one partition, led
+// by itself) and the topics created through it, each only after lag more
+// metadata calls have asked about it (as a storage node's image follows
+// the controller's a moment behind); its produce stream answers what the
+// test chooses.
 type fakeNode struct {
 	metadatav1.UnimplementedMetadataServiceServer
+	controllerv1.UnimplementedControllerServiceServer
 	storagev1.UnimplementedStorageServiceServer
 
 	// notReady metadata answers come first, as from a starting node.
@@ -34,6 +39,12 @@ type fakeNode struct {
 	produceErr *errs.Error
 	metaCalls  atomic.Int32
 	fetchCalls atomic.Int32
+
+	lag      int32
+	mu       sync.Mutex
+	created  map[string]bool
+	asked    atomic.Int32 // metadata calls naming a created topic
+	listings atomic.Int32
 }
 
 // Fetch ends every stream at once without a word.
@@ -47,15 +58,46 @@ func (f *fakeNode) GetMetadata(_ context.Context, req *metadatav1.GetMetadataReq
 	if f.notReady.Add(-1) >= 0 {
 		return nil, errs.New(errs.NodeNotReady, "sluice.metadata.v1.MetadataService on this node is starting")
 	}
-	resp := &metadatav1.GetMetadataResponse{Brokers: []*commonv1.Broker{{Id: 1, Endpoints: []*commonv1.Endpoint{{Name: "grpc", Host: "node1", Port: 1}}}}}
+	resp := &metadatav1.GetMetadataResponse{ControllerId: 1, ControllerAddress: "node1:1", Brokers: []*commonv1.Broker{{
+		Id: 1, Roles: []string{"controller", "storage-node"}, State: commonv1.BrokerState_BROKER_STATE_ALIVE,
+		Endpoints: []*commonv1.Endpoint{{Name: "grpc", Host: "node1", Port: 1}},
+	}}}
 	for _, name := range req.GetTopics() {
 		ti := &metadatav1.TopicInfo{Name: name}
-		if name == "t" {
+		f.mu.Lock()
+		created := f.created[name]
+		f.mu.Unlock()
+		if name == "t" || created && f.asked.Add(1) > f.lag {
 			ti.Partitions = []*commonv1.PartitionState{{Topic: name, Partition: 0, LeaderId: 1, Replicas: []int32{1}, Isr: []int32{1}}}
 		} else {
 			ti.Error = errs.New(errs.UnknownTopicOrPartition, "topic %q does not exist", name).Proto()
 		}
 		resp.Topics = append(resp.Topics, ti)
+	}
+	return resp, nil
+}
+
+func (f *fakeNode) CreateTopics(_ context.Context, req *controllerv1.CreateTopicsRequest) (*controllerv1.CreateTopicsResponse, error) {
+	resp := &controllerv1.CreateTopicsResponse{}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, s := range req.GetTopics() {
+		if !req.GetValidateOnly() {
+			if f.created == nil {
+				f.created = map[string]bool{}
+			}
+			f.created[s.GetName()] = true
+		}
+		resp.Results = append(resp.Results, &controllerv1.CreateTopicResult{Name: s.GetName()})
+	}
+	return resp, nil
+}
+
+func (f *fakeNode) ListOffsets(_ context.Context, req *storagev1.ListOffsetsRequest) (*storagev1.ListOffsetsResponse, error) {
+	f.listings.Add(1)
+	resp := &storagev1.ListOffsetsResponse{}
+	for _, p := range req.GetPartitions() {
+		resp.Results = append(resp.Results, &storagev1.ListOffsetsResult{Topic: p.GetTopic(), Partition: p.GetPartition(), Offset: 0})
 	}
 	return resp, nil
 }
@@ -92,6 +134,7 @@ func startFake(t *testing.T, f *fakeNode, cfg Config) *Client {
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer()
 	metadatav1.RegisterMetadataServiceServer(srv, f)
+	controllerv1.RegisterControllerServiceServer(srv, f)
 	storagev1.RegisterStorageServiceServer(srv, f)
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = srv.Serve(lis) })
