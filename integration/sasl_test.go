@@ -8,12 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+	xscram "github.com/xdg-go/scram"
 
 	"github.com/sluice-io/sluice/integration/cluster"
 	"github.com/sluice-io/sluice/libs/client"
@@ -23,7 +25,7 @@ import (
 
 // Users made with `sluice user create` authenticate on the Kafka listener
 // (SASL over TLS) with franz-go and kcat using PLAIN, SCRAM-SHA-256 and
-// SCRAM-SHA-512, and on gRPC with per-call passwords (the CLI and the SDK);
+// SCRAM-SHA-512, with sarama using PLAIN and SCRAM-SHA-512, and on gRPC with per-call passwords (the CLI and the SDK);
 // a wrong password, no SASL at all, or a deleted user is refused.
 func TestSASLUsers(t *testing.T) {
 	kcat := kcatBinary(t)
@@ -124,6 +126,47 @@ func TestSASLUsers(t *testing.T) {
 		require.Contains(t, stderr, "SASL authentication error", name)
 	}
 
+	// sarama (SaslHandshake v1 and SaslAuthenticate) with PLAIN and
+	// SCRAM-SHA-512: a record produced and read back; a wrong password is
+	// refused when the client connects.
+	saramaCfg := func(mech sarama.SASLMechanism, pw string) *sarama.Config {
+		cfg := saramaConfig(sarama.V3_6_0_0)
+		cfg.Metadata.Retry.Max = 0
+		cfg.Net.TLS.Enable, cfg.Net.TLS.Config = true, caOnly.Clone()
+		cfg.Net.SASL.Enable, cfg.Net.SASL.Mechanism = true, mech
+		cfg.Net.SASL.User, cfg.Net.SASL.Password = "alice", pw
+		if mech == sarama.SASLTypeSCRAMSHA512 {
+			cfg.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &saramaSCRAM{hash: xscram.SHA512} }
+		}
+		return cfg
+	}
+	for _, mech := range []sarama.SASLMechanism{sarama.SASLTypePlaintext, sarama.SASLTypeSCRAMSHA512} {
+		sc, err := sarama.NewClient([]string{node.KafkaAddr}, saramaCfg(mech, "alice-secret"))
+		require.NoError(t, err, mech)
+		p, err := sarama.NewSyncProducerFromClient(sc)
+		require.NoError(t, err, mech)
+		value := "sarama-" + string(mech)
+		part, off, err := p.SendMessage(&sarama.ProducerMessage{Topic: "sasl", Value: sarama.StringEncoder(value)})
+		require.NoError(t, err, mech)
+		consumer, err := sarama.NewConsumerFromClient(sc)
+		require.NoError(t, err, mech)
+		pc, err := consumer.ConsumePartition("sasl", part, off)
+		require.NoError(t, err, mech)
+		select {
+		case m := <-pc.Messages():
+			require.Equal(t, value, string(m.Value), mech)
+		case err := <-pc.Errors():
+			require.NoError(t, err, mech)
+		case <-ctx.Done():
+			require.FailNow(t, "no record read back", "%s", mech)
+		}
+		require.NoError(t, pc.Close())
+		require.NoError(t, consumer.Close())
+		require.NoError(t, p.Close()) // closes sc too
+		_, err = sarama.NewClient([]string{node.KafkaAddr}, saramaCfg(mech, "wrong"))
+		require.ErrorIs(t, err, sarama.ErrSASLAuthenticationFailed, mech)
+	}
+
 	// Kafka's AlterUserScramCredentials and DescribeUserScramCredentials
 	// (kadm, as the admin's certificate): bob is created and then
 	// authenticates with SCRAM-SHA-512.
@@ -149,3 +192,23 @@ func TestSASLUsers(t *testing.T) {
 	_, err = run("", []string{"--user", "alice", "--password", "alice-secret"}, "topic", "list")
 	require.Error(t, err)
 }
+
+// saramaSCRAM is sarama's SCRAM client on xdg-go/scram's client
+// conversation.
+type saramaSCRAM struct {
+	hash xscram.HashGeneratorFcn
+	conv *xscram.ClientConversation
+}
+
+func (s *saramaSCRAM) Begin(user, password, authzID string) error {
+	c, err := s.hash.NewClient(user, password, authzID)
+	if err != nil {
+		return err
+	}
+	s.conv = c.NewConversation()
+	return nil
+}
+
+func (s *saramaSCRAM) Step(challenge string) (string, error) { return s.conv.Step(challenge) }
+
+func (s *saramaSCRAM) Done() bool { return s.conv.Done() }
