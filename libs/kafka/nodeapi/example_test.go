@@ -36,6 +36,8 @@ func ExampleRegister() {
 	// IncrementalAlterConfigs v0-v1
 	// AlterPartitionAssignments v0-v1
 	// ListPartitionReassignments v0-v0
+	// DescribeClientQuotas v0-v1
+	// AlterClientQuotas v0-v1
 	// DescribeUserSCRAMCredentials v0-v0
 	// AlterUserSCRAMCredentials v0-v0
 	// DescribeCluster v0-v2
