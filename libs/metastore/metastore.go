@@ -12,6 +12,7 @@ package metastore
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,6 +27,9 @@ import (
 	"go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/sluice-io/sluice/libs/role"
+	"github.com/sluice-io/sluice/libs/tlsx"
 )
 
 // MaxTxnOps is the most operations the embedded etcd accepts in one
@@ -114,6 +118,24 @@ func (s *Store) startEmbedded(ctx context.Context, dataDir string) error {
 		// Clients (the controllers) and peers must present a certificate
 		// the CA signed: etcd holds every secret of the cluster's metadata.
 		info := transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.CAFile, ClientCertAuth: true}
+		// And a controller's: any other certificate the CA signed (a
+		// client's, a storage node's) would otherwise read and write
+		// every key. etcd checks certificates by name only, so the
+		// controller role is required by its DNS SAN
+		// (tlsx.RoleDNSName), which certificates issued by tlsx carry. A
+		// member whose own certificate lacks it (issued elsewhere, or
+		// before) keeps the CA-only check, with a warning, rather than
+		// lock itself out.
+		own, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return fmt.Errorf("etcd TLS: loading the member's certificate: %w", err)
+		}
+		if cert, err := x509.ParseCertificate(own.Certificate[0]); err == nil && tlsx.HasRoleDNSName(cert, string(role.Controller)) {
+			info.AllowedHostnames = []string{tlsx.RoleDNSName(string(role.Controller))}
+		} else {
+			s.logger.Warn("etcd accepts every certificate the CA signed: the controller certificate does not carry the controller role DNS name; reissue it (sluice certs) to restrict etcd to controllers",
+				slog.String("dns_name", tlsx.RoleDNSName(string(role.Controller))))
+		}
 		ec.ClientTLSInfo, ec.PeerTLSInfo = info, info
 	}
 	advClientURL, advURL := clientURL, peerURL

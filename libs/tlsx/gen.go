@@ -132,6 +132,8 @@ func (ca *CA) Issue(o Issue) (Pair, error) {
 	}
 	for _, r := range o.Roles {
 		tmpl.URIs = append(tmpl.URIs, RoleURI(r))
+		// The same role as a DNS name, for etcd's AllowedHostnames.
+		tmpl.DNSNames = append(tmpl.DNSNames, RoleDNSName(r))
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
 	if err != nil {

@@ -3,6 +3,7 @@ package tlsx
 import (
 	"crypto/x509"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -13,6 +14,23 @@ const roleURIPrefix = "sluice://role/"
 // RoleURI returns the URI SAN naming role.
 func RoleURI(role string) *url.URL {
 	return &url.URL{Scheme: "sluice", Host: "role", Path: "/" + role}
+}
+
+// roleDNSSuffix ends the DNS SAN that also names a role in a node
+// certificate. ".invalid" is reserved (RFC 6761): no real host has it, so
+// no public CA issues it and no client dials it.
+const roleDNSSuffix = ".role.sluice.invalid"
+
+// RoleDNSName returns the DNS SAN that names role in a node certificate
+// besides its URI SAN: "controller.role.sluice.invalid". Software that
+// checks certificates only by host name, such as etcd's AllowedHostnames,
+// can require a role this way.
+func RoleDNSName(role string) string { return role + roleDNSSuffix }
+
+// HasRoleDNSName reports whether cert names role by its DNS SAN
+// (RoleDNSName).
+func HasRoleDNSName(cert *x509.Certificate, role string) bool {
+	return cert != nil && slices.Contains(cert.DNSNames, RoleDNSName(role))
 }
 
 // RolesOf returns the Sluice roles a certificate names in its URI SANs, in
