@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +31,16 @@ func logBytes(t *testing.T, node *devcluster.Process, topic string) map[string]i
 		if fi, err := os.Stat(f); err == nil {
 			out[f] = fi.Size()
 		}
+	}
+	return out
+}
+
+// partitionBytes sums logBytes per partition directory.
+func partitionBytes(t *testing.T, node *devcluster.Process, topic string) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	for f, n := range logBytes(t, node, topic) {
+		out[filepath.Dir(f)] += n
 	}
 	return out
 }
@@ -89,7 +100,26 @@ func crashDroppingUnsynced(t *testing.T, o cluster.Options) {
 	}
 	start := time.Now()
 	require.Eventually(t, func() bool { return acksSince(start) }, 30*time.Second, 20*time.Millisecond, "every partition acknowledges")
-	time.Sleep(2 * time.Second) // let unsynced bytes pile up on every replica
+	// Let unsynced bytes pile up on every replica: each storage node's log
+	// of every partition grows by pileUp bytes past what it held once
+	// every partition acknowledged (nothing fsyncs them: flush.ms and
+	// flush.messages are unset and acks do not wait for fsync).
+	const pileUp = 16 << 10
+	base := map[string]int64{}
+	for _, n := range c.StorageNodes() {
+		maps.Copy(base, partitionBytes(t, n, topic))
+	}
+	require.Len(t, base, 3*int(partitions), "every storage node holds a log of every partition")
+	require.Eventually(t, func() bool {
+		for _, n := range c.StorageNodes() {
+			for dir, size := range partitionBytes(t, n, topic) {
+				if size-base[dir] < pileUp {
+					return false
+				}
+			}
+		}
+		return true
+	}, 60*time.Second, 20*time.Millisecond, "every replica's log grows by %d bytes", pileUp)
 
 	before := logBytes(t, victim, topic)
 	require.NoError(t, fc.Crash(ctx, true))
