@@ -15,13 +15,16 @@ import (
 	"github.com/sluice-io/sluice/libs/client"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/client/record"
+	"github.com/sluice-io/sluice/libs/client/scramcred"
+	"github.com/sluice-io/sluice/libs/client/wire"
 )
 
 // A following Fetch stream and a ProduceStream opened while alice may
 // read and write topic s end with PERMISSION_DENIED, naming what was lost,
 // once the ACLs are deleted: the storage node decides long-lived streams
 // again when its ACL set changes. The test measures, over several trials,
-// the time from sending DeleteAcls to each stream's end.
+// the time from sending DeleteAcls to each stream's end. A following Fetch
+// of a password user ends with UNAUTHENTICATED when the user is deleted.
 func TestAuthzStreamsEndWhenACLRemoved(t *testing.T) {
 	c := startAuthzCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -134,6 +137,40 @@ func TestAuthzStreamsEndWhenACLRemoved(t *testing.T) {
 		}
 		scancel()
 	}
+	// bob, authenticated by a password, follows s; deleting bob ends the
+	// stream with UNAUTHENTICATED.
+	up, err := scramcred.NewUpsertion("bob", scramcred.SHA256, "bob-pw", scramcred.MinIterations)
+	require.NoError(t, err)
+	_, err = c.admin.AlterUserScramCredentials(ctx, &controllerv1.AlterUserScramCredentialsRequest{Upsertions: []*controllerv1.ScramCredentialUpsertion{up}})
+	require.NoError(t, err)
+	c.createACLs(ctx, t, topicACL("User:bob", "s", controllerv1.AclOperation_ACL_OPERATION_READ))
+	caOnly, err := wire.ClientTLS(c.files.CA, "", "")
+	require.NoError(t, err)
+	bob, err := client.New(client.Config{Bootstrap: c.Bootstrap(), TLS: caOnly, User: "bob", Password: "bob-pw", RequestTimeout: 20 * time.Second})
+	require.NoError(t, err)
+	defer bob.Close()
+	bconn, err := bob.Conn(c.storage.Addr)
+	require.NoError(t, err)
+	var bs storagev1.StorageService_FetchClient
+	require.Eventually(t, func() bool { // bob and his ACL reach the storage node
+		bs, err = storagev1.NewStorageServiceClient(bconn).Fetch(ctx, &storagev1.FetchRequest{Follow: true, Partitions: []*storagev1.FetchPartition{{Topic: "s"}}})
+		if err != nil {
+			return false
+		}
+		first, err := bs.Recv()
+		return err == nil && first.GetError() == nil
+	}, 10*time.Second, 5*time.Millisecond)
+	_, err = c.admin.AlterUserScramCredentials(ctx, &controllerv1.AlterUserScramCredentialsRequest{Deletions: []*controllerv1.ScramCredentialDeletion{
+		{User: "bob", Mechanism: controllerv1.ScramMechanism_SCRAM_MECHANISM_SHA_256}}})
+	require.NoError(t, err)
+	for {
+		if _, err = bs.Recv(); err != nil {
+			break
+		}
+	}
+	require.Equal(t, codes.Unauthenticated, status.Code(err), "%v", err)
+	require.Contains(t, err.Error(), `user "bob" was deleted or its password changed`)
+
 	for _, l := range [][]time.Duration{fetchLag, produceLag, deleteRTT} {
 		slices.Sort(l)
 	}
