@@ -19,11 +19,13 @@ import (
 // 16 times the system calls of plaintext on both ends, which cost more CPU
 // than the encryption itself (AES-GCM, in hardware). TLSCredentials and
 // BufferedTLSServer put a buffered reader under the TLS layer and gather
-// the records of one Write into one write system call.
+// the records of one Write into write system calls of up to SocketBuffer
+// bytes.
 
 // TLSCredentials returns gRPC transport credentials for cfg, like
 // credentials.NewTLS, whose connections read and write the socket in
-// chunks of up to SocketBuffer bytes rather than one TLS record at a time.
+// chunks of up to SocketBuffer bytes (a record more for writes) rather than
+// one TLS record at a time.
 func TLSCredentials(cfg *tls.Config) credentials.TransportCredentials {
 	return &bufferedCreds{TransportCredentials: credentials.NewTLS(cfg)}
 }
@@ -71,11 +73,12 @@ type TLSConn struct {
 	gather gatherConn
 }
 
-// Write encrypts p and sends its records with one write system call.
+// Write encrypts p and sends its records in writes of up to SocketBuffer
+// bytes.
 func (c *TLSConn) Write(p []byte) (int, error) { return c.gather.Write(p) }
 
-// WriteBuffers writes every buffer of v, in order, with one write system
-// call for all their records, and consumes v as net.Buffers.WriteTo does;
+// WriteBuffers writes every buffer of v, in order, gathering their records
+// into writes of up to SocketBuffer bytes, and consumes v as net.Buffers.WriteTo does;
 // a response sent in pieces (a header, then page-cache chunks) uses it in
 // place of the writev it makes on a plain socket.
 func (c *TLSConn) WriteBuffers(v *net.Buffers) (int64, error) {
@@ -99,8 +102,8 @@ func (c *TLSConn) WriteBuffers(v *net.Buffers) (int64, error) {
 	return n, err
 }
 
-// gatherConn sends every record a Write of the TLS connection makes with
-// one write system call of the socket.
+// gatherConn gathers the records a Write of the TLS connection makes into
+// writes of up to SocketBuffer bytes.
 type gatherConn struct {
 	net.Conn
 	raw *bufferedConn
@@ -117,11 +120,16 @@ func (c *gatherConn) Write(p []byte) (int, error) {
 
 // gatherPool holds the buffers that gather a Write's records; a
 // connection holds one only while a Write runs.
-var gatherPool = sync.Pool{New: func() any { b := make([]byte, 0, SocketBuffer+SocketBuffer/8); return &b }}
+var gatherPool = sync.Pool{New: func() any { b := make([]byte, 0, SocketBuffer+maxRecord); return &b }}
+
+// maxRecord is the most a TLS record takes on the wire: 16 KiB of
+// plaintext and its header, padding and tag.
+const maxRecord = 16<<10 + 256
 
 // bufferedConn is the socket under a TLS connection: reads are buffered,
 // and while a Write of the TLS connection runs (holds > 0) the records it
-// writes are gathered and sent together when it ends. The TLS layer
+// writes are gathered, sent whenever SocketBuffer bytes are full and when
+// it ends. The TLS layer
 // writes whole records in order under its own lock; records it writes
 // while another goroutine's Write holds (an alert, a key update answer)
 // join the gathered ones, in order, since every write to the socket goes
@@ -147,6 +155,14 @@ func (c *bufferedConn) Write(p []byte) (int, error) {
 		if c.buf == nil {
 			c.buf = gatherPool.Get().(*[]byte)
 		}
+		// A large Write (a 1 MiB fetch chunk) leaves in SocketBuffer
+		// pieces, as in plaintext, rather than growing the buffer.
+		if len(*c.buf) > 0 && len(*c.buf)+len(p) > SocketBuffer {
+			if _, err := c.Conn.Write(*c.buf); err != nil {
+				return 0, err
+			}
+			*c.buf = (*c.buf)[:0]
+		}
 		*c.buf = append(*c.buf, p...)
 		return len(p), nil
 	}
@@ -170,7 +186,7 @@ func (c *bufferedConn) release() error {
 	b := c.buf
 	c.buf = nil
 	_, err := c.Conn.Write(*b)
-	if cap(*b) <= 4*SocketBuffer {
+	if cap(*b) <= SocketBuffer+maxRecord {
 		*b = (*b)[:0]
 		gatherPool.Put(b)
 	}

@@ -53,10 +53,11 @@ func selfSigned(t *testing.T) (*tls.Config, *tls.Config) {
 		&tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}
 }
 
-// One 1 MiB Write over TLS leaves as one write system call on each side
-// (crypto/tls alone makes one per 16 KiB record: 64), and the bytes arrive
-// intact both ways, also while both sides write from two goroutines at once.
-func TestTLSGathersRecordsIntoOneWrite(t *testing.T) {
+// One 1 MiB Write over TLS leaves in writes of up to wire.SocketBuffer
+// bytes on each side (crypto/tls alone makes one per 16 KiB record: 64),
+// and the bytes arrive intact both ways, also while both sides write from
+// two goroutines at once.
+func TestTLSGathersRecordsIntoLargeWrites(t *testing.T) {
 	serverCfg, clientCfg := selfSigned(t)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -97,7 +98,9 @@ func TestTLSGathersRecordsIntoOneWrite(t *testing.T) {
 	require.True(t, ok, "server handshake failed")
 	defer srv.conn.Close()
 
-	// One Write each way: one system call each.
+	// One Write each way: 1 MiB in 256 KiB system calls (a record can
+	// spill into a fifth).
+	maxWrites := int64(len(payload)/wire.SocketBuffer + 1)
 	for _, dir := range []struct{ from, to side }{{side{craw, cconn}, srv}, {srv, side{craw, cconn}}} {
 		before := dir.from.raw.writes.Load()
 		done := make(chan []byte, 1)
@@ -113,10 +116,10 @@ func TestTLSGathersRecordsIntoOneWrite(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, len(payload), n)
 		require.True(t, bytes.Equal(payload, <-done), "payload changed in transit")
-		require.Equal(t, int64(1), dir.from.raw.writes.Load()-before, "records of one Write in one write system call")
+		require.LessOrEqual(t, dir.from.raw.writes.Load()-before, maxWrites, "records gathered into SocketBuffer writes")
 	}
 
-	// A response in pieces (no writev under TLS): one system call too.
+	// A response in pieces (no writev under TLS): gathered the same way.
 	pieces := net.Buffers{[]byte("head"), payload[:300<<10], []byte("mid"), payload[300<<10:]}
 	want := bytes.Join(pieces, nil)
 	before := srv.raw.writes.Load()
@@ -133,7 +136,7 @@ func TestTLSGathersRecordsIntoOneWrite(t *testing.T) {
 	require.Equal(t, int64(len(want)), n)
 	require.Empty(t, pieces, "the buffers are consumed")
 	require.True(t, bytes.Equal(want, <-done), "pieces changed in transit")
-	require.Equal(t, int64(1), srv.raw.writes.Load()-before)
+	require.LessOrEqual(t, srv.raw.writes.Load()-before, maxWrites)
 
 	// Two writers at once on each side (with -race): every record
 	// arrives whole and in its writer's order.
