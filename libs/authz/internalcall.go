@@ -29,6 +29,9 @@ func CheckInternal(ctx context.Context, a Authorizer, rpc string, roles ...strin
 	if id.Role == "" {
 		id = identityOf(ctx)
 		if a.AuthorizeExplicit(ctx, id, ClusterAction, Cluster, ClusterName) {
+			// A guarded stream decides it again, by the same rule, when
+			// the ACLs change.
+			recordDecision(ctx, ClusterAction, Cluster, ClusterName, true)
 			return nil
 		}
 		audit(ctx, a, id, ClusterAction, Cluster, ClusterName, false)

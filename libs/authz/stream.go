@@ -110,6 +110,9 @@ type decision struct {
 	op   Operation
 	rt   ResourceType
 	name string
+	// explicit decides without allow.everyone.if.no.acl.found
+	// (CheckInternal's rule for callers that are not roles).
+	explicit bool
 }
 
 type recorderKey struct{}
@@ -117,11 +120,15 @@ type recorderKey struct{}
 // record notes that the caller of the stream in ctx, if any, was allowed op
 // on (rt, name).
 func record(ctx context.Context, op Operation, rt ResourceType, name string) {
+	recordDecision(ctx, op, rt, name, false)
+}
+
+func recordDecision(ctx context.Context, op Operation, rt ResourceType, name string, explicit bool) {
 	s, ok := ctx.Value(recorderKey{}).(*guardedStream)
 	if !ok || s.acls == nil {
 		return
 	}
-	d := decision{op, rt, name}
+	d := decision{op: op, rt: rt, name: name, explicit: explicit}
 	s.mu.Lock()
 	s.checks[d] = struct{}{}
 	s.mu.Unlock()
@@ -204,7 +211,11 @@ func (s *guardedStream) decide() *errs.Error {
 	if s.acls != nil {
 		s.aclGen.Store(s.acls.Generation())
 		for d := range s.checks {
-			if s.acls.Authorize(s.ctx, s.id, d.op, d.rt, d.name) {
+			allowed := s.acls.Authorize
+			if d.explicit {
+				allowed = s.acls.AuthorizeExplicit
+			}
+			if allowed(s.ctx, s.id, d.op, d.rt, d.name) {
 				continue
 			}
 			audit(s.ctx, s.acls, s.id, d.op, d.rt, d.name, false)

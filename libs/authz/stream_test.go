@@ -195,3 +195,32 @@ func TestStreamGuardUsers(t *testing.T) {
 		}
 	})
 }
+
+// A non-role caller's internal stream (a WatchMetadata of an operator with
+// ClusterAction) is decided again by CheckInternal's rule: once its
+// explicit ACL is removed it ends, even with allow.everyone.if.no.acl.found
+// and no ACL left on the cluster.
+func TestStreamGuardInternalCallExplicit(t *testing.T) {
+	a := authz.New(authz.Config{AllowEveryoneIfNoACLFound: true})
+	a.SetACLs([]authz.ACL{allow("User:ops", authz.ClusterAction, authz.Cluster, authz.ClusterName, authz.Literal)}, 1)
+	g := &authz.StreamGuard{ACLs: a}
+	step := make(chan struct{})
+	ss, out := runGuarded(g, user("ops", "10.0.0.1"), func(_ any, s grpc.ServerStream) error {
+		if err := authz.CheckInternal(s.Context(), a, "WatchMetadata", "storage-node"); err != nil {
+			return err
+		}
+		for range step {
+			if err := s.SendMsg(struct{}{}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	step <- struct{}{}
+	require.Eventually(t, func() bool { return ss.sent.Load() == 1 }, 5*time.Second, time.Millisecond)
+	a.SetACLs(nil, 2)
+	step <- struct{}{}
+	err := await(t, out)
+	require.Equal(t, errs.ClusterAuthorizationFailed, errs.CodeOf(err), "%v", err)
+	require.Equal(t, int64(1), ss.sent.Load())
+}
