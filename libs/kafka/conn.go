@@ -341,6 +341,9 @@ func (c *conn) handle(frame []byte) bool {
 	var throttle time.Duration
 	if q != nil && h.key == produceKey {
 		throttle = q.RecordProduce(principal, h.clientID, len(frame))
+		// Muted now, not when the response is ready: the requests the
+		// client pipelined behind this one wait from here.
+		c.mute(throttle)
 	}
 	handlerStart := time.Now()
 	reply, err := callHandler(ctx, handler, req)

@@ -64,6 +64,9 @@ func (c *conn) applyThrottle(resp kmsg.Response, d time.Duration) {
 
 // mute holds the connection's next request for d.
 func (c *conn) mute(d time.Duration) {
+	if d <= 0 {
+		return
+	}
 	until := time.Now().Add(d).UnixNano()
 	for {
 		cur := c.mutedUntil.Load()

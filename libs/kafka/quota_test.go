@@ -15,7 +15,7 @@ import (
 
 func TestProduceQuotaThrottlesAndMutes(t *testing.T) {
 	const window = 300 * time.Millisecond
-	qm := quota.NewManager(quota.Options{WindowSize: window})
+	qm := quota.NewManager(quota.Options{WindowNum: 2, WindowSize: window})
 	qm.SetTable(quota.NewTable([]quota.Entry{{
 		Entity: []quota.Component{{Type: quota.EntityClientID, Name: "test-client"}},
 		Values: map[string]float64{quota.ProducerByteRate: 1000},
@@ -49,8 +49,8 @@ func TestProduceQuotaThrottlesAndMutes(t *testing.T) {
 		return r
 	}
 
-	// 5 KB in one sample's span is 5x the 1000 B/s quota: throttled for
-	// the cap, one sample.
+	// 5 KB in one sample's span is over 16x the 1000 B/s quota: throttled
+	// for the cap, the window of two samples.
 	c := dial(t, s)
 	c.send(produce(), 7)
 	c.send(heartbeat("g"), 4) // pipelined: held by the mute
@@ -58,9 +58,9 @@ func TestProduceQuotaThrottlesAndMutes(t *testing.T) {
 	resp.Version = 7
 	c.recv(resp, false)
 	answered := time.Now()
-	require.Equal(t, int32(window.Milliseconds())+1, resp.ThrottleMillis)
+	require.Equal(t, int32(2*window.Milliseconds())+1, resp.ThrottleMillis)
 	recvHeartbeat(t, c, 4)
-	require.GreaterOrEqual(t, time.Since(answered), window-50*time.Millisecond,
+	require.GreaterOrEqual(t, time.Since(answered), 2*window-50*time.Millisecond,
 		"the request after a throttled one waits for the throttle time")
 
 	// Another client id has no quota.

@@ -35,7 +35,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.WindowNum, "quota.window-num", 11,
 		"Samples a client's rate is measured over (Kafka's quota.window.num).")
 	fs.DurationVar(&c.WindowSize, "quota.window-size", time.Second,
-		"Span of one rate sample (Kafka's quota.window.size.seconds); also the longest throttle time answered.")
+		"Span of one rate sample (Kafka's quota.window.size.seconds); the longest throttle time answered is the whole window, window-num samples.")
 	fs.IntVar(&c.MaxConnectionsPerIP, "quota.max-connections-per-ip", 0,
 		"Most client connections open at once from one IP address, on the Kafka listener and the gRPC listener each (Kafka's max.connections.per.ip); 0: no limit. A connection over it is closed at once.")
 	fs.StringVar(&c.MaxConnectionsPerIPOverrides, "quota.max-connections-per-ip-overrides", "",

@@ -172,7 +172,7 @@ func (m *Manager) recordConnection(ip netip.Addr) time.Duration {
 	rate, span := s.record(now, 1)
 	var d time.Duration
 	if rate > q {
-		d = throttleTime(rate, q, span, m.opts.WindowSize)
+		d = throttleTime(rate, q, span, m.MaxThrottle())
 	}
 	if m.opts.Metrics != nil {
 		m.opts.Metrics.observe(ConnectionCreationRate, EntityIP+"="+ip.String(), 1, d)

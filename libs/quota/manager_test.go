@@ -25,8 +25,8 @@ func TestThrottleMath(t *testing.T) {
 	// quota exactly, not over it.
 	require.Zero(t, m.RecordProduce("User:ANONYMOUS", "a", 1000))
 	// 3000 bytes in a 1 s span is 3x the quota: back off until the rate is
-	// the quota again, (3000-1000)/1000 * 1 s = 2 s, capped at one sample.
-	require.Equal(t, time.Second, m.RecordProduce("User:ANONYMOUS", "a", 2000))
+	// the quota again, (3000-1000)/1000 * 1 s = 2 s.
+	require.Equal(t, 2*time.Second, m.RecordProduce("User:ANONYMOUS", "a", 2000))
 
 	// Half a sample later: 3500 bytes over 1 s... the span is still the
 	// minimum one sample; move into the third sample: span 2.5 s,
@@ -51,7 +51,8 @@ func TestWindowSlides(t *testing.T) {
 	clk := newClock()
 	m := NewManager(Options{Now: clk.now, WindowNum: 3, WindowSize: time.Second})
 	m.SetTable(NewTable([]Entry{entry(map[string]float64{ConsumerByteRate: 100}, dflt(EntityClientID))}), 1)
-	require.Equal(t, time.Second, m.RecordFetch("User:x", "c", 10_000))
+	// 100x the quota: capped at the window, 3 samples.
+	require.Equal(t, 3*time.Second, m.RecordFetch("User:x", "c", 10_000))
 	// Three samples later the burst has left the window.
 	clk.add(3 * time.Second)
 	require.Zero(t, m.RecordFetch("User:x", "c", 100))
@@ -158,7 +159,8 @@ func TestTableSwap(t *testing.T) {
 	require.Zero(t, m.RecordProduce("User:x", "a", 1000))
 	// Lowering it throttles at once.
 	m.SetTable(NewTable([]Entry{entry(map[string]float64{ProducerByteRate: 100}, named(EntityClientID, "a"))}), 4)
-	require.Equal(t, time.Second, m.RecordProduce("User:x", "a", 1))
+	require.Equal(t, m.MaxThrottle(), m.RecordProduce("User:x", "a", 1))
+	require.Equal(t, 11*time.Second, m.MaxThrottle())
 	// Removing it lifts the throttle.
 	m.SetTable(NewTable(nil), 5)
 	require.Zero(t, m.RecordProduce("User:x", "a", 1))
