@@ -10,6 +10,7 @@ import (
 	"math/big"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -134,9 +135,17 @@ func TestTLSCluster(t *testing.T) {
 		require.Equal(t, tc.ok, kafkaPing(ctx, storage.KafkaAddr, tc.cfg) == nil, "Kafka with the %s certificate", tc.name)
 		// etcd: the TLS handshake and a first read (with TLS 1.3 the
 		// server's verdict on the client comes after the client's
-		// handshake).
-		require.Equal(t, tc.ok, tlsRoundTrip(ctrl.EtcdClientAddr, tc.cfg) == nil, "etcd with the %s certificate", tc.name)
+		// handshake). etcd takes controllers only: even the admin's
+		// client certificate is refused, on the client and peer ports.
+		require.Error(t, tlsRoundTrip(ctrl.EtcdClientAddr, tc.cfg), "etcd client port with the %s certificate", tc.name)
+		require.Error(t, tlsRoundTrip(ctrl.EtcdPeerAddr, tc.cfg), "etcd peer port with the %s certificate", tc.name)
 	}
+	ctrlCert, err := tls.LoadX509KeyPair(filepath.Join(files.Dir, "controller-1.crt"), filepath.Join(files.Dir, "controller-1.key"))
+	require.NoError(t, err)
+	require.NoError(t, tlsRoundTrip(ctrl.EtcdClientAddr, with(ctrlCert)), "etcd client port with the controller's certificate")
+	storageKey, err := tls.LoadX509KeyPair(filepath.Join(files.Dir, "storage-1.crt"), filepath.Join(files.Dir, "storage-1.key"))
+	require.NoError(t, err)
+	require.Error(t, tlsRoundTrip(ctrl.EtcdClientAddr, with(storageKey)), "etcd client port with a storage node's certificate")
 	// No client certificate at all: etcd refuses it (it requires one).
 	require.Error(t, tlsRoundTrip(ctrl.EtcdClientAddr, &tls.Config{RootCAs: caPool, ServerName: "127.0.0.1"}))
 
