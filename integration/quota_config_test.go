@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"sort"
 	"strings"
@@ -140,6 +141,28 @@ func TestClientQuotaConfig(t *testing.T) {
 	}, quotaStrings(described))
 	_, err = cli("quota", "delete", "--user", "alice", "--client-id-default")
 	require.ErrorContains(t, err, "has no quotas to delete")
+
+	// Audit lines: the controller's for a change made with the CLI (the
+	// caller is the admin's certificate), the storage node's for one made
+	// over its Kafka listener (the controller sees the storage node).
+	auditLine := func(path, resource, change string) string {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, `msg="client quota altered"`) && strings.Contains(l, resource) && strings.Contains(l, change) {
+				return l
+			}
+		}
+		t.Fatalf("no audit line for %s (%s) in %s", resource, change, path)
+		return ""
+	}
+	line := auditLine(c.Controllers()[0].LogPath, `audit.resource="client-quota:client-id=app1"`, `quota_change="set producer_byte_rate=1048576"`)
+	require.Contains(t, line, "audit.principal=User:admin")
+	require.Contains(t, line, "audit.host=127.0.0.1")
+	line = auditLine(storage.LogPath, `audit.resource="client-quota:ip=10.0.0.7"`, `quota_change="remove connection_creation_rate"`)
+	require.Contains(t, line, "audit.principal=User:admin")
+	require.Contains(t, line, "listener=kafka")
 
 	// alice, with a certificate of the cluster's CA and no ACLs, may
 	// neither change nor list quotas, over Kafka or gRPC.

@@ -90,7 +90,7 @@ type quotaChange struct {
 func (q quotaChange) String() string {
 	var b strings.Builder
 	for _, k := range slices.Sorted(maps.Keys(q.set)) {
-		fmt.Fprintf(&b, " set %s=%s", k, strconv.FormatFloat(q.set[k], 'g', -1, 64))
+		fmt.Fprintf(&b, " set %s=%s", k, strconv.FormatFloat(q.set[k], 'f', -1, 64))
 	}
 	for _, k := range q.remove {
 		fmt.Fprintf(&b, " remove %s", k)

@@ -206,7 +206,7 @@ func TestClientQuotas(t *testing.T) {
 	}
 	require.NotEmpty(t, line, "no audit line for the change of user=alice,client-id=app1")
 	for _, want := range []string{`"principal":"User:admin"`, `"host":"10.1.2.3"`, `"operation":"AlterClientQuotas"`,
-		`"quota_change":"set consumer_byte_rate=2e+06 set request_percentage=25"`, `"decision":"allow"`} {
+		`"quota_change":"set consumer_byte_rate=2000000 set request_percentage=25"`, `"decision":"allow"`} {
 		require.Contains(t, line, want)
 	}
 	require.Equal(t, 4, strings.Count(logs.String(), `"client quota altered"`), "one line per change; refused and validate-only entries write none")

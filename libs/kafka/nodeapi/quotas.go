@@ -173,7 +173,7 @@ func (n *node) auditQuota(ctx context.Context, a *controllerv1.ClientQuotaAltera
 		if op.GetRemove() {
 			change = append(change, "remove "+op.GetKey())
 		} else {
-			change = append(change, "set "+op.GetKey()+"="+strconv.FormatFloat(op.GetValue(), 'g', -1, 64))
+			change = append(change, "set "+op.GetKey()+"="+strconv.FormatFloat(op.GetValue(), 'f', -1, 64))
 		}
 	}
 	authz.AuditLine(ctx, n.logger.With(slog.String("quota_change", strings.Join(change, " ")), slog.String("listener", "kafka")),
