@@ -149,6 +149,7 @@ type guardedStream struct {
 
 	mu     sync.Mutex
 	checks map[decision]struct{}
+	last   decision // the last one recorded
 }
 
 func (s *guardedStream) Context() context.Context { return s.ctx }

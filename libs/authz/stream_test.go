@@ -224,3 +224,49 @@ func TestStreamGuardInternalCallExplicit(t *testing.T) {
 	require.Equal(t, errs.ClusterAuthorizationFailed, errs.CodeOf(err), "%v", err)
 	require.Equal(t, int64(1), ss.sent.Load())
 }
+
+// BenchmarkStreamGuardMessage is the cost a guarded stream adds to one
+// message while nothing changes (the revision comparison), and to one
+// allowed check made on its context (recording it).
+func BenchmarkStreamGuardMessage(b *testing.B) {
+	a := authz.New(authz.Config{})
+	a.SetACLs([]authz.ACL{allow("User:alice", authz.Write, authz.Topic, "orders", authz.Literal)}, 1)
+	g := &authz.StreamGuard{ACLs: a}
+	id := user("alice", "10.0.0.1")
+	run := func(b *testing.B, perMessage func(s grpc.ServerStream) error) {
+		_, out := runGuarded(g, id, func(_ any, s grpc.ServerStream) error {
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if err := perMessage(s); err != nil {
+					return err
+				}
+			}
+			b.StopTimer()
+			return nil
+		})
+		if err := <-out; err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("send", func(b *testing.B) {
+		run(b, func(s grpc.ServerStream) error { return s.SendMsg(nil) })
+	})
+	b.Run("check+send", func(b *testing.B) {
+		run(b, func(s grpc.ServerStream) error {
+			if err := authz.Check(s.Context(), a, authz.Write, authz.Topic, "orders"); err != nil {
+				return err
+			}
+			return s.SendMsg(nil)
+		})
+	})
+	b.Run("unguarded check", func(b *testing.B) {
+		ctx := auth.NewContext(context.Background(), id)
+		b.ReportAllocs()
+		for range b.N {
+			if err := authz.Check(ctx, a, authz.Write, authz.Topic, "orders"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
