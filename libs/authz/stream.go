@@ -201,16 +201,21 @@ func (s *guardedStream) recheck() error {
 
 // decide re-decides everything the stream relies on; s.mu is held.
 func (s *guardedStream) decide() *errs.Error {
+	// The revisions are read before what they stand for and stored only
+	// after a decision that allows: a message on another goroutine that
+	// sees them unchanged must not slip past a refusal being made.
+	var userRev int64
 	if s.users != nil {
-		s.userRev.Store(s.users.UsersRevision())
+		userRev = s.users.UsersRevision()
 		if s.users.Credential(s.id.Principal.Name) != s.cred {
 			return errs.New(errs.SaslAuthenticationFailed,
 				"user %q was deleted or its password changed since this stream authenticated; the stream is ended: connect again with the current password",
 				s.id.Principal.Name)
 		}
 	}
+	var aclGen uint64
 	if s.acls != nil {
-		s.aclGen.Store(s.acls.Generation())
+		aclGen = s.acls.Generation()
 		for d := range s.checks {
 			allowed := s.acls.Authorize
 			if d.explicit {
@@ -225,6 +230,8 @@ func (s *guardedStream) decide() *errs.Error {
 			return lost
 		}
 	}
+	s.userRev.Store(userRev)
+	s.aclGen.Store(aclGen)
 	return nil
 }
 
