@@ -553,13 +553,20 @@ func (c *conn) write(bw *bufio.Writer, sl *slot) error {
 	if err := bw.Flush(); err != nil {
 		return err
 	}
-	if tc, ok := c.nc.(*wire.TLSConn); ok {
-		// No writev under TLS: the pieces' records leave in one write.
+	if tc, ok := c.nc.(buffersWriter); ok {
+		// No writev under TLS (wire.TLSConn): the pieces' records leave
+		// in one write. A connection limited per IP (quota) passes them
+		// to its socket's writev.
 		_, err := tc.WriteBuffers(&sl.pieces)
 		return err
 	}
 	_, err := sl.pieces.WriteTo(c.nc)
 	return err
+}
+
+// buffersWriter is a connection with a gathering write of its own.
+type buffersWriter interface {
+	WriteBuffers(v *net.Buffers) (int64, error)
 }
 
 func (c *conn) flush(bw *bufio.Writer) bool {

@@ -72,3 +72,42 @@ func TestProduceQuotaThrottlesAndMutes(t *testing.T) {
 	other.recv(resp, false)
 	require.Zero(t, resp.ThrottleMillis)
 }
+
+func TestFetchQuotaThrottles(t *testing.T) {
+	qm := quota.NewManager(quota.Options{WindowNum: 2, WindowSize: 200 * time.Millisecond})
+	qm.SetTable(quota.NewTable([]quota.Entry{{
+		Entity: []quota.Component{{Type: quota.EntityUser, Default: true}},
+		Values: map[string]float64{quota.ConsumerByteRate: 1000},
+	}}), 1)
+	mux := kafka.NewMux()
+	mux.Handle(1, 4, 11, func(_ context.Context, req *kafka.Request) (kafka.Reply, error) {
+		resp := req.Msg.(*kmsg.FetchRequest).ResponseKind().(*kmsg.FetchResponse)
+		tp := kmsg.NewFetchResponseTopic()
+		tp.Topic = "t"
+		p := kmsg.NewFetchResponseTopicPartition()
+		p.RecordBatches = make([]byte, 300)
+		tp.Partitions = append(tp.Partitions, p)
+		resp.Topics = append(resp.Topics, tp)
+		return kafka.Now(resp), nil
+	})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	s := kafka.NewServer(kafka.Config{}, mux, lis, kafka.ServerOptions{Quotas: qm})
+	require.NoError(t, s.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		require.NoError(t, s.Stop(ctx))
+	})
+	c := dial(t, s)
+	fetch := func() int32 {
+		c.send(kmsg.NewPtrFetchRequest(), 11)
+		resp := kmsg.NewPtrFetchResponse()
+		resp.Version = 11
+		c.recv(resp, false)
+		return resp.ThrottleMillis
+	}
+	// The default user quota applies to User:ANONYMOUS: 300 bytes in a
+	// 200 ms span is 1500 B/s, over 1000 B/s.
+	require.Equal(t, int32(101), fetch(), "(1500-1000)/1000 * 200 ms")
+}

@@ -134,6 +134,11 @@ func (c *limitedConn) Close() error {
 // NetConn returns the wrapped connection (for TLS and the like).
 func (c *limitedConn) NetConn() net.Conn { return c.Conn }
 
+// WriteBuffers writes v with the wrapped connection's own gathering write
+// (one writev on a TCP socket), which net.Buffers.WriteTo would not find
+// through the wrapper.
+func (c *limitedConn) WriteBuffers(v *net.Buffers) (int64, error) { return v.WriteTo(c.Conn) }
+
 func addrOf(a net.Addr) netip.Addr {
 	var ap netip.AddrPort
 	switch a := a.(type) {

@@ -190,3 +190,26 @@ func TestValidateAndKey(t *testing.T) {
 	// Invalid entries are left out of a table.
 	require.Len(t, NewTable(append(bad, ok)).Entries(), 1)
 }
+
+// BenchmarkRecordProduce is the per-request cost of a client with a quota:
+// a lookup and a sensor update, no allocation.
+func BenchmarkRecordProduce(b *testing.B) {
+	m := NewManager(Options{})
+	m.SetTable(NewTable([]Entry{entry(map[string]float64{ProducerByteRate: 1 << 40}, dflt(EntityClientID))}), 1)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			m.RecordProduce("User:alice", "app", 1024)
+		}
+	})
+}
+
+func TestRecordDoesNotAllocate(t *testing.T) {
+	m := NewManager(Options{})
+	m.SetTable(NewTable([]Entry{entry(map[string]float64{ProducerByteRate: 1 << 40}, dflt(EntityClientID))}), 1)
+	m.RecordProduce("User:alice", "app", 1) // the binding is built on first use
+	require.Zero(t, testing.AllocsPerRun(100, func() {
+		m.RecordProduce("User:alice", "app", 1024)
+		m.RecordRequestTime("User:alice", "app", time.Millisecond)
+	}))
+}
