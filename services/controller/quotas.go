@@ -106,6 +106,14 @@ func validateQuotaAlteration(a *controllerv1.ClientQuotaAlteration) (quotaChange
 	if len(a.GetOps()) == 0 {
 		return q, errs.Invalid(errs.InvalidRequest, "ops", "no quota to set or remove for %s", quota.EntityKey(q.entity))
 	}
+	// A component literally named "<default>" would print, and be
+	// enforced, as the default of its type.
+	for i, c := range q.entity {
+		if !c.Default && c.Name == quota.DefaultName {
+			return q, errs.Invalid(errs.InvalidRequest, fmt.Sprintf("entity[%d].name", i),
+				"%q is how the default %s prints: set is_default (Kafka: a null name; sluice quota: --%s-default) for the default", c.Name, c.Type, c.Type)
+		}
+	}
 	// Validate checks the entity and that every key applies to it; a key
 	// to remove is checked with a placeholder value.
 	check := quota.Entry{Entity: q.entity, Values: map[string]float64{}}

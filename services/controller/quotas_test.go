@@ -128,15 +128,16 @@ func TestClientQuotas(t *testing.T) {
 		a    *controllerv1.ClientQuotaAlteration
 		want string
 	}{
-		1: {&controllerv1.ClientQuotaAlteration{Entity: clientIDEntity("x"), Ops: []*controllerv1.ClientQuotaOp{setOp("producer_rate", 1)}}, "unknown quota key"},
-		2: {&controllerv1.ClientQuotaAlteration{Entity: clientIDEntity("x"), Ops: []*controllerv1.ClientQuotaOp{setOp(quota.ProducerByteRate, 0)}}, "positive"},
-		3: {&controllerv1.ClientQuotaAlteration{Entity: []*controllerv1.QuotaEntityComponent{{Type: quota.EntityIP, Name: "db.example.com"}}, Ops: []*controllerv1.ClientQuotaOp{setOp(quota.ConnectionCreationRate, 1)}}, "not an IP address"},
-		4: {&controllerv1.ClientQuotaAlteration{Entity: []*controllerv1.QuotaEntityComponent{{Type: quota.EntityIP, Name: "10.0.0.1"}, {Type: quota.EntityUser, Name: "bob"}}, Ops: []*controllerv1.ClientQuotaOp{setOp(quota.ProducerByteRate, 1)}}, "ip quotas stand alone"},
-		5: {&controllerv1.ClientQuotaAlteration{Entity: clientIDEntity("x"), Ops: []*controllerv1.ClientQuotaOp{setOp(quota.ProducerByteRate, 1), {Key: quota.ProducerByteRate, Remove: true}}}, "changed twice"},
-		6: {&controllerv1.ClientQuotaAlteration{Entity: clientIDEntity("x")}, "no quota to set or remove"},
-		7: {&controllerv1.ClientQuotaAlteration{Entity: clientIDEntity("app1"), Ops: []*controllerv1.ClientQuotaOp{setOp(quota.ConsumerByteRate, 1)}}, "also changed by entries[0]"},
-		8: {&controllerv1.ClientQuotaAlteration{Entity: []*controllerv1.QuotaEntityComponent{{Type: "group", Name: "g"}}, Ops: []*controllerv1.ClientQuotaOp{setOp(quota.ProducerByteRate, 1)}}, "unknown quota entity type"},
-		9: {&controllerv1.ClientQuotaAlteration{Entity: clientIDEntity("x"), Ops: []*controllerv1.ClientQuotaOp{setOp(quota.ConnectionCreationRate, 1)}}, "applies to ip entities"},
+		1:  {&controllerv1.ClientQuotaAlteration{Entity: clientIDEntity("x"), Ops: []*controllerv1.ClientQuotaOp{setOp("producer_rate", 1)}}, "unknown quota key"},
+		2:  {&controllerv1.ClientQuotaAlteration{Entity: clientIDEntity("x"), Ops: []*controllerv1.ClientQuotaOp{setOp(quota.ProducerByteRate, 0)}}, "positive"},
+		3:  {&controllerv1.ClientQuotaAlteration{Entity: []*controllerv1.QuotaEntityComponent{{Type: quota.EntityIP, Name: "db.example.com"}}, Ops: []*controllerv1.ClientQuotaOp{setOp(quota.ConnectionCreationRate, 1)}}, "not an IP address"},
+		4:  {&controllerv1.ClientQuotaAlteration{Entity: []*controllerv1.QuotaEntityComponent{{Type: quota.EntityIP, Name: "10.0.0.1"}, {Type: quota.EntityUser, Name: "bob"}}, Ops: []*controllerv1.ClientQuotaOp{setOp(quota.ProducerByteRate, 1)}}, "ip quotas stand alone"},
+		5:  {&controllerv1.ClientQuotaAlteration{Entity: clientIDEntity("x"), Ops: []*controllerv1.ClientQuotaOp{setOp(quota.ProducerByteRate, 1), {Key: quota.ProducerByteRate, Remove: true}}}, "changed twice"},
+		6:  {&controllerv1.ClientQuotaAlteration{Entity: clientIDEntity("x")}, "no quota to set or remove"},
+		7:  {&controllerv1.ClientQuotaAlteration{Entity: clientIDEntity("app1"), Ops: []*controllerv1.ClientQuotaOp{setOp(quota.ConsumerByteRate, 1)}}, "also changed by entries[0]"},
+		8:  {&controllerv1.ClientQuotaAlteration{Entity: []*controllerv1.QuotaEntityComponent{{Type: "group", Name: "g"}}, Ops: []*controllerv1.ClientQuotaOp{setOp(quota.ProducerByteRate, 1)}}, "unknown quota entity type"},
+		9:  {&controllerv1.ClientQuotaAlteration{Entity: clientIDEntity("x"), Ops: []*controllerv1.ClientQuotaOp{setOp(quota.ConnectionCreationRate, 1)}}, "applies to ip entities"},
+		10: {&controllerv1.ClientQuotaAlteration{Entity: []*controllerv1.QuotaEntityComponent{{Type: quota.EntityUser, Name: "<default>"}}, Ops: []*controllerv1.ClientQuotaOp{setOp(quota.ProducerByteRate, 1)}}, "set is_default"},
 	}
 	entries := []*controllerv1.ClientQuotaAlteration{app1}
 	for i := 1; i <= len(bad); i++ {
