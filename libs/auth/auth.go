@@ -61,6 +61,10 @@ type Identity struct {
 	// Mechanism names how the principal was authenticated: "mtls",
 	// "scram-sha-256", "scram-sha-512", "plain", or "" for none.
 	Mechanism string
+	// NodeID is the node id a role certificate is bound to (its URI SAN
+	// sluice://node/<id>); 0 when it names none. A process so identified
+	// may register, heartbeat and shut down as that node only.
+	NodeID int32
 }
 
 // String describes the identity for logs.

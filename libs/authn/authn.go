@@ -138,6 +138,9 @@ func (a *Authenticator) fromCert(id auth.Identity, cert *x509.Certificate) (auth
 	id.Principal = auth.User(name)
 	// A process running several roles has one certificate naming them all.
 	id.Role = strings.Join(tlsx.RolesOf(cert), ",")
+	if id.Role != "" {
+		id.NodeID, _ = tlsx.NodeIDOf(cert)
+	}
 	id.Mechanism = "mtls"
 	return id, nil
 }

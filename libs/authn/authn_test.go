@@ -112,3 +112,27 @@ func TestIdentify(t *testing.T) {
 	_, err = New(Options{Rules: strict}).Identify(callCtx(cert(t, "bob"), true, ""))
 	requireCode(t, err, errs.SaslAuthenticationFailed)
 }
+
+// A role certificate bound to a node id carries it into the identity; a
+// client certificate never has one.
+func TestFromCertificateNodeID(t *testing.T) {
+	ca, err := tlsx.NewCA("ca", time.Hour)
+	require.NoError(t, err)
+	parse := func(o tlsx.Issue) *x509.Certificate {
+		o.Validity = time.Hour
+		p, err := ca.Issue(o)
+		require.NoError(t, err)
+		b, _ := pem.Decode(p.CertPEM)
+		c, err := x509.ParseCertificate(b.Bytes)
+		require.NoError(t, err)
+		return c
+	}
+	a := New(Options{})
+	id, err := a.FromCertificate("10.0.0.2", parse(tlsx.Issue{Subject: pkix.Name{CommonName: "storage-2"}, Roles: []string{"storage-node"}, NodeID: 2}))
+	require.NoError(t, err)
+	require.EqualValues(t, 2, id.NodeID)
+	require.Equal(t, "storage-node", id.Role)
+	id, err = a.FromCertificate("10.0.0.9", parse(tlsx.Issue{Subject: pkix.Name{CommonName: "alice"}, NodeID: 2}))
+	require.NoError(t, err)
+	require.Zero(t, id.NodeID, "only role certificates act for a node")
+}

@@ -55,19 +55,20 @@ func (c *Cluster) setupTLS(dir string, hosts func(k int) string) error {
 	if err != nil {
 		return fmt.Errorf("dev cluster CA: %w", err)
 	}
-	issue := func(name string, roles []string, hosts ...string) (string, string, error) {
+	issue := func(name string, nodeID int32, roles []string, hosts ...string) (string, string, error) {
 		pair, err := ca.Issue(tlsx.Issue{Subject: pkix.Name{CommonName: name, Organization: []string{"Sluice dev"}},
-			Roles: roles, Hosts: hosts, Validity: 365 * 24 * time.Hour})
+			Roles: roles, Hosts: hosts, NodeID: nodeID, Validity: 365 * 24 * time.Hour})
 		if err != nil {
 			return "", "", fmt.Errorf("issuing %s's certificate: %w", name, err)
 		}
 		return pair.WriteFiles(tdir, name)
 	}
-	if f.ClientCert, f.ClientKey, err = issue("admin", nil); err != nil {
+	if f.ClientCert, f.ClientKey, err = issue("admin", 0, nil); err != nil {
 		return err
 	}
 	for _, p := range c.procs {
-		cert, key, err := issue(p.Name, p.Roles.Strings(), hosts(p.index), "localhost", "127.0.0.1", "::1")
+		// Bound to the node id: it registers as this node only.
+		cert, key, err := issue(p.Name, p.NodeID, p.Roles.Strings(), hosts(p.index), "localhost", "127.0.0.1", "::1")
 		if err != nil {
 			return err
 		}

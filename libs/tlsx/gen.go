@@ -87,6 +87,10 @@ type Issue struct {
 	Roles []string
 	// Hosts are the DNS names and IP addresses a node is reached at.
 	Hosts []string
+	// NodeID, when positive, binds a node certificate to that node id
+	// (URI SAN sluice://node/<id>): the controller lets it register and
+	// heartbeat as that node only.
+	NodeID int32
 	// Validity is how long the certificate is valid from now. NotBefore
 	// and NotAfter, when set, override it (tests make expired ones).
 	Validity            time.Duration
@@ -134,6 +138,9 @@ func (ca *CA) Issue(o Issue) (Pair, error) {
 		tmpl.URIs = append(tmpl.URIs, RoleURI(r))
 		// The same role as a DNS name, for etcd's AllowedHostnames.
 		tmpl.DNSNames = append(tmpl.DNSNames, RoleDNSName(r))
+	}
+	if o.NodeID > 0 {
+		tmpl.URIs = append(tmpl.URIs, NodeURI(o.NodeID))
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -31,6 +32,37 @@ func RoleDNSName(role string) string { return role + roleDNSSuffix }
 // (RoleDNSName).
 func HasRoleDNSName(cert *x509.Certificate, role string) bool {
 	return cert != nil && slices.Contains(cert.DNSNames, RoleDNSName(role))
+}
+
+// nodeURIPrefix begins the URI SAN that binds a node certificate to a
+// node id: sluice://node/<id>.
+const nodeURIPrefix = "sluice://node/"
+
+// NodeURI returns the URI SAN binding a certificate to node id.
+func NodeURI(id int32) *url.URL {
+	return &url.URL{Scheme: "sluice", Host: "node", Path: "/" + strconv.Itoa(int(id))}
+}
+
+// NodeIDOf returns the node id a certificate's URI SAN binds it to, and
+// false when it names none (or more than one, which binds it to none).
+func NodeIDOf(cert *x509.Certificate) (int32, bool) {
+	if cert == nil {
+		return 0, false
+	}
+	var id int32
+	found := false
+	for _, u := range cert.URIs {
+		s, ok := strings.CutPrefix(u.String(), nodeURIPrefix)
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(s, 10, 32)
+		if err != nil || n <= 0 || (found && int32(n) != id) {
+			return 0, false
+		}
+		id, found = int32(n), true
+	}
+	return id, found
 }
 
 // RolesOf returns the Sluice roles a certificate names in its URI SANs, in

@@ -205,3 +205,32 @@ func TestConfigValidate(t *testing.T) {
 	require.ErrorContains(t, (&Config{Cert: "a", Key: "b", ClientAuth: "maybe"}).Validate(), "not one of")
 	require.ErrorContains(t, (&Config{PrincipalMappingRules: "RULE:x"}).Validate(), "mapping-rules")
 }
+
+// A node certificate names its roles by URI and DNS SANs and, when asked,
+// the node id it is bound to; a client certificate names neither.
+func TestNodeAndRoleNames(t *testing.T) {
+	ca, err := NewCA("test", time.Hour)
+	require.NoError(t, err)
+	parse := func(o Issue) *x509.Certificate {
+		o.Validity = time.Hour
+		p, err := ca.Issue(o)
+		require.NoError(t, err)
+		b, _ := pem.Decode(p.CertPEM)
+		c, err := x509.ParseCertificate(b.Bytes)
+		require.NoError(t, err)
+		return c
+	}
+	node := parse(Issue{Subject: pkix.Name{CommonName: "s2"}, Roles: []string{"storage-node", "controller"}, NodeID: 2})
+	id, ok := NodeIDOf(node)
+	require.True(t, ok)
+	require.EqualValues(t, 2, id)
+	require.True(t, HasRoleDNSName(node, "controller"))
+	require.Equal(t, []string{"storage-node", "controller"}, RolesOf(node))
+	client := parse(Issue{Subject: pkix.Name{CommonName: "alice"}})
+	_, ok = NodeIDOf(client)
+	require.False(t, ok)
+	require.False(t, HasRoleDNSName(client, "controller"))
+	unbound := parse(Issue{Subject: pkix.Name{CommonName: "s3"}, Roles: []string{"storage-node"}})
+	_, ok = NodeIDOf(unbound)
+	require.False(t, ok)
+}

@@ -4,7 +4,9 @@ import (
 	"context"
 
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
+	"github.com/sluice-io/sluice/libs/auth"
 	"github.com/sluice-io/sluice/libs/authz"
+	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/role"
 )
 
@@ -58,6 +60,21 @@ func (c *Controller) checkCluster(ctx context.Context, op authz.Operation) error
 // internal authorizes a call between roles.
 func (c *Controller) internal(ctx context.Context, rpc string, roles []string) error {
 	return authz.CheckInternal(ctx, c.authorizer(), rpc, roles...)
+}
+
+// checkNodeIdentity refuses a node call (registration, heartbeat,
+// controlled shutdown) for node when the caller's certificate is bound to
+// another node id (tlsx.NodeIDOf): a storage node's certificate for node 2
+// cannot register, heartbeat or shut down as node 3. Certificates bound
+// to no node id are not checked (they were issued without one).
+func checkNodeIdentity(ctx context.Context, rpc string, node int32) error {
+	id, _ := auth.FromContext(ctx)
+	if id.NodeID == 0 || id.NodeID == node {
+		return nil
+	}
+	return errs.New(errs.ClusterAuthorizationFailed,
+		"%s (certificate of node %d) may not call %s for node %d: a node certificate acts for its own node id only",
+		id.Principal, id.NodeID, rpc, node)
 }
 
 // checkConfigResource checks op (DescribeConfigs or AlterConfigs) on a

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
+	"github.com/sluice-io/sluice/libs/auth"
 	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/authz/authztest"
 	"github.com/sluice-io/sluice/libs/client/errs"
@@ -193,6 +194,18 @@ func TestRoleToRoleCallsNeedTheirRole(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.RegisterBroker(authztest.Ctx(bg, "ops"), &controllerv1.RegisterBrokerRequest{BrokerId: 6, IncarnationId: "y", Roles: []string{"storage-node"}})
 	require.NoError(t, err)
+
+	// A storage node's certificate bound to node 5 acts for node 5 only:
+	// registering or shutting down as node 7 is refused.
+	node5 := auth.NewContext(bg, auth.Identity{Principal: auth.User("storage-5"), Host: "127.0.0.1", Role: "storage-node", Mechanism: "mtls", NodeID: 5})
+	_, err = c.RegisterBroker(node5, &controllerv1.RegisterBrokerRequest{BrokerId: 7, IncarnationId: "z", Roles: []string{"storage-node"}})
+	refused(t, err, errs.ClusterAuthorizationFailed)
+	require.ErrorContains(t, err, "(certificate of node 5) may not call RegisterBroker for node 7")
+	_, err = c.ControlledShutdown(node5, &controllerv1.ControlledShutdownRequest{BrokerId: 6})
+	refused(t, err, errs.ClusterAuthorizationFailed)
+	r5, err := c.RegisterBroker(node5, reg)
+	require.NoError(t, err, "its own node id")
+	require.Equal(t, r.GetBrokerEpoch(), r5.GetBrokerEpoch(), "the same incarnation: a retried registration")
 
 	// ISR changes are the storage node's; producer ids the transaction
 	// coordinator's.

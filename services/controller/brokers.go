@@ -30,6 +30,9 @@ func (c *Controller) RegisterBroker(ctx context.Context, r *controllerv1.Registe
 	if err := c.internal(ctx, "RegisterBroker", brokerCallers); err != nil {
 		return nil, err
 	}
+	if err := checkNodeIdentity(ctx, "RegisterBroker", r.GetBrokerId()); err != nil {
+		return nil, err
+	}
 	t, err := c.activeTerm()
 	if err != nil {
 		return nil, err
@@ -121,6 +124,9 @@ func (c *Controller) BrokerHeartbeat(stream grpc.BidiStreamingServer[controllerv
 		}
 		if r.err != nil {
 			return r.err
+		}
+		if err := checkNodeIdentity(stream.Context(), "BrokerHeartbeat", r.req.GetBrokerId()); err != nil {
+			return err
 		}
 		resp, err := c.heartbeat(stream.Context(), r.req)
 		if err != nil {
@@ -234,6 +240,9 @@ func (c *Controller) setBrokerState(ctx context.Context, t *term, id int32, epoc
 // stop; the node calls it until no leadership remains.
 func (c *Controller) ControlledShutdown(ctx context.Context, r *controllerv1.ControlledShutdownRequest) (*controllerv1.ControlledShutdownResponse, error) {
 	if err := c.internal(ctx, "ControlledShutdown", brokerCallers); err != nil {
+		return nil, err
+	}
+	if err := checkNodeIdentity(ctx, "ControlledShutdown", r.GetBrokerId()); err != nil {
 		return nil, err
 	}
 	t, err := c.activeTerm()
