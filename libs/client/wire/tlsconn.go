@@ -78,9 +78,9 @@ type TLSConn struct {
 func (c *TLSConn) Write(p []byte) (int, error) { return c.gather.Write(p) }
 
 // WriteBuffers writes every buffer of v, in order, gathering their records
-// into writes of up to SocketBuffer bytes, and consumes v as net.Buffers.WriteTo does;
-// a response sent in pieces (a header, then page-cache chunks) uses it in
-// place of the writev it makes on a plain socket.
+// into writes of up to SocketBuffer bytes, and consumes v as
+// net.Buffers.WriteTo does; a response sent in pieces (a header, then
+// page-cache chunks) uses it in place of the writev of a plain socket.
 func (c *TLSConn) WriteBuffers(v *net.Buffers) (int64, error) {
 	c.gather.raw.hold()
 	var n int64
@@ -102,11 +102,27 @@ func (c *TLSConn) WriteBuffers(v *net.Buffers) (int64, error) {
 	return n, err
 }
 
+// Close closes the connection; see gatherConn.Close.
+func (c *TLSConn) Close() error { return c.gather.Close() }
+
 // gatherConn gathers the records a Write of the TLS connection makes into
 // writes of up to SocketBuffer bytes.
 type gatherConn struct {
 	net.Conn
 	raw *bufferedConn
+}
+
+// Close closes the TLS connection, sending close_notify; but while a
+// gathered write is in flight (a peer that stopped reading) it closes the
+// socket at once, as crypto/tls does when Close meets a Write in flight:
+// close_notify would wait behind that write for the TLS layer's 5 s
+// deadline.
+func (c *gatherConn) Close() error {
+	if !c.raw.mu.TryLock() {
+		return c.raw.Conn.Close()
+	}
+	c.raw.mu.Unlock()
+	return c.Conn.Close()
 }
 
 func (c *gatherConn) Write(p []byte) (int, error) {
@@ -129,11 +145,10 @@ const maxRecord = 16<<10 + 256
 // bufferedConn is the socket under a TLS connection: reads are buffered,
 // and while a Write of the TLS connection runs (holds > 0) the records it
 // writes are gathered, sent whenever SocketBuffer bytes are full and when
-// it ends. The TLS layer
-// writes whole records in order under its own lock; records it writes
-// while another goroutine's Write holds (an alert, a key update answer)
-// join the gathered ones, in order, since every write to the socket goes
-// through mu.
+// it ends. The TLS layer writes whole records in order under its own
+// lock; records it writes while another goroutine's Write holds (an alert,
+// a key update answer) join the gathered ones, in order, since every
+// write to the socket goes through mu.
 type bufferedConn struct {
 	net.Conn
 	r     *bufio.Reader

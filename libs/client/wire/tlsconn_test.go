@@ -179,3 +179,60 @@ func TestTLSGathersRecordsIntoLargeWrites(t *testing.T) {
 	require.NoError(t, <-errs)
 	wg.Wait()
 }
+
+// Close does not wait behind a gathered write to a peer that stopped
+// reading (close_notify would wait for crypto/tls's 5 s write deadline):
+// the blocked Write fails and Close returns.
+func TestTLSCloseBreaksABlockedWrite(t *testing.T) {
+	serverCfg, clientCfg := selfSigned(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer lis.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := lis.Accept()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+	}()
+	c, err := net.Dial("tcp", lis.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	raw, ok := <-accepted
+	require.True(t, ok)
+	srv := wire.BufferedTLSServer(raw, serverCfg)
+	handshook := make(chan error, 1)
+	go func() { handshook <- srv.Handshake() }()
+	cl := tls.Client(c, clientCfg)
+	require.NoError(t, cl.Handshake())
+	require.NoError(t, <-handshook)
+
+	// The client reads nothing: the server's writes fill the socket
+	// buffers and block.
+	written := make(chan error, 1)
+	go func() {
+		big := make([]byte, 64<<10) // under SocketBuffer: the socket write happens after the TLS Write returns
+		for {
+			if _, err := srv.Write(big); err != nil {
+				written <- err
+				return
+			}
+		}
+	}()
+	require.Never(t, func() bool { return len(written) > 0 }, 200*time.Millisecond, 10*time.Millisecond, "the writes block")
+	closed := make(chan error, 1)
+	go func() { closed <- srv.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(3 * time.Second):
+		require.FailNow(t, "Close waited behind the blocked write")
+	}
+	select {
+	case err := <-written:
+		require.Error(t, err)
+	case <-time.After(3 * time.Second):
+		require.FailNow(t, "the blocked Write did not fail after Close")
+	}
+}
