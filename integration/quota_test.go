@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -91,8 +92,9 @@ func (h *throttleHook) OnBrokerThrottle(_ kgo.BrokerMetadata, d time.Duration, _
 // set through Kafka's AlterClientQuotas, holds that client's produce rate
 // within 10 % of the quota on the Kafka listener (franz-go) and on gRPC
 // (the SDK) alike, tells it to back off (throttle_time_ms), and leaves
-// other clients of the same node unthrottled. Before that, the per-IP
-// connection limit closes the connection over it.
+// other clients of the same node unthrottled; meanwhile a
+// consumer_byte_rate of 1 MiB/s holds consumers on both protocols likewise.
+// Before that, the per-IP connection limit closes the connection over it.
 func TestQuotaProduceRate(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{Combined: true,
 		ExtraArgs: []string{"--quota.max-connections-per-ip=16"}})
@@ -136,6 +138,12 @@ func TestQuotaProduceRate(t *testing.T) {
 		entries = append(entries, kadm.AlterClientQuotaEntry{
 			Entity: kadm.ClientQuotaEntity{{Type: "client-id", Name: str(id)}},
 			Ops:    []kadm.AlterClientQuotaOp{{Key: "producer_byte_rate", Value: quotaRate}},
+		})
+	}
+	for _, id := range []string{"quota-c-kafka", "quota-c-grpc"} {
+		entries = append(entries, kadm.AlterClientQuotaEntry{
+			Entity: kadm.ClientQuotaEntity{{Type: "client-id", Name: str(id)}},
+			Ops:    []kadm.AlterClientQuotaOp{{Key: "consumer_byte_rate", Value: quotaRate}},
 		})
 	}
 	altered, err := kadm.NewClient(admCl).AlterClientQuotas(ctx, entries)
@@ -191,6 +199,39 @@ func TestQuotaProduceRate(t *testing.T) {
 		})
 		return m, p
 	}
+	// Consumers with a consumer_byte_rate read what the producers write,
+	// from the start, alongside them.
+	kafkaC, kafkaCHook := newAckMeter(start), &throttleHook{}
+	run(func() {
+		kc, err := kgo.NewClient(kgo.SeedBrokers(node.KafkaAddr), kgo.ClientID("quota-c-kafka"), kgo.ConsumeTopics("quota-kafka"),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxPartitionBytes(64<<10), kgo.WithHooks(kafkaCHook))
+		if !assert.NoError(t, err) {
+			return
+		}
+		defer kc.Close()
+		for runCtx.Err() == nil {
+			kc.PollFetches(runCtx).EachRecord(func(r *kgo.Record) { kafkaC.add(len(r.Value)) })
+		}
+	})
+	grpcC := newAckMeter(start)
+	run(func() {
+		sc, err := client.New(client.Config{Bootstrap: c.Bootstrap(), ClientID: "quota-c-grpc"})
+		if !assert.NoError(t, err) {
+			return
+		}
+		defer sc.Close()
+		k := sc.NewConsumer(client.ConsumerConfig{Reset: client.ResetEarliest, PartitionMaxBytes: 64 << 10})
+		defer k.Close()
+		if !assert.NoError(t, k.AssignTopic(runCtx, "quota-grpc")) {
+			return
+		}
+		for runCtx.Err() == nil {
+			recs, _ := k.Poll(runCtx) // ends with the run
+			for _, r := range recs {
+				grpcC.add(len(r.Value))
+			}
+		}
+	})
 	kafkaA, kafkaAHook := kafkaProducer("quota-a-kafka", true)
 	kafkaB, kafkaBHook := kafkaProducer("quota-b-kafka", false)
 	grpcA, grpcAProducer := grpcProducer("quota-a-grpc", true)
@@ -201,6 +242,7 @@ func TestQuotaProduceRate(t *testing.T) {
 	rates := map[string]float64{
 		"kafka A": kafkaA.rate(from, to), "kafka B": kafkaB.rate(from, to),
 		"grpc A": grpcA.rate(from, to), "grpc B": grpcB.rate(from, to),
+		"kafka C": kafkaC.rate(from, to), "grpc C": grpcC.rate(from, to),
 	}
 	aThrottles, aThrottled := grpcAProducer.Throttled()
 	bThrottles, _ := grpcBProducer.Throttled()
@@ -215,6 +257,14 @@ func TestQuotaProduceRate(t *testing.T) {
 	for _, name := range []string{"kafka B", "grpc B"} {
 		require.Greater(t, rates[name], 1.5*quotaRate, "%s has no quota and is not held to another's", name)
 	}
+	// The consumers have 5 MiB/s to read and are held to their quota.
+	// Fetch responses are coarser than produce requests (up to 64 KiB a
+	// partition) and the consumers start with the producers: the bound is
+	// looser than for producers.
+	for _, name := range []string{"kafka C", "grpc C"} {
+		require.InEpsilon(t, float64(quotaRate), rates[name], 0.25, "%s's fetch rate is held to its quota", name)
+	}
+	require.Positive(t, kafkaCHook.count.Load(), "the franz-go consumer was told to back off")
 	require.Positive(t, kafkaAHook.count.Load(), "franz-go was told to back off")
 	require.Positive(t, aThrottles, "the SDK was told to back off")
 	require.Zero(t, kafkaBHook.count.Load())
