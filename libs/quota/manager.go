@@ -125,15 +125,16 @@ func (m *Manager) Table() *Table {
 }
 
 // MaxThrottle is the longest throttle time the manager answers: the span
-// of the whole window (WindowNum samples), about 11 s by default.
+// of the whole window (WindowNum samples), 11 s by default.
 //
-// Kafka caps a throttle at one sample (1 s). That lets a client whose
-// requests each carry about a sample's worth of quota or more exceed it:
-// every request after a capped throttle is admitted whole and the debt is
-// never paid; a franz-go producer sending 1 MB batches against a 1 MiB/s
-// quota ran 10-15 % over it that way. Capped at the window, the throttle
-// is what brings the measured rate back to the quota whenever the window
-// can: a rate measured over the window never needs longer than it.
+// Kafka caps request_percentage and connection-rate throttles at one
+// sample and leaves byte-rate throttles uncapped. Capped at one sample, a
+// client whose requests each carry about a sample's worth of quota or more
+// is admitted a whole request after every capped throttle and never pays
+// its debt (a franz-go producer sending 1 MB batches against a 1 MiB/s
+// quota ran 10-15 % over it that way); uncapped, one huge request can hold
+// a client past its request timeout. Waiting the whole window always
+// suffices: by then everything the window measured has left it.
 func (m *Manager) MaxThrottle() time.Duration {
 	return time.Duration(m.opts.WindowNum) * m.opts.WindowSize
 }
