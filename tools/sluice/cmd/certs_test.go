@@ -32,7 +32,9 @@ func TestCerts(t *testing.T) {
 	ca := readCert(t, filepath.Join(dir, "ca.crt"))
 	n1 := readCert(t, filepath.Join(dir, "n1.crt"))
 	require.Equal(t, []string{"controller", "storage-node"}, tlsx.RolesOf(n1))
-	require.Equal(t, []string{"n1.example"}, n1.DNSNames)
+	// The node's own name, then one name per role: the embedded etcd
+	// admits only certificates naming the controller role.
+	require.Equal(t, []string{"n1.example", "controller.role.sluice.invalid", "storage-node.role.sluice.invalid"}, n1.DNSNames)
 	require.Equal(t, "127.0.0.1", n1.IPAddresses[0].String())
 	alice := readCert(t, filepath.Join(dir, "alice.crt"))
 	require.Empty(t, tlsx.RolesOf(alice))
