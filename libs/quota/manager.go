@@ -275,7 +275,7 @@ func (m *Manager) sensorCount() int {
 // id) separately, as in Kafka, and every connection of that user (or
 // client id) shares its sensor.
 func resolve(t *Table, c client, key string) (entity string, quota float64, ok bool) {
-	u, cid := "user="+c.user, "client-id="+c.clientID
+	u, cid := "user="+keyName(c.user), "client-id="+keyName(c.clientID)
 	du, dc := "user="+DefaultName, "client-id="+DefaultName
 	candidates := [...]struct{ match, sensor string }{
 		{u + "," + cid, u + "," + cid},

@@ -114,6 +114,29 @@ func TestPrecedence(t *testing.T) {
 	require.False(t, ok)
 }
 
+// Names are chosen by clients (client ids) and operators: one holding the
+// key's separators must not take another entity's quota or sensor.
+func TestResolveNamesWithSeparators(t *testing.T) {
+	q := func(v float64, cs ...Component) Entry { return entry(map[string]float64{ProducerByteRate: v}, cs...) }
+	tbl := NewTable([]Entry{
+		q(1, named(EntityUser, "a"), named(EntityClientID, "b")),
+		q(2, named(EntityClientID, DefaultName)),
+	})
+	_, _, ok := resolve(tbl, client{"a,client-id=b", "x"}, ProducerByteRate)
+	require.False(t, ok, "user \"a,client-id=b\" matched the quota of user a with client id b")
+	ent, v, ok := resolve(tbl, client{"a", "b"}, ProducerByteRate)
+	require.True(t, ok)
+	require.Equal(t, 1.0, v)
+	require.Equal(t, "user=a,client-id=b", ent)
+	// A client id spelled like the default is a name, never the default.
+	_, _, ok = resolve(tbl, client{"u", DefaultName}, ProducerByteRate)
+	require.True(t, ok, "the client id named <default> has its own quota")
+	_, _, ok = resolve(tbl, client{"u", "other"}, ProducerByteRate)
+	require.False(t, ok, "a quota of the client id named <default> is not the default quota")
+	require.NotEqual(t, EntityKey([]Component{{Type: EntityUser, Name: "a,client-id=b"}}),
+		EntityKey([]Component{{Type: EntityUser, Name: "a"}, {Type: EntityClientID, Name: "b"}}))
+}
+
 func TestSensorSharing(t *testing.T) {
 	clk := newClock()
 	m := NewManager(Options{Now: clk.now})

@@ -12,6 +12,7 @@ import (
 	"math"
 	"net/netip"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -151,8 +152,19 @@ func EntityKey(entity []Component) string {
 		if c.Default {
 			b.WriteString(DefaultName)
 		} else {
-			b.WriteString(c.Name)
+			b.WriteString(keyName(c.Name))
 		}
 	}
 	return b.String()
+}
+
+// keyName writes a name into an entity key. Names are chosen by clients
+// (a client id) or operators, so one holding a separator, a quote or the
+// default's spelling is quoted: the user "a,client-id=b" must not share a
+// key, and so a quota and a sensor, with user "a" and client id "b".
+func keyName(name string) string {
+	if name == DefaultName || strings.ContainsAny(name, ",=\"\\") {
+		return strconv.Quote(name)
+	}
+	return name
 }
