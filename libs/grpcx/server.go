@@ -144,7 +144,7 @@ func NewServer(cfg ServerConfig, o ServerOptions) *Server {
 		// and socket reads and writes in large pieces (see transport.go).
 		grpc.InitialWindowSize(wire.StreamWindow),
 		grpc.InitialConnWindowSize(wire.ConnWindow),
-		grpc.ReadBufferSize(wire.SocketBuffer),
+		grpc.ReadBufferSize(wire.ReadBuffer(o.TLS != nil)),
 		grpc.WriteBufferSize(wire.SocketBuffer),
 		grpc.SharedWriteBuffer(true),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),

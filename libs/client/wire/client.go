@@ -49,7 +49,7 @@ func Dial(target string, o ClientOptions) (*grpc.ClientConn, error) {
 		experimental.WithBufferPool(sharedPool),
 		grpc.WithInitialWindowSize(StreamWindow),
 		grpc.WithInitialConnWindowSize(ConnWindow),
-		grpc.WithReadBufferSize(SocketBuffer),
+		grpc.WithReadBufferSize(ReadBuffer(o.TLS != nil)),
 		grpc.WithWriteBufferSize(SocketBuffer),
 		grpc.WithSharedWriteBuffer(true),
 	}
