@@ -17,28 +17,7 @@ import (
 // Follow applies the cache's current set before it returns, then follows
 // in a goroutine; the returned channel is closed when that goroutine ends.
 func Follow(ctx context.Context, a *ACLAuthorizer, cache *metadata.Cache) <-chan struct{} {
-	var last *controllerv1.AclSet
-	apply := func() <-chan struct{} {
-		ch := cache.Changed()
-		img := cache.Load()
-		if img.ACLs != last {
-			last = img.ACLs
-			a.SetACLs(FromProtoSet(img.ACLs), img.Revision)
-		}
-		return ch
-	}
-	changed := apply()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-changed:
-				changed = apply()
-			}
-		}
-	}()
-	return done
+	return metadata.Follow(ctx, cache,
+		func(img *metadata.Image) *controllerv1.AclSet { return img.ACLs },
+		func(img *metadata.Image) { a.SetACLs(FromProtoSet(img.ACLs), img.Revision) })
 }

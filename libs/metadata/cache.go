@@ -120,3 +120,37 @@ func (c *Cache) WaitFor(ctx context.Context, pred func(*Image) bool) (*Image, er
 func joinHostPort(host string, port int32) string {
 	return net.JoinHostPort(host, strconv.Itoa(int(port)))
 }
+
+// Follow calls apply with the cache's image whenever the part of it that
+// pick returns changes (compared with ==, so a pointer to a set the
+// controller replaces whole), until ctx ends. It applies the current image
+// before it returns, so a check made after Follow returns sees the cache's
+// state, then follows in a goroutine; the returned channel is closed when
+// that goroutine ends.
+func Follow[T comparable](ctx context.Context, c *Cache, pick func(*Image) T, apply func(*Image)) <-chan struct{} {
+	var last T
+	first := true
+	step := func() <-chan struct{} {
+		ch := c.Changed()
+		img := c.Load()
+		if cur := pick(img); first || cur != last {
+			first, last = false, cur
+			apply(img)
+		}
+		return ch
+	}
+	changed := step()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+				changed = step()
+			}
+		}
+	}()
+	return done
+}

@@ -16,30 +16,7 @@ import (
 // Follow applies the cache's current set before it returns, then follows
 // in a goroutine; the returned channel is closed when that goroutine ends.
 func Follow(ctx context.Context, m *Manager, cache *metadata.Cache) <-chan struct{} {
-	var last *controllerv1.QuotaSet
-	first := true
-	apply := func() <-chan struct{} {
-		ch := cache.Changed()
-		img := cache.Load()
-		if first || img.Quotas != last {
-			first = false
-			last = img.Quotas
-			m.SetTable(NewTable(FromProtoSet(img.Quotas)), img.Revision)
-		}
-		return ch
-	}
-	changed := apply()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-changed:
-				changed = apply()
-			}
-		}
-	}()
-	return done
+	return metadata.Follow(ctx, cache,
+		func(img *metadata.Image) *controllerv1.QuotaSet { return img.Quotas },
+		func(img *metadata.Image) { m.SetTable(NewTable(FromProtoSet(img.Quotas)), img.Revision) })
 }
