@@ -35,7 +35,7 @@ func (c *countingConn) Write(p []byte) (int, error) {
 
 // selfSigned returns a server configuration with a fresh certificate for
 // 127.0.0.1 and a client configuration trusting it.
-func selfSigned(t *testing.T) (*tls.Config, *tls.Config) {
+func selfSigned(t testing.TB) (*tls.Config, *tls.Config) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
