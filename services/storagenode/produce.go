@@ -288,8 +288,7 @@ func (r *StorageNode) Produce(ctx context.Context, req *storagev1.ProduceRequest
 	start := time.Now()
 	out, waits := r.appendAll(ctx, req)
 	var throttle time.Duration
-	if r.deps.Quotas != nil {
-		principal, clientID := quotaClient(ctx)
+	if principal, clientID, ok := quotaClient(ctx); ok && r.deps.Quotas != nil {
 		throttle = r.recordProduce(principal, clientID, req, time.Since(start))
 	}
 	r.awaitAll(ctx, acksOf(req.GetAcks()), waits)
@@ -403,10 +402,8 @@ func (r *StorageNode) ProduceStream(stream grpc.BidiStreamingServer[storagev1.Pr
 	defer answers.close()
 	var in produceIn
 	defer in.Release()
-	var principal, clientID string
-	if r.deps.Quotas != nil {
-		principal, clientID = quotaClient(ctx)
-	}
+	principal, clientID, quotaOn := quotaClient(ctx)
+	quotaOn = quotaOn && r.deps.Quotas != nil
 	var throttle time.Duration
 	for {
 		in.Release()
@@ -445,7 +442,9 @@ func (r *StorageNode) ProduceStream(stream grpc.BidiStreamingServer[storagev1.Pr
 		rctx, span := r.requestSpan(rctx, preq)
 		start := time.Now()
 		resp, waits := r.appendAll(rctx, preq)
-		throttle = r.recordProduce(principal, clientID, preq, time.Since(start))
+		if quotaOn {
+			throttle = r.recordProduce(principal, clientID, preq, time.Since(start))
+		}
 		resp.ThrottleTimeMs = throttleMs(throttle)
 		id := req.GetRequestId()
 		in.Release() // the batches are in the log now

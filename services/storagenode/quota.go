@@ -33,16 +33,23 @@ const ClientIDHeader = "sluice-client-id"
 // reports how long a call was held by a quota, in milliseconds.
 const ThrottleHeader = "sluice-throttle-time-ms"
 
-// quotaClient returns who a call is from, as quotas see it.
-func quotaClient(ctx context.Context) (principal, clientID string) {
+// quotaClient returns who a call is from, as quotas see it, and whether
+// quotas apply to it: the cluster's own processes (a role certificate) are
+// never throttled, as Kafka keeps inter-broker traffic out of client
+// quotas: a default quota must not slow the coordinators' writes of
+// offsets and transaction state.
+func quotaClient(ctx context.Context) (principal, clientID string, ok bool) {
 	principal = auth.Anonymous.String()
-	if id, ok := auth.FromContext(ctx); ok {
+	if id, found := auth.FromContext(ctx); found {
+		if id.Role != "" {
+			return "", "", false
+		}
 		principal = id.Principal.String()
 	}
 	if v := metadata.ValueFromIncomingContext(ctx, ClientIDHeader); len(v) > 0 {
 		clientID = v[0]
 	}
-	return principal, clientID
+	return principal, clientID, true
 }
 
 // produceBytes is what a produce request counts against
@@ -103,7 +110,10 @@ func (r *StorageNode) newFetchQuota(ctx context.Context) *fetchQuota {
 	if r.deps.Quotas == nil {
 		return nil
 	}
-	p, c := quotaClient(ctx)
+	p, c, ok := quotaClient(ctx)
+	if !ok {
+		return nil
+	}
 	return &fetchQuota{r: r, principal: p, clientID: c}
 }
 

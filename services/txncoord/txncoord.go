@@ -272,7 +272,7 @@ func (r *TransactionCoordinator) sdk() *client.Client {
 	defer r.mu.Unlock()
 	if r.client == nil {
 		// client.New fails only on an empty bootstrap list.
-		r.client, _ = client.New(client.Config{Bootstrap: []string{r.deps.Node.AdvertiseAddr()}, Logger: r.logger})
+		r.client, _ = client.New(client.Config{Bootstrap: []string{r.deps.Node.AdvertiseAddr()}, ClientID: "sluice-transaction-coordinator", Logger: r.logger})
 	}
 	return r.client
 }
