@@ -61,11 +61,12 @@ type StreamGuard struct {
 // StreamServerInterceptor guards every stream; it must run after the
 // authentication interceptor (the identity is in the stream's context).
 func (g *StreamGuard) StreamServerInterceptor() grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		s := g.guard(ss)
 		if s == nil {
 			return handler(srv, ss)
 		}
+		s.answers = info != nil && info.IsClientStream
 		defer s.cancel()
 		go s.watch()
 		err := handler(srv, s)
@@ -147,6 +148,10 @@ type guardedStream struct {
 	userRev atomic.Int64
 	failed  atomic.Pointer[errs.Error]
 
+	// answers is set for streams the client sends on (client or bidi
+	// streaming): what the server sends answers the client's requests.
+	answers bool
+
 	mu     sync.Mutex
 	checks map[decision]struct{}
 	last   decision // the last one recorded
@@ -155,8 +160,16 @@ type guardedStream struct {
 func (s *guardedStream) Context() context.Context { return s.ctx }
 
 func (s *guardedStream) SendMsg(m any) error {
-	if err := s.recheck(); err != nil {
-		return err
+	// A stream whose client sends requests (ProduceStream) sends answers
+	// to requests already decided and done: an answer held back would
+	// leave the client waiting for it, and the handler waiting for the
+	// client's next request, until the client gave up. Such a stream ends
+	// at its next request (RecvMsg); a stream that only sends (Fetch)
+	// ends at its next message.
+	if !s.answers {
+		if err := s.recheck(); err != nil {
+			return err
+		}
 	}
 	return s.ServerStream.SendMsg(m)
 }

@@ -126,6 +126,45 @@ func TestStreamGuardACLRemoved(t *testing.T) {
 	require.Equal(t, codes.PermissionDenied, status.Code(err))
 }
 
+// A stream the client sends requests on (ProduceStream) still answers a
+// request decided before the ACL was removed, and ends at its next
+// request: an answer held back would leave the client waiting for it and
+// the handler waiting for the client's next request.
+func TestStreamGuardAnswersThenEndsAtNextRequest(t *testing.T) {
+	a := authz.New(authz.Config{})
+	a.SetACLs([]authz.ACL{allow("User:alice", authz.Write, authz.Topic, "orders", authz.Literal)}, 1)
+	g := &authz.StreamGuard{ACLs: a}
+	ss := &fakeStream{ctx: auth.NewContext(context.Background(), user("alice", "10.0.0.1"))}
+	decided, removed := make(chan struct{}), make(chan struct{})
+	out := make(chan error, 1)
+	go func() {
+		out <- g.StreamServerInterceptor()(nil, ss, &grpc.StreamServerInfo{IsClientStream: true, IsServerStream: true}, func(_ any, s grpc.ServerStream) error {
+			for i := 0; ; i++ {
+				if err := s.RecvMsg(nil); err != nil {
+					return err
+				}
+				if err := authz.Check(s.Context(), a, authz.Write, authz.Topic, "orders"); err != nil {
+					return err
+				}
+				if i == 0 {
+					close(decided)
+					<-removed // the ACL goes while this request is handled
+				}
+				if err := s.SendMsg(struct{}{}); err != nil {
+					return err
+				}
+			}
+		})
+	}()
+	<-decided
+	a.SetACLs(nil, 2)
+	close(removed)
+	err := await(t, out)
+	require.Equal(t, int64(1), ss.sent.Load(), "the answer to the request decided before the change is sent")
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+	require.Contains(t, err.Error(), `User:alice may not Write Topic "orders"`)
+}
+
 // A stream that waits (a following fetch with no new data) is ended by the
 // change itself: its context is cancelled and the refusal replaces the
 // handler's result.
