@@ -442,25 +442,8 @@ func (r *kafkaReport) markdown() string {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", row.Label, med("mb_per_s"), spread, med("records_per_s"),
 			med("server_cpu_s_per_gb"), med("client_cpu_s"))
 	}
-	b.WriteString("\nGoals (issue 13):\n\n")
-	for _, g := range r.Goals {
-		state := "missed"
-		if !g.Known {
-			state = "not measured"
-		} else if g.Met {
-			state = "**met**"
-		}
-		fmt.Fprintf(&b, "- %s: %s (%.3fx; %s)\n", g.Text, state, g.Value, g.Margin)
-	}
-	var failures []string
-	for _, row := range r.Rows {
-		for _, f := range row.Failures {
-			failures = append(failures, "- "+row.ID+", "+f)
-		}
-	}
-	if len(failures) > 0 {
-		b.WriteString("\nFailures:\n\n" + strings.Join(failures, "\n") + "\n")
-	}
+	writeGoals(&b, "Goals", r.Goals)
+	writeFailures(&b, r.Rows, func(row kafkaRow) (string, []string) { return row.ID, row.Failures })
 	b.WriteString("\nCommands (round 1; later rounds differ in topic):\n\n```\n")
 	for _, row := range r.Rows {
 		b.WriteString(row.Command + "\n")

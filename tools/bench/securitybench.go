@@ -429,25 +429,8 @@ func (r *securityReport) markdown() string {
 			med(row.Plain, "client_cpu_s_per_gb"), med(row.TLS, "client_cpu_s_per_gb"),
 			med(row.Plain, "total_cpu_s_per_gb"), med(row.TLS, "total_cpu_s_per_gb"))
 	}
-	b.WriteString("\nGoals:\n\n")
-	for _, g := range r.Goals {
-		state := "missed"
-		if !g.Known {
-			state = "not measured"
-		} else if g.Met {
-			state = "**met**"
-		}
-		fmt.Fprintf(&b, "- %s: %s (%.3fx; %s)\n", g.Text, state, g.Value, g.Margin)
-	}
-	var failures []string
-	for _, row := range r.Rows {
-		for _, f := range row.Failures {
-			failures = append(failures, "- "+row.ID+", "+f)
-		}
-	}
-	if len(failures) > 0 {
-		b.WriteString("\nFailures:\n\n" + strings.Join(failures, "\n") + "\n")
-	}
+	writeGoals(&b, "Goals", r.Goals)
+	writeFailures(&b, r.Rows, func(row securityRow) (string, []string) { return row.ID, row.Failures })
 	b.WriteString("\nCommands (round 1, plaintext then TLS; later rounds differ in topic):\n\n```\n")
 	for _, row := range r.Rows {
 		for _, cmd := range row.Commands {

@@ -361,16 +361,7 @@ func (r *txnReport) markdown() string {
 			med("records_per_s"), rat(row.RatioOfMedians), rat(row.MedianRatio), med("client_cpu_s_per_gb"), med("server_cpu_s_per_gb"),
 			med("commits_per_s"), med("commit_p50_ms"), med("commit_p99_ms"), med("end_txn_p50_ms"), med("end_txn_p99_ms"), load)
 	}
-	b.WriteString("\nGoals (Kafka's anchor: about 3 % for transactions committed every 100 ms, 1 KiB records):\n\n")
-	for _, g := range r.Goals {
-		state := "missed"
-		if !g.Known {
-			state = "not measured"
-		} else if g.Met {
-			state = "**met**"
-		}
-		fmt.Fprintf(&b, "- %s: %s (%.3fx; %s)\n", g.Text, state, g.Value, g.Margin)
-	}
+	writeGoals(&b, "Goals (Kafka's anchor: about 3 % for transactions committed every 100 ms, 1 KiB records)", r.Goals)
 	b.WriteString("\nPer round, MB/s (order rotates):\n\n| round |")
 	for _, v := range txnVariants {
 		fmt.Fprintf(&b, " %s |", v.id)
@@ -394,15 +385,7 @@ func (r *txnReport) markdown() string {
 		}
 		b.WriteString("\n")
 	}
-	var failures []string
-	for _, row := range r.Rows {
-		for _, f := range row.Failures {
-			failures = append(failures, "- "+row.ID+", "+f)
-		}
-	}
-	if len(failures) > 0 {
-		b.WriteString("\nFailures:\n\n" + strings.Join(failures, "\n") + "\n")
-	}
+	writeFailures(&b, r.Rows, func(row txnRow) (string, []string) { return row.ID, row.Failures })
 	b.WriteString("\nCommands (round 1; later rounds differ in topic and transactional id):\n\n```\n")
 	for _, row := range r.Rows {
 		b.WriteString(row.Command + "\n")
