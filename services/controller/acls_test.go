@@ -4,25 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	"github.com/sluice-io/sluice/libs/auth"
 	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
-	"github.com/sluice-io/sluice/libs/config"
-	"github.com/sluice-io/sluice/libs/grpcx"
 	"github.com/sluice-io/sluice/libs/log"
-	"github.com/sluice-io/sluice/libs/metadata"
-	"github.com/sluice-io/sluice/libs/metastore/metastoretest"
-	"github.com/sluice-io/sluice/libs/service"
 	"github.com/sluice-io/sluice/libs/testutil"
 )
 
@@ -40,61 +32,20 @@ func topicACL(principal string, op controllerv1.AclOperation, name string, pt co
 // following it, and measures how long after CreateAcls / DeleteAcls return
 // that authorizer decides with the new set.
 func TestACLsStoredAndDistributed(t *testing.T) {
-	etcd, dir := metastoretest.Config(t), t.TempDir()
-	cfg := Config{
-		Etcd: etcd, ElectionTTL: time.Second, SessionTimeout: time.Minute, HeartbeatInterval: time.Second,
-		DefaultPartitions: 1, DefaultReplicationFactor: 1,
-	}
-	srv := grpcx.NewServer(grpcx.ServerConfig{MaxRecvMsgBytes: 1 << 20}, grpcx.ServerOptions{Logger: log.Discard()})
-	own := authz.New(authz.Config{SuperUsers: []string{"User:admin"}})
-	deps := service.Deps{Logger: log.Discard(), Server: srv, Node: config.Node{ID: 1, DataDir: dir}, Metadata: metadata.NewCache(), Authz: own}
-	c := New(cfg, deps)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	require.NoError(t, c.Start(ctx))
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv.SetServing(true, c.HealthServices()...)
-	go func() { _ = srv.Serve(lis) }() // ends when the listener closes
-	defer srv.GRPC.Stop()
-	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
-		if !c.IsActive() {
-			return errors.New("the controller is not active yet")
-		}
-		return nil
-	})
-	authz.Follow(ctx, own, deps.Metadata)
+	c, own, addr := startAuthzController(t, ctx, log.Discard())
 
 	admin := auth.NewContext(ctx, auth.Identity{Principal: auth.User("admin"), Host: "127.0.0.1"})
 	alice := auth.Identity{Principal: auth.User("alice"), Host: "127.0.0.1"}
 
 	// Another process: its own cache from the controller's watch stream.
-	// Watching metadata takes ClusterAction on the cluster; this server
-	// authenticates nobody, so the watcher is User:ANONYMOUS and gets an
-	// ACL for it.
-	_, err = c.CreateAcls(admin, &controllerv1.CreateAclsRequest{Bindings: []*controllerv1.AclBinding{{
-		ResourceType: controllerv1.ResourceType_RESOURCE_TYPE_CLUSTER, ResourceName: authz.ClusterName,
-		Principal: "User:ANONYMOUS", Operation: controllerv1.AclOperation_ACL_OPERATION_CLUSTER_ACTION,
-		Permission: controllerv1.AclPermission_ACL_PERMISSION_ALLOW,
-	}}})
-	require.NoError(t, err)
-	testutil.Eventually(t, 10*time.Second, time.Millisecond, func() error {
-		if !own.Authorize(ctx, auth.Identity{Principal: auth.Anonymous}, authz.ClusterAction, authz.Cluster, authz.ClusterName) {
-			return errors.New("the controller's authorizer does not see the ACL yet")
-		}
-		return nil
-	})
-	remoteCache := metadata.NewCache()
-	w := metadata.NewWatcher(remoteCache, []string{lis.Addr().String()}, func(addr string) (*grpc.ClientConn, error) {
-		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	}, 2, log.Discard())
-	require.NoError(t, w.Start(ctx))
-	defer func() { require.NoError(t, w.Stop(context.Background())) }()
+	remoteCache := remoteMetadata(t, ctx, c, own, addr)
 	remote := authz.New(authz.Config{})
 	authz.Follow(ctx, remote, remoteCache)
 
 	// The ACL calls need Alter / Describe on the cluster.
-	_, err = c.CreateAcls(auth.NewContext(ctx, alice), &controllerv1.CreateAclsRequest{Bindings: []*controllerv1.AclBinding{topicACL("User:alice", controllerv1.AclOperation_ACL_OPERATION_ALL, "*", 0)}})
+	_, err := c.CreateAcls(auth.NewContext(ctx, alice), &controllerv1.CreateAclsRequest{Bindings: []*controllerv1.AclBinding{topicACL("User:alice", controllerv1.AclOperation_ACL_OPERATION_ALL, "*", 0)}})
 	require.Equal(t, errs.ClusterAuthorizationFailed, errs.CodeOf(err), "%v", err)
 	_, err = c.DescribeAcls(ctx, &controllerv1.DescribeAclsRequest{})
 	require.Equal(t, errs.ClusterAuthorizationFailed, errs.CodeOf(err), "no identity is User:ANONYMOUS: %v", err)
@@ -207,6 +158,7 @@ func TestACLsStoredAndDistributed(t *testing.T) {
 	n := len(c.st.acls)
 	c.mu.RUnlock()
 	require.Equal(t, 2, n)
+	etcd, dir := c.cfg.Etcd, c.deps.Node.DataDir
 	stopController(t, c)
 	c = startActiveController(t, etcd, dir)
 	defer stopController(t, c)

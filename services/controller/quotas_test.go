@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -13,20 +12,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	"github.com/sluice-io/sluice/libs/auth"
-	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
-	"github.com/sluice-io/sluice/libs/config"
-	"github.com/sluice-io/sluice/libs/grpcx"
-	"github.com/sluice-io/sluice/libs/log"
-	"github.com/sluice-io/sluice/libs/metadata"
-	"github.com/sluice-io/sluice/libs/metastore/metastoretest"
 	"github.com/sluice-io/sluice/libs/quota"
-	"github.com/sluice-io/sluice/libs/service"
 	"github.com/sluice-io/sluice/libs/testutil"
 )
 
@@ -62,32 +52,11 @@ func setOp(key string, v float64) *controllerv1.ClientQuotaOp {
 // audited, carried in the metadata image, filtered as KIP-546 says, and
 // loaded again by a restarted controller.
 func TestClientQuotas(t *testing.T) {
-	etcd, dir := metastoretest.Config(t), t.TempDir()
-	cfg := Config{
-		Etcd: etcd, ElectionTTL: time.Second, SessionTimeout: time.Minute, HeartbeatInterval: time.Second,
-		DefaultPartitions: 1, DefaultReplicationFactor: 1,
-	}
 	var logs lockedBuffer
 	logger := slog.New(slog.NewJSONHandler(&logs, nil))
-	srv := grpcx.NewServer(grpcx.ServerConfig{MaxRecvMsgBytes: 1 << 20}, grpcx.ServerOptions{Logger: log.Discard()})
-	own := authz.New(authz.Config{SuperUsers: []string{"User:admin"}})
-	deps := service.Deps{Logger: logger, Server: srv, Node: config.Node{ID: 1, DataDir: dir}, Metadata: metadata.NewCache(), Authz: own}
-	c := New(cfg, deps)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	require.NoError(t, c.Start(ctx))
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv.SetServing(true, c.HealthServices()...)
-	go func() { _ = srv.Serve(lis) }() // ends when the listener closes
-	defer srv.GRPC.Stop()
-	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
-		if !c.IsActive() {
-			return errors.New("the controller is not active yet")
-		}
-		return nil
-	})
-	authz.Follow(ctx, own, deps.Metadata)
+	c, own, addr := startAuthzController(t, ctx, logger)
 	admin := auth.NewContext(ctx, auth.Identity{Principal: auth.User("admin"), Host: "10.1.2.3"})
 	alice := auth.NewContext(ctx, auth.Identity{Principal: auth.User("alice"), Host: "10.1.2.4"})
 
@@ -95,7 +64,7 @@ func TestClientQuotas(t *testing.T) {
 
 	// Both calls are authorized on the cluster; a refused change writes
 	// nothing.
-	_, err = c.AlterClientQuotas(alice, &controllerv1.AlterClientQuotasRequest{Entries: []*controllerv1.ClientQuotaAlteration{app1}})
+	_, err := c.AlterClientQuotas(alice, &controllerv1.AlterClientQuotasRequest{Entries: []*controllerv1.ClientQuotaAlteration{app1}})
 	require.Equal(t, errs.ClusterAuthorizationFailed, errs.CodeOf(err), "%v", err)
 	_, err = c.DescribeClientQuotas(alice, &controllerv1.DescribeClientQuotasRequest{})
 	require.Equal(t, errs.ClusterAuthorizationFailed, errs.CodeOf(err), "%v", err)
@@ -192,7 +161,7 @@ func TestClientQuotas(t *testing.T) {
 
 	// The metadata image carries the set to every process.
 	testutil.Eventually(t, 10*time.Second, time.Millisecond, func() error {
-		if n := len(deps.Metadata.Load().Quotas.GetEntries()); n != 4 {
+		if n := len(c.deps.Metadata.Load().Quotas.GetEntries()); n != 4 {
 			return errors.New("the metadata image does not carry the quotas yet")
 		}
 		return nil
@@ -237,27 +206,8 @@ func TestClientQuotas(t *testing.T) {
 
 	// Another process (its own cache from the controller's watch stream,
 	// a quota Manager following it): how long from AlterClientQuotas
-	// returning to that Manager enforcing the new value. Watching takes
-	// ClusterAction; this server authenticates nobody, so the watcher is
-	// User:ANONYMOUS and gets an ACL for it.
-	_, err = c.CreateAcls(admin, &controllerv1.CreateAclsRequest{Bindings: []*controllerv1.AclBinding{{
-		ResourceType: controllerv1.ResourceType_RESOURCE_TYPE_CLUSTER, ResourceName: authz.ClusterName,
-		Principal: "User:ANONYMOUS", Operation: controllerv1.AclOperation_ACL_OPERATION_CLUSTER_ACTION,
-		Permission: controllerv1.AclPermission_ACL_PERMISSION_ALLOW,
-	}}})
-	require.NoError(t, err)
-	testutil.Eventually(t, 10*time.Second, time.Millisecond, func() error {
-		if !own.Authorize(ctx, auth.Identity{Principal: auth.Anonymous}, authz.ClusterAction, authz.Cluster, authz.ClusterName) {
-			return errors.New("the controller's authorizer does not see the ACL yet")
-		}
-		return nil
-	})
-	remoteCache := metadata.NewCache()
-	w := metadata.NewWatcher(remoteCache, []string{lis.Addr().String()}, func(addr string) (*grpc.ClientConn, error) {
-		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	}, 2, log.Discard())
-	require.NoError(t, w.Start(ctx))
-	defer func() { require.NoError(t, w.Stop(context.Background())) }()
+	// returning to that Manager enforcing the new value.
+	remoteCache := remoteMetadata(t, ctx, c, own, addr)
 	remote := quota.NewManager(quota.Options{})
 	quota.Follow(ctx, remote, remoteCache)
 	remoteValue := func() float64 {
@@ -288,6 +238,7 @@ func TestClientQuotas(t *testing.T) {
 	require.NoError(t, err)
 
 	// A restarted controller loads the quotas from etcd.
+	etcd, dir := c.cfg.Etcd, c.deps.Node.DataDir
 	stopController(t, c)
 	c = startActiveController(t, etcd, dir)
 	defer stopController(t, c)
