@@ -101,8 +101,9 @@ func TestAuthzStreamsEndWhenACLRemoved(t *testing.T) {
 				}
 			}
 		}()
+		producing := make(chan struct{})
 		go func() {
-			for {
+			for n := 0; ; n++ {
 				// A request decided after the change but before the
 				// stream's next decision is refused alone; the next one
 				// ends the stream.
@@ -110,10 +111,18 @@ func TestAuthzStreamsEndWhenACLRemoved(t *testing.T) {
 					produceEnd <- ended{time.Now(), err}
 					return
 				}
+				if n == 0 {
+					close(producing)
+				}
 				time.Sleep(2 * time.Millisecond)
 			}
 		}()
-		time.Sleep(20 * time.Millisecond) // both streams running
+		// The fetch stream runs already (it sent its first message).
+		select {
+		case <-producing:
+		case e := <-produceEnd:
+			t.Fatalf("trial %d: the produce stream ended before the ACL change: %v", trial, e.err)
+		}
 		sent := time.Now()
 		d, err := c.admin.DeleteAcls(ctx, acls...)
 		require.NoError(t, err)
