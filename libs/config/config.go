@@ -44,6 +44,11 @@ type Node struct {
 	// replication workers), so identical replicas of one container spec
 	// each get their own.
 	IDAuto bool
+	// IDOrdinal (--node-id=ordinal+N) makes ID, at Resolve, N plus the
+	// number that ends the host name: a Kubernetes StatefulSet names its pods
+	// <set>-<ordinal>, so each pod keeps its id (and the data stored under
+	// it) across restarts, and the image needs no shell to do the sum.
+	IDOrdinal bool
 	// Rack is the failure domain, for rack-aware replica placement.
 	Rack string
 	// DataDir holds everything the node stores: logs, etcd, checkpoints.
@@ -70,7 +75,7 @@ type Node struct {
 func (n *Node) RegisterFlags(fs *flag.FlagSet) {
 	n.ID = 1
 	fs.Var((*nodeIDFlag)(n), "node-id",
-		"Node id, unique in the cluster; auto derives one from the host name (for roles that keep no state under their id: coordinators, replication workers).")
+		"Node id, unique in the cluster; auto derives one from the host name (for roles that keep no state under their id: coordinators, replication workers); ordinal+N is N plus the number ending the host name (a Kubernetes StatefulSet pod's <set>-<ordinal>).")
 	fs.StringVar(&n.Rack, "rack", "", "Rack (failure domain) of this node, for rack-aware replica placement.")
 	fs.StringVar(&n.DataDir, "data-dir", "./data", "Directory for everything this node stores.")
 	fs.StringVar(&n.Listen, "listen", "127.0.0.1:9090", "host:port of the gRPC listener.")
@@ -126,7 +131,8 @@ func (n *Node) Validate() error {
 	return errors.Join(errs...)
 }
 
-// nodeIDFlag parses --node-id: a number, or auto.
+// nodeIDFlag parses --node-id: a number, auto, or ordinal+N (N kept in ID
+// until Resolve adds the ordinal).
 type nodeIDFlag Node
 
 func (f *nodeIDFlag) String() string {
@@ -136,20 +142,42 @@ func (f *nodeIDFlag) String() string {
 	if f.IDAuto {
 		return "auto"
 	}
+	if f.IDOrdinal {
+		return "ordinal+" + strconv.Itoa(f.ID)
+	}
 	return strconv.Itoa(f.ID)
 }
 
 func (f *nodeIDFlag) Set(v string) error {
 	if v == "auto" {
-		f.IDAuto = true
+		f.IDAuto, f.IDOrdinal = true, false
+		return nil
+	}
+	if base, ok := strings.CutPrefix(v, "ordinal+"); ok {
+		id, err := strconv.Atoi(base)
+		if err != nil || id < 0 {
+			return fmt.Errorf("%q: ordinal+N needs a number N >= 0", v)
+		}
+		f.ID, f.IDAuto, f.IDOrdinal = id, false, true
 		return nil
 	}
 	id, err := strconv.Atoi(v)
 	if err != nil {
-		return fmt.Errorf("%q is neither a number nor auto", v)
+		return fmt.Errorf("%q is neither a number, auto nor ordinal+N", v)
 	}
-	f.ID, f.IDAuto = id, false
+	f.ID, f.IDAuto, f.IDOrdinal = id, false, false
 	return nil
+}
+
+// HostOrdinal is the number that ends a host name after its last '-', as in
+// a StatefulSet pod's <set>-<ordinal>.
+func HostOrdinal(hostname string) (int, error) {
+	i := strings.LastIndexByte(hostname, '-')
+	digits := hostname[i+1:]
+	if i < 0 || digits == "" || strings.Trim(digits, "0123456789") != "" {
+		return 0, fmt.Errorf("host name %q does not end in -<number>", hostname)
+	}
+	return strconv.Atoi(digits)
 }
 
 // AutoIDBase is the smallest node id --node-id=auto yields: automatic ids
@@ -186,6 +214,20 @@ func (n *Node) resolve(hostname func() (string, error), lookup func(string) ([]n
 			return fmt.Errorf("node-id auto: reading the host name: %w", err)
 		}
 		n.ID, n.IDAuto = AutoID(h), false
+	}
+	if n.IDOrdinal {
+		h, err := hostname()
+		if err != nil {
+			return fmt.Errorf("node-id ordinal: reading the host name: %w", err)
+		}
+		ord, err := HostOrdinal(h)
+		if err != nil {
+			return fmt.Errorf("node-id ordinal+%d: %w", n.ID, err)
+		}
+		if n.ID+ord > 1<<30 {
+			return fmt.Errorf("node-id ordinal+%d: %d is outside 0..%d", n.ID, n.ID+ord, 1<<30)
+		}
+		n.ID, n.IDOrdinal = n.ID+ord, false
 	}
 	own := func(flag, addr string) (string, error) {
 		h, port, err := net.SplitHostPort(addr)

@@ -27,8 +27,26 @@ func TestNodeIDFlag(t *testing.T) {
 	n, err = parse("--node-id=auto")
 	require.NoError(t, err)
 	require.True(t, n.IDAuto)
+	n, err = parse("--node-id=ordinal+100")
+	require.NoError(t, err)
+	require.True(t, n.IDOrdinal)
+	require.Equal(t, 100, n.ID, "the base until Resolve adds the ordinal")
 	_, err = parse("--node-id=seven")
-	require.ErrorContains(t, err, "neither a number nor auto")
+	require.ErrorContains(t, err, "neither a number, auto nor ordinal+N")
+	_, err = parse("--node-id=ordinal+x")
+	require.ErrorContains(t, err, "ordinal+N needs a number")
+}
+
+func TestHostOrdinal(t *testing.T) {
+	for host, want := range map[string]int{"sluice-storage-0": 0, "sluice-storage-12": 12, "a-7": 7} {
+		got, err := HostOrdinal(host)
+		require.NoError(t, err, host)
+		require.Equal(t, want, got, host)
+	}
+	for _, host := range []string{"c0ffee", "sluice-storage-", "sluice-storage-+1", "storage-1a"} {
+		_, err := HostOrdinal(host)
+		require.ErrorContains(t, err, "does not end in -<number>", host)
+	}
 }
 
 type discard struct{}
@@ -85,8 +103,17 @@ func TestResolve(t *testing.T) {
 		require.False(t, n.IDAuto, tc.name)
 	}
 
+	// A StatefulSet pod: its base plus the ordinal ending its name.
+	pod := func() (string, error) { return "sluice-storage-2", nil }
+	n := Node{IDOrdinal: true, ID: 100, Listen: "10.9.9.9:9090"}
+	require.NoError(t, n.resolve(pod, lookup, ifaces))
+	require.Equal(t, 102, n.ID)
+	require.False(t, n.IDOrdinal)
+	n = Node{IDOrdinal: true, ID: 100, Listen: "10.9.9.9:9090"}
+	require.ErrorContains(t, n.resolve(hostname, lookup, ifaces), "does not end in -<number>")
+
 	// A host name that resolves to nothing routable: the interfaces.
-	n := Node{Listen: "0.0.0.0:9090"}
+	n = Node{Listen: "0.0.0.0:9090"}
 	require.NoError(t, n.resolve(func() (string, error) { return "other", nil }, lookup, ifaces))
 	require.Equal(t, "10.1.2.3:9090", n.Advertise)
 
