@@ -142,6 +142,13 @@ func newGroupDescribeCmd(g *globals) *cobra.Command {
 			if lerr != nil && lag == nil {
 				return lerr
 			}
+			// Which node coordinates the group, as Kafka's describe --state
+			// shows it: what an operator restarts when the group is stuck.
+			// Not knowing it leaves the rest of the description useful.
+			co := groupCoordinator{NodeID: -1}
+			if id, addr, err := c.FindCoordinator(ctx, group); err == nil {
+				co = groupCoordinator{NodeID: id, Address: addr}
+			}
 			out := cmd.OutOrStdout()
 			if g.output == "json" {
 				b, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(d)
@@ -154,13 +161,14 @@ func newGroupDescribeCmd(g *globals) *cobra.Command {
 						Lag: r.Lag, MemberID: r.MemberID, ClientID: r.ClientID, Host: r.Host}
 				}
 				if err := printJSON(out, struct {
-					Group   json.RawMessage `json:"group"`
-					Offsets []lagJSON       `json:"offsets"`
-				}{b, rows}); err != nil {
+					Group       json.RawMessage  `json:"group"`
+					Coordinator groupCoordinator `json:"coordinator"`
+					Offsets     []lagJSON        `json:"offsets"`
+				}{b, co, rows}); err != nil {
 					return err
 				}
 			} else if err := g.print(out, nil, func(w io.Writer) error {
-				writeGroupDescription(w, d, lag)
+				writeGroupDescription(w, d, co, lag)
 				return nil
 			}); err != nil {
 				return err
@@ -173,16 +181,31 @@ func newGroupDescribeCmd(g *globals) *cobra.Command {
 	}
 }
 
+// groupCoordinator is the node coordinating a group; NodeID -1 when it is
+// not known.
+type groupCoordinator struct {
+	NodeID  int32  `json:"nodeId"`
+	Address string `json:"address,omitempty"`
+}
+
+func (co groupCoordinator) String() string {
+	if co.NodeID < 0 {
+		return "unknown"
+	}
+	return fmt.Sprintf("node %d at %s", co.NodeID, co.Address)
+}
+
 // writeGroupDescription renders a group as describe shows it: a summary,
 // the members with their partitions, then one row per partition, like
 // kafka-consumer-groups --describe.
-func writeGroupDescription(w io.Writer, d *groupv1.GroupDescription, lag []client.PartitionLag) {
+func writeGroupDescription(w io.Writer, d *groupv1.GroupDescription, co groupCoordinator, lag []client.PartitionLag) {
 	protocol := d.GetProtocolType()
 	if d.GetProtocol() != "" {
 		protocol += "/" + d.GetProtocol()
 	}
 	fmt.Fprintf(w, "Group: %s  State: %s  Type: %s  Protocol: %s  Epoch: %d  Members: %d\n",
 		d.GetGroupId(), dash(d.GetState()), dash(d.GetType()), dash(protocol), d.GetEpoch(), len(d.GetMembers()))
+	fmt.Fprintf(w, "Coordinator: %s\n", co)
 	fmt.Fprintln(w)
 	if len(d.GetMembers()) == 0 {
 		fmt.Fprintf(w, "Consumer group '%s' has no active members.\n", d.GetGroupId())

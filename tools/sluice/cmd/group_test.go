@@ -175,15 +175,20 @@ func TestWriteGroupDescription(t *testing.T) {
 	}
 	var b bytes.Buffer
 	g := &globals{output: "text"}
-	require.NoError(t, g.print(&b, nil, func(w io.Writer) error { writeGroupDescription(w, d, lag); return nil }))
+	require.NoError(t, g.print(&b, nil, func(w io.Writer) error {
+		writeGroupDescription(w, d, groupCoordinator{NodeID: 7, Address: "10.0.0.7:9090"}, lag)
+		return nil
+	}))
 	out := b.String()
 	require.Contains(t, out, "Group: g  State: Stable  Type: classic  Protocol: consumer/range  Epoch: 3  Members: 1")
+	require.Contains(t, out, "Coordinator: node 7 at 10.0.0.7:9090")
 	require.Contains(t, out, "t:0,1")
 	require.Regexp(t, `t\s+0\s+5\s+9\s+4\s+m1\s+/127.0.0.1\s+c1`, out)
 	require.Regexp(t, `t\s+1\s+-\s+2\s+-\s+m1`, out)
 
 	b.Reset()
 	d.Members = nil
-	require.NoError(t, g.print(&b, nil, func(w io.Writer) error { writeGroupDescription(w, d, nil); return nil }))
+	require.NoError(t, g.print(&b, nil, func(w io.Writer) error { writeGroupDescription(w, d, groupCoordinator{NodeID: -1}, nil); return nil }))
 	require.Contains(t, b.String(), "Consumer group 'g' has no active members.")
+	require.Contains(t, b.String(), "Coordinator: unknown")
 }
