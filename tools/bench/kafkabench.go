@@ -9,9 +9,11 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -272,13 +274,26 @@ func kafkaConsume(args []string) error {
 	topic := fs.String("topic", "", "topic to read from its start")
 	count := fs.Int64("count", 1_000_000, "records to read")
 	partBytes := fs.Int("partition-max-bytes", 1<<20, "most bytes of one partition per fetch response (fetch.max.partition.bytes; franz-go's default 1 MiB)")
+	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of this client to the file (go tool pprof)")
 	tlsOpt := kafkaTLSFlags(fs)
 	_ = fs.Parse(args) // ExitOnError
 	if *topic == "" || *count < 1 {
 		return fmt.Errorf("--topic is required and --count must be positive")
 	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	st := &fetchStats{}
 	opts, err := tlsOpt([]kgo.Opt{kgo.SeedBrokers(strings.Split(*brokers, ",")...), kgo.ConsumeTopics(*topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxPartitionBytes(int32(*partBytes))})
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxPartitionBytes(int32(*partBytes)), kgo.WithHooks(st)})
 	if err != nil {
 		return err
 	}
@@ -307,7 +322,9 @@ func kafkaConsume(args []string) error {
 		})
 	}
 	elapsed := time.Since(start).Seconds()
-	return printFigures(figures{"records_per_s": float64(n) / elapsed, "mb_per_s": float64(b) / 1e6 / elapsed, "errors": 0, "elapsed_s": elapsed})
+	f := figures{"records_per_s": float64(n) / elapsed, "mb_per_s": float64(b) / 1e6 / elapsed, "errors": 0, "elapsed_s": elapsed}
+	st.addTo(f)
+	return printFigures(f)
 }
 
 // kafkaTLSFlags registers --tls-ca, --tls-cert and --tls-key on fs and
@@ -442,6 +459,17 @@ func (r *kafkaReport) markdown() string {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", row.Label, med("mb_per_s"), spread, med("records_per_s"),
 			med("server_cpu_s_per_gb"), med("client_cpu_s"))
 	}
+	b.WriteString("\nfranz-go's fetch round trips (medians over rounds of per-run means): read wait is from the request written to the " +
+		"answer's first byte (the server's part), read is from there to the answer's last byte.\n\n" +
+		"| variant | fetches | bytes per fetch | batches per fetch | read wait ms | read ms |\n|---|---|---|---|---|---|\n")
+	for _, row := range r.Rows {
+		if _, ok := row.Stats["fetches"]; !ok {
+			continue
+		}
+		med := func(k string) string { return num(row.Stats[k].Median) }
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", row.Label, med("fetches"), med("fetch_bytes"), med("fetch_batches"),
+			med("fetch_read_wait_ms"), med("fetch_read_ms"))
+	}
 	writeGoals(&b, "Goals", r.Goals)
 	writeFailures(&b, r.Rows, func(row kafkaRow) (string, []string) { return row.ID, row.Failures })
 	b.WriteString("\nCommands (round 1; later rounds differ in topic):\n\n```\n")
@@ -461,4 +489,42 @@ func (r *kafkaReport) summaryText() string {
 		fmt.Fprintf(&b, "%s: met=%v (%.3fx; %s)\n", g.Text, g.Met, g.Value, g.Margin)
 	}
 	return b.String()
+}
+
+// fetchStats counts a consumer's fetch round trips as franz-go's hooks
+// see them, so a report shows how many answers a read took, how full
+// they were, and how much of each round trip was the server's (read
+// wait: from the request written to the answer's first byte) against
+// reading the answer.
+type fetchStats struct {
+	n, bytes, batches  atomic.Int64
+	readWait, readTime atomic.Int64 // nanoseconds
+}
+
+func (s *fetchStats) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e kgo.BrokerE2E) {
+	if key != 1 { // Fetch
+		return
+	}
+	s.n.Add(1)
+	s.bytes.Add(int64(e.BytesRead))
+	s.readWait.Add(int64(e.ReadWait))
+	s.readTime.Add(int64(e.TimeToRead))
+}
+
+func (s *fetchStats) OnFetchBatchRead(kgo.BrokerMetadata, string, int32, kgo.FetchBatchMetrics) {
+	s.batches.Add(1)
+}
+
+// addTo adds the fetch count and per-fetch means to f.
+func (s *fetchStats) addTo(f figures) {
+	n := s.n.Load()
+	if n == 0 {
+		return
+	}
+	per := func(v int64) float64 { return float64(v) / float64(n) }
+	f["fetches"] = float64(n)
+	f["fetch_bytes"] = per(s.bytes.Load())
+	f["fetch_batches"] = per(s.batches.Load())
+	f["fetch_read_wait_ms"] = per(s.readWait.Load()) / 1e6
+	f["fetch_read_ms"] = per(s.readTime.Load()) / 1e6
 }
