@@ -63,6 +63,9 @@ type Manager struct {
 	cleaner *storage.Cleaner
 	// off tracks replicas whose log went offline (offline.go).
 	off offlineTracker
+	// throttle bounds what this node sends to replicas being added by
+	// reassignments (throttle.go).
+	throttle throttle
 
 	mu    sync.RWMutex
 	parts map[TP]*Partition
@@ -99,7 +102,8 @@ func NewManager(cfg Config, nodeID int32, cache *metadata.Cache, member *members
 		cfg: cfg, nodeID: nodeID, cache: cache, member: member, pool: pool,
 		logger: logger.With(log.Component("replicas")),
 		parts:  map[TP]*Partition{}, changed: make(chan struct{}), stopping: make(chan struct{}),
-		off: offlineTracker{wake: make(chan struct{}, 1), states: map[*Partition]*offlineState{}},
+		off:      offlineTracker{wake: make(chan struct{}, 1), states: map[*Partition]*offlineState{}},
+		throttle: throttle{now: time.Now},
 	}
 }
 

@@ -235,8 +235,22 @@ func (s *Server) serveOne(stream grpc.ServerStream, replica int32, tp TP, mu *sy
 		}
 		return changed, nil
 	}
+	// A replica a reassignment is adding waits for the node's throttle
+	// before each chunk (see throttle.go); the fetch it stands for is
+	// recorded when the chunk is read.
+	limit := chunk
+	rate := s.m.reassignmentRate(replica, tp)
+	if rate > 0 {
+		if d := s.m.throttle.wait(rate); d > 0 {
+			return after(d), nil
+		}
+		limit = throttledChunk(rate, chunk)
+	}
 	callerEpoch := st.callerEpoch
-	data, v, div, err := p.readForFollower(replica, st.fetchOffset, st.lastEpoch, &callerEpoch, chunk, st.fetches != st.recorded)
+	data, v, div, err := p.readForFollower(replica, st.fetchOffset, st.lastEpoch, &callerEpoch, limit, st.fetches != st.recorded)
+	if rate > 0 && data != nil {
+		s.m.throttle.take(data.Bytes, rate)
+	}
 	mu.Lock()
 	f.recorded = st.fetches
 	mu.Unlock()

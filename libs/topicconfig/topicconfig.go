@@ -117,7 +117,19 @@ func All() []Def {
 func Lookup(name string) (Def, bool) { d, ok := byName[name]; return d, ok }
 
 // LookupBroker returns the entry whose cluster-wide default has this name.
-func LookupBroker(name string) (Def, bool) { d, ok := byBrokerName[name]; return d, ok }
+// Dynamic cluster configs that are no topic's default (ClusterOnly) are
+// found too.
+func LookupBroker(name string) (Def, bool) {
+	if d, ok := byBrokerName[name]; ok {
+		return d, true
+	}
+	for _, d := range clusterDefs {
+		if d.BrokerName == name {
+			return d, true
+		}
+	}
+	return Def{}, false
+}
 
 // Check validates one value.
 func (d Def) Check(v string) error {

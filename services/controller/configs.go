@@ -128,6 +128,17 @@ func (c *Controller) DescribeConfigs(ctx context.Context, r *controllerv1.Descri
 				}
 				rr.Entries = append(rr.Entries, e)
 			}
+			for _, d := range topicconfig.ClusterOnly() {
+				v, ok := cluster[d.BrokerName]
+				if !ok || !want(d.BrokerName) {
+					continue // unset: no value to show (its default is "none")
+				}
+				e := &controllerv1.ConfigEntry{Name: d.BrokerName, Value: &v, Source: controllerv1.ConfigSource_CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER}
+				if r.GetIncludeDocumentation() {
+					e.Documentation = d.Doc
+				}
+				rr.Entries = append(rr.Entries, e)
+			}
 			for name, v := range c.staticConfigs() {
 				if !want(name) {
 					continue
