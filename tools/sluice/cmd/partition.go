@@ -34,21 +34,49 @@ func parseTP(s string) (*commonv1.TopicPartition, error) {
 
 func newReassignCmd(g *globals) *cobra.Command {
 	var cancel, list bool
+	var o reassignOpts
 	cmd := &cobra.Command{
 		Use:   "reassign [TOPIC:PARTITION=REPLICA,REPLICA,...]...",
-		Short: "Move partitions to new replicas (first replica = preferred leader), cancel, or list moves in progress",
+		Short: "Move partitions to new replicas (first replica = preferred leader), plan moves, cancel, or list moves in progress",
 		Long: `Move partitions: new replicas copy the data as followers; once all are in sync,
 leadership moves if needed and the old replicas are dropped.
 
   sluice partition reassign orders:0=4,5,6 orders:1=5,6,4
   sluice partition reassign --cancel orders:0
-  sluice partition reassign --list`,
+  sluice partition reassign --list
+
+Plan-driven moves (Kafka's reassignment JSON), to scale out or drain a node:
+
+  sluice partition reassign --generate --topics orders,payments --brokers 1,2,3,4 > plan.txt
+  sluice partition reassign --generate --remove-brokers 3      # every replica off node 3
+  sluice partition reassign --execute --file plan.json --throttle 10485760
+  sluice partition reassign --verify --file plan.json          # removes the throttle when done
+
+--generate prints the current assignment of the partitions it moves (to roll
+back with) and the proposed one: replicas and preferred leaders balanced over
+the brokers, moving as few replicas as possible. --throttle bounds, per node,
+the bytes/s its leaders send to replicas being added
+(leader.replication.throttled.rate); ordinary followers are not throttled.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.planMode() && (len(args) > 0 || cancel || list) {
+				return errors.New("--generate, --execute and --verify take no TOPIC:PARTITION arguments and no --cancel or --list")
+			}
+			if n := btoi(o.generate) + btoi(o.execute) + btoi(o.verify); n > 1 {
+				return errors.New("use one of --generate, --execute and --verify")
+			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
 			defer c.Close()
+			switch {
+			case o.generate:
+				return runGenerate(cmd.Context(), cmd.OutOrStdout(), c, &o)
+			case o.execute:
+				return runExecute(cmd.Context(), cmd.OutOrStdout(), c, &o)
+			case o.verify:
+				return runVerify(cmd.Context(), cmd.OutOrStdout(), c, &o)
+			}
 			if list {
 				resp, err := c.ListPartitionReassignments(cmd.Context())
 				if err != nil {
@@ -115,7 +143,22 @@ leadership moves if needed and the old replicas are dropped.
 	}
 	cmd.Flags().BoolVar(&cancel, "cancel", false, "Cancel the reassignments of the named partitions.")
 	cmd.Flags().BoolVar(&list, "list", false, "List reassignments in progress.")
+	cmd.Flags().BoolVar(&o.generate, "generate", false, "Print a proposed plan over --brokers (or every storage node but --remove-brokers) for --topics, and the current assignment.")
+	cmd.Flags().BoolVar(&o.execute, "execute", false, "Start the moves of the plan in --file.")
+	cmd.Flags().BoolVar(&o.verify, "verify", false, "Report each partition of the plan in --file as done or in progress; remove the throttle once all are done.")
+	cmd.Flags().StringVar(&o.file, "file", "", "Plan file (JSON: {\"version\":1,\"partitions\":[{\"topic\",\"partition\",\"replicas\"}]}).")
+	cmd.Flags().Int64Var(&o.throttle, "throttle", 0, "With --execute: bytes/s each node may send to replicas being added, until --verify removes it (0: no throttle).")
+	cmd.Flags().StringVar(&o.topics, "topics", "", "With --generate: comma-separated topics to plan.")
+	cmd.Flags().StringVar(&o.brokers, "brokers", "", "With --generate: comma-separated node ids to place replicas on (default: every storage node).")
+	cmd.Flags().StringVar(&o.removeBrokers, "remove-brokers", "", "With --generate: node ids to move every replica off (all topics unless --topics), to remove the nodes.")
 	return cmd
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func newElectCmd(g *globals) *cobra.Command {
