@@ -15,7 +15,8 @@ import (
 )
 
 func newClusterCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "cluster", Short: "Inspect the cluster"}
+	cmd := &cobra.Command{Use: "cluster", Short: "Inspect the cluster and restart it process by process"}
+	cmd.AddCommand(newClusterRollCmd(g))
 	cmd.AddCommand(&cobra.Command{
 		Use:   "describe",
 		Short: "Show the cluster id, every controller (active, standby or unreachable), the quorum's health and every node",
