@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/client/wire"
@@ -66,6 +68,9 @@ type Manager struct {
 	// throttle bounds what this node sends to replicas being added by
 	// reassignments (throttle.go).
 	throttle throttle
+	// throttledBytes and throttledWaits count what the throttle let
+	// through and held back; nil until RegisterMetrics.
+	throttledBytes, throttledWaits metric.Int64Counter
 
 	mu    sync.RWMutex
 	parts map[TP]*Partition

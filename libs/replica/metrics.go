@@ -41,6 +41,14 @@ func (m *Manager) RegisterMetrics(mp metric.MeterProvider) error {
 		metric.WithDescription("Times an offline replica was reopened without a restart once its disk was writable again.")); err != nil {
 		return fmt.Errorf("creating metric: %w", err)
 	}
+	if m.throttledBytes, err = meter.Int64Counter("sluice.replication.throttled.bytes", metric.WithUnit("By"),
+		metric.WithDescription("Bytes this node's leaders sent to replicas being added by a reassignment while leader.replication.throttled.rate was set.")); err != nil {
+		return fmt.Errorf("creating metric: %w", err)
+	}
+	if m.throttledWaits, err = meter.Int64Counter("sluice.replication.throttled.waits",
+		metric.WithDescription("Times a chunk for a replica being added waited for the node's reassignment throttle.")); err != nil {
+		return fmt.Errorf("creating metric: %w", err)
+	}
 	instruments := []metric.Observable{parts, under, belowMin, offline}
 	var free, reserve metric.Int64ObservableGauge
 	if g := m.cfg.Storage.Space; g != nil {

@@ -242,6 +242,9 @@ func (s *Server) serveOne(stream grpc.ServerStream, replica int32, tp TP, mu *sy
 	rate := s.m.reassignmentRate(replica, tp)
 	if rate > 0 {
 		if d := s.m.throttle.wait(rate); d > 0 {
+			if c := s.m.throttledWaits; c != nil {
+				c.Add(stream.Context(), 1)
+			}
 			return after(d), nil
 		}
 		limit = throttledChunk(rate, chunk)
@@ -250,6 +253,9 @@ func (s *Server) serveOne(stream grpc.ServerStream, replica int32, tp TP, mu *sy
 	data, v, div, err := p.readForFollower(replica, st.fetchOffset, st.lastEpoch, &callerEpoch, limit, st.fetches != st.recorded)
 	if rate > 0 && data != nil {
 		s.m.throttle.take(data.Bytes, rate)
+		if c := s.m.throttledBytes; c != nil {
+			c.Add(stream.Context(), int64(data.Bytes))
+		}
 	}
 	mu.Lock()
 	f.recorded = st.fetches
