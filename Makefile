@@ -12,7 +12,7 @@ export BUF_CACHE_DIR ?= $(ROOT)/.cache/buf
 # Packages of every workspace module except integration (which starts real
 # processes and runs on its own).
 UNIT_PKGS := $(MOD)/gen/go/... $(MOD)/libs/client/... $(MOD)/libs/... $(MOD)/services/... $(MOD)/tools/...
-BUILDTOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/grpcurl $(BIN)/benchstat
+BUILDTOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/grpcurl $(BIN)/benchstat $(BIN)/helm
 # buf breaking compares the API with this input: the previous commit by
 # default (CI runs on main, where comparing with main itself proves nothing).
 BUF_BREAKING_AGAINST ?= .git\#ref=HEAD~1
@@ -23,7 +23,7 @@ COMPOSE_PROJECT ?= sluice-compose
 COMPOSE := docker-compose -p $(COMPOSE_PROJECT) -f $(ROOT)/deploy/compose/docker-compose.yml
 COMPOSE_WAIT ?= 180
 
-.PHONY: all build run dev test unit integration gen check-gen lint bench bench-txn bench-kafka bench-security bench-groups clean tools image compose-up compose-down deploy-test chaos chaos-planted planted
+.PHONY: all build run dev test unit integration helm-check gen check-gen lint bench bench-txn bench-kafka bench-security bench-groups clean tools image compose-up compose-down deploy-test chaos chaos-planted planted
 
 all: build
 
@@ -41,8 +41,8 @@ run: build $(BIN)/grpcurl
 dev: build
 	$(BIN)/sluice dev --controllers 3 --storage-nodes 3 --data-dir $(ROOT)/data/dev
 
-## test: unit tests (with the race detector) and integration tests
-test: build unit integration
+## test: the Helm chart's checks, unit tests (with the race detector) and integration tests
+test: build helm-check unit integration
 
 unit:
 	$(GO) test -race -count=1 -timeout 15m $(UNIT_PKGS)
@@ -58,6 +58,27 @@ tools: $(BIN)/.buildtools.stamp
 $(BIN)/.buildtools.stamp: tools/buildtools/go.mod tools/buildtools/go.sum
 	GOWORK=off $(GO) -C tools/buildtools build -o $(BIN)/ tool
 	touch $@
+
+# helm alone, for helm-check (make tools builds it too).
+$(BIN)/helm: tools/buildtools/go.mod tools/buildtools/go.sum
+	GOWORK=off $(GO) -C tools/buildtools build -o $(BIN)/ helm.sh/helm/v3/cmd/helm
+
+# The Kubernetes version the chart is checked against: the lowest it supports.
+HELM_KUBE_VERSION ?= 1.28.0
+# helm keeps its cache and configuration in the repository, not in $$HOME.
+export HELM_CACHE_HOME ?= $(ROOT)/.cache/helm/cache
+export HELM_CONFIG_HOME ?= $(ROOT)/.cache/helm/config
+export HELM_DATA_HOME ?= $(ROOT)/.cache/helm/data
+
+## helm-check: the Helm chart deploy/k8s/sluice without a cluster: helm lint and helm template with the
+## default values and with TLS (ci/tls-values.yaml), then tools/chartcheck, which parses the rendered
+## manifests and checks volume claims, probes, disruption budgets and that the roles' flags agree
+helm-check: build $(BIN)/helm
+	$(BIN)/helm lint --strict --kube-version $(HELM_KUBE_VERSION) deploy/k8s/sluice
+	$(BIN)/helm lint --strict --kube-version $(HELM_KUBE_VERSION) -f deploy/k8s/sluice/ci/tls-values.yaml deploy/k8s/sluice
+	$(BIN)/helm template sluice deploy/k8s/sluice --kube-version $(HELM_KUBE_VERSION) >/dev/null
+	$(BIN)/helm template sluice deploy/k8s/sluice --kube-version $(HELM_KUBE_VERSION) -f deploy/k8s/sluice/ci/tls-values.yaml >/dev/null
+	SLUICE_HELM=$(BIN)/helm SLUICED=$(BIN)/sluiced $(GO) test -count=1 $(MOD)/tools/chartcheck
 
 # grpcurl alone, for the README tour: `make run` needs it, not the other build tools.
 $(BIN)/grpcurl: tools/buildtools/go.mod tools/buildtools/go.sum
