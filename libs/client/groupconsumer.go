@@ -317,6 +317,12 @@ func (c *Client) NewGroupConsumer(cfg GroupConsumerConfig) (*GroupConsumer, erro
 	return g, nil
 }
 
+// Position returns the next offset Poll will return for an owned partition
+// (Kafka's consumer.position): after the records returned so far, or where
+// reading starts (the committed offset, or where Reset put it); -1 while
+// that is not known yet.
+func (g *GroupConsumer) Position(tp TopicPartition) int64 { return g.k.Position(tp) }
+
 // MemberID returns the member id the coordinator gave, empty before the
 // first join.
 func (g *GroupConsumer) MemberID() string {

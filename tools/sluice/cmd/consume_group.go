@@ -76,21 +76,38 @@ func (p *printedOffsets) add(r *client.ConsumedRecord) {
 	p.mu.Unlock()
 }
 
-// pending returns the printed positions not committed yet, of tps (all
-// when tps is nil).
-func (p *printedOffsets) pending(tps []client.TopicPartition) map[client.TopicPartition]int64 {
+// pending returns the positions of tps not committed yet. A partition
+// that printed nothing yet commits where reading starts (position gives
+// it, -1 while unresolved), as Kafka commits the positions of all owned
+// partitions: left uncommitted, a later run without --from-beginning would
+// start it at the end and skip what was written in between.
+func (p *printedOffsets) pending(tps []client.TopicPartition, position func(client.TopicPartition) int64) map[client.TopicPartition]int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := map[client.TopicPartition]int64{}
-	for tp, off := range p.pos {
-		if tps != nil && !containsTP(tps, tp) {
-			continue
+	for _, tp := range tps {
+		off, ok := p.pos[tp]
+		if !ok {
+			if off = position(tp); off < 0 {
+				continue
+			}
 		}
 		if c, ok := p.committed[tp]; !ok || c != off {
 			out[tp] = off
 		}
 	}
 	return out
+}
+
+// cut records that r was read but not printed (--max-messages ended the
+// output): a partition with nothing printed resumes at r, not past it.
+func (p *printedOffsets) cut(r *client.ConsumedRecord) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	tp := client.TopicPartition{Topic: r.Topic, Partition: r.Partition}
+	if _, ok := p.pos[tp]; !ok {
+		p.pos[tp] = r.Offset
+	}
 }
 
 func (p *printedOffsets) done(offsets map[client.TopicPartition]int64) {
@@ -132,7 +149,7 @@ func consumeGroup(cmd *cobra.Command, g *globals, c *client.Client, topic string
 	warn := func(what string, err error) { fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s: %v\n", what, err) }
 	var gc *client.GroupConsumer
 	cfg.OnRevoked = func(ctx context.Context, tps []client.TopicPartition) {
-		if offs := printed.pending(tps); len(offs) > 0 {
+		if offs := printed.pending(tps, gc.Position); len(offs) > 0 {
 			if err := gc.CommitSync(ctx, offs); err != nil {
 				warn("committing revoked partitions", err)
 			} else {
@@ -151,7 +168,7 @@ func consumeGroup(cmd *cobra.Command, g *globals, c *client.Client, topic string
 		// the leave get a context of their own.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), g.timeout)
 		defer cancel()
-		if offs := printed.pending(nil); len(offs) > 0 {
+		if offs := printed.pending(gc.Assignment(), gc.Position); len(offs) > 0 {
 			if cerr := gc.CommitSync(ctx, offs); cerr != nil {
 				err = errors.Join(err, fmt.Errorf("committing what was printed: %w", cerr))
 			} else {
@@ -215,9 +232,12 @@ func consumeGroup(cmd *cobra.Command, g *globals, c *client.Client, topic string
 		for _, r := range recs[:min(len(recs), n-before)] {
 			printed.add(r)
 		}
+		for _, r := range recs[min(len(recs), n-before):] {
+			printed.cut(r)
+		}
 		if time.Since(lastCommit) >= commitEvery {
 			lastCommit = time.Now()
-			if offs := printed.pending(nil); len(offs) > 0 {
+			if offs := printed.pending(gc.Assignment(), gc.Position); len(offs) > 0 {
 				gc.CommitAsync(offs, func(err error) {
 					if err != nil {
 						warn("committing", err)
