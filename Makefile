@@ -23,7 +23,7 @@ COMPOSE_PROJECT ?= sluice-compose
 COMPOSE := docker-compose -p $(COMPOSE_PROJECT) -f $(ROOT)/deploy/compose/docker-compose.yml
 COMPOSE_WAIT ?= 180
 
-.PHONY: all build run dev test unit integration helm-check gen check-gen lint bench bench-txn bench-kafka bench-security bench-groups clean tools image compose-up compose-down deploy-test chaos chaos-planted planted
+.PHONY: all build run dev test unit integration helm-check helm-netns-check gen check-gen lint bench bench-txn bench-kafka bench-security bench-groups clean tools image compose-up compose-down deploy-test chaos chaos-planted planted
 
 all: build
 
@@ -79,6 +79,12 @@ helm-check: build $(BIN)/helm
 	$(BIN)/helm template sluice deploy/k8s/sluice --kube-version $(HELM_KUBE_VERSION) >/dev/null
 	$(BIN)/helm template sluice deploy/k8s/sluice --kube-version $(HELM_KUBE_VERSION) -f deploy/k8s/sluice/ci/tls-values.yaml >/dev/null
 	SLUICE_HELM=$(BIN)/helm SLUICED=$(BIN)/sluiced $(GO) test -count=1 $(MOD)/tools/chartcheck
+
+## helm-netns-check: the chart's rendered args run as processes, without Kubernetes (deploy/k8s/netns-check.sh):
+## each pod's sluiced in a network namespace of its own, named as the pod, then health, the etcd quorum, a round trip
+## with replication factor 3 and a consumer group; about 20 s. Needs root; not part of make test.
+helm-netns-check: build $(BIN)/helm
+	$(ROOT)/deploy/k8s/netns-check.sh $(BIN)/helm $(BIN)/sluiced $(BIN)/sluice
 
 # grpcurl alone, for the README tour: `make run` needs it, not the other build tools.
 $(BIN)/grpcurl: tools/buildtools/go.mod tools/buildtools/go.sum
