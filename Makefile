@@ -208,8 +208,10 @@ compose-up:
 	done
 
 ## deploy-test: the compose cluster end to end from no image (deploy/compose/deploy-test.sh): a round trip with
-## replication factor 3 and a consumer group through the published ports, a storage node's container killed and
-## started again without losing an acknowledged record; removes everything it made. Needs Docker.
+## replication factor 3 and a consumer group through the published ports, then, under acks=all load and a consuming
+## group, a storage node, the active controller and the group's coordinator killed, a storage node paused and one
+## cut from the network, each healed, without losing an acknowledged record; removes everything it made. Needs
+## Docker; not part of make test (docs/operations.md, "The compose cluster").
 deploy-test:
 	$(ROOT)/deploy/compose/deploy-test.sh
 
