@@ -95,8 +95,9 @@ type Server struct {
 	cfg    ServerConfig
 	logger *slog.Logger
 
-	mu    sync.RWMutex
-	ready map[string]bool
+	mu      sync.RWMutex
+	ready   map[string]bool
+	streams *streamStopper
 }
 
 // NewServer builds a server. Register services on s.GRPC, their validators
@@ -107,6 +108,7 @@ func NewServer(cfg ServerConfig, o ServerOptions) *Server {
 		Validators: NewValidators(),
 		cfg:        cfg,
 		logger:     o.Logger,
+		streams:    newStreamStopper(),
 		ready: map[string]bool{
 			healthpb.Health_ServiceDesc.ServiceName:    true,
 			"grpc.reflection.v1.ServerReflection":      true,
@@ -164,6 +166,9 @@ func NewServer(cfg ServerConfig, o ServerOptions) *Server {
 		grpc.ChainStreamInterceptor(
 			logging.StreamServerInterceptor(slogAdapter(o.Logger), logOpts...),
 			streamErrorInterceptor(o.Logger),
+			// Outside recovery: it may run the handler on a goroutine
+			// of its own, whose panics recovery must still catch.
+			s.streams.interceptor,
 			recovery.StreamServerInterceptor(recoveryOpt),
 			o.Authn.StreamServerInterceptor(),
 			streamGuard,
@@ -238,17 +243,34 @@ func (s *Server) streamGate(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 	return handler(srv, ss)
 }
 
-// Stop marks everything NOT_SERVING, lets calls in flight finish for up to
-// the graceful-stop timeout (or until ctx ends), then closes what is left.
+// EndStreams ends the open streams of services (every service when none is
+// given) with BROKER_NOT_AVAILABLE once the requests they accepted are
+// answered, and refuses new ones the same way; it returns when they ended
+// or ctx ended. A role calls it for its own services once it no longer
+// leads anything (after controlled shutdown), before it closes what the
+// streams use; Stop calls it for everything left. Unary calls are not
+// affected.
+func (s *Server) EndStreams(ctx context.Context, services ...string) {
+	// A handler that ignores the request to end is left to Stop's
+	// deadline rather than holding a role's stop for longer.
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.GracefulStopTimeout)
+	defer cancel()
+	s.streams.stop(ctx, services...)
+}
+
+// Stop marks everything NOT_SERVING, ends long-lived streams (EndStreams),
+// lets calls in flight finish, both within the graceful-stop timeout (or
+// until ctx ends), then closes what is left.
 func (s *Server) Stop(ctx context.Context) {
 	s.Health.Shutdown()
+	timer := time.NewTimer(s.cfg.GracefulStopTimeout)
+	defer timer.Stop()
+	s.EndStreams(ctx)
 	done := make(chan struct{})
 	go func() {
 		s.GRPC.GracefulStop()
 		close(done)
 	}()
-	timer := time.NewTimer(s.cfg.GracefulStopTimeout)
-	defer timer.Stop()
 	select {
 	case <-done:
 		return

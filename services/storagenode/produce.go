@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-io/sluice/libs/authz"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/client/record"
+	"github.com/sluice-io/sluice/libs/grpcx"
 	"github.com/sluice-io/sluice/libs/metadata"
 	"github.com/sluice-io/sluice/libs/replica"
 	"github.com/sluice-io/sluice/libs/storage"
@@ -400,6 +401,9 @@ func (r *StorageNode) ProduceStream(stream grpc.BidiStreamingServer[storagev1.Pr
 	answers := &streamAnswers{stream: stream}
 	answers.space = sync.NewCond(&answers.mu)
 	defer answers.close()
+	// A stopping node ends the stream once what it accepted is answered
+	// (grpcx.EndStreams); the producer resends the rest to the new leader.
+	grpcx.OnStop(ctx, func() { _ = answers.drain() }) // a failed stream has nothing left to answer
 	var in produceIn
 	defer in.Release()
 	principal, clientID, quotaOn := quotaClient(ctx)
@@ -413,6 +417,10 @@ func (r *StorageNode) ProduceStream(stream grpc.BidiStreamingServer[storagev1.Pr
 		err := stream.RecvMsg(&in)
 		if errors.Is(err, io.EOF) {
 			return answers.drain()
+		}
+		if grpcx.IsStopping(err) {
+			_ = answers.drain() // the stream ends with err either way
+			return err
 		}
 		if err != nil {
 			return err

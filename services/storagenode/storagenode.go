@@ -155,7 +155,8 @@ func (r *StorageNode) Start(ctx context.Context) error { return r.replicas.Start
 
 // Stop moves this node's leaderships to other in-sync replicas (controlled
 // shutdown) before the node stops serving, so producers and consumers move
-// over without waiting for a session to expire; then it closes the logs.
+// over without waiting for a session to expire; then it ends the streams
+// of its services and closes the logs.
 func (r *StorageNode) Stop(ctx context.Context) error {
 	if r.deps.Member != nil {
 		sctx, cancel := context.WithTimeout(ctx, r.cfg.ControlledShutdownTimeout)
@@ -164,5 +165,9 @@ func (r *StorageNode) Stop(ctx context.Context) error {
 		}
 		cancel()
 	}
+	// Leaderships have moved: end the clients' streams (after answering
+	// what they sent) so they reconnect to the new leaders now, and the
+	// server's graceful stop does not wait for them.
+	r.deps.Server.EndStreams(ctx, r.HealthServices()...)
 	return r.replicas.Stop(ctx)
 }
