@@ -12,7 +12,6 @@ export BUF_CACHE_DIR ?= $(ROOT)/.cache/buf
 # Packages of every workspace module except integration (which starts real
 # processes and runs on its own).
 UNIT_PKGS := $(MOD)/gen/go/... $(MOD)/libs/client/... $(MOD)/libs/... $(MOD)/services/... $(MOD)/tools/...
-BUILDTOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/grpcurl $(BIN)/benchstat $(BIN)/helm
 # buf breaking compares the API with this input: the previous commit by
 # default (CI runs on main, where comparing with main itself proves nothing).
 BUF_BREAKING_AGAINST ?= .git\#ref=HEAD~1
@@ -23,7 +22,7 @@ COMPOSE_PROJECT ?= sluice-compose
 COMPOSE := docker-compose -p $(COMPOSE_PROJECT) -f $(ROOT)/deploy/compose/docker-compose.yml
 COMPOSE_WAIT ?= 180
 
-.PHONY: all build run dev test unit integration helm-check helm-netns-check gen check-gen lint bench bench-txn bench-kafka bench-security bench-groups clean tools image compose-up compose-down deploy-test chaos chaos-planted planted
+.PHONY: all build run dev test unit integration helm-check helm-netns-check bench-tools gen check-gen lint bench bench-txn bench-kafka bench-security bench-groups clean tools image compose-up compose-down deploy-test chaos chaos-planted planted
 
 all: build
 
@@ -41,8 +40,16 @@ run: build $(BIN)/grpcurl
 dev: build
 	$(BIN)/sluice dev --controllers 3 --storage-nodes 3 --data-dir $(ROOT)/data/dev
 
-## test: the Helm chart's checks, unit tests (with the race detector) and integration tests
-test: build helm-check unit integration
+## test: unit tests (with the race detector), integration tests and the Helm chart's checks
+# helm (several minutes of compiling) is built at the lowest CPU priority while
+# the integration tests run, which leave a core idle much of the time
+# waiting on timeouts, sessions and elections; the tests keep the CPU first.
+test: build unit
+	@if [ ! -x $(BIN)/helm ]; then echo "building helm in the background (log: $(BIN)/helm-build.log)"; \
+		nice -n 19 $(MAKE) --no-print-directory $(BIN)/helm >$(BIN)/helm-build.log 2>&1 & fi; \
+	$(MAKE) --no-print-directory integration; rc=$$?; wait; \
+	if [ ! -x $(BIN)/helm ]; then cat $(BIN)/helm-build.log; fi; \
+	[ $$rc = 0 ] && $(MAKE) --no-print-directory helm-check
 
 unit:
 	$(GO) test -race -count=1 -timeout 15m $(UNIT_PKGS)
@@ -54,12 +61,22 @@ integration: build planted
 
 # Build tools come from tools/buildtools (kept out of go.work so their
 # dependencies never reach the runtime build). Rebuilt when its go.mod changes.
+# `tools` is what code generation and lint need; the benchmarks' tools (NATS,
+# benchstat) and helm are built by the targets that use them, so CI, which
+# needs neither benchmark tool, never compiles them.
 tools: $(BIN)/.buildtools.stamp
 $(BIN)/.buildtools.stamp: tools/buildtools/go.mod tools/buildtools/go.sum
-	GOWORK=off $(GO) -C tools/buildtools build -o $(BIN)/ tool
+	GOWORK=off $(GO) -C tools/buildtools build -o $(BIN)/ github.com/bufbuild/buf/cmd/buf \
+		google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc \
+		github.com/fullstorydev/grpcurl/cmd/grpcurl
 	touch $@
 
-# helm alone, for helm-check (make tools builds it too).
+bench-tools: $(BIN)/.benchtools.stamp
+$(BIN)/.benchtools.stamp: tools/buildtools/go.mod tools/buildtools/go.sum
+	GOWORK=off $(GO) -C tools/buildtools build -o $(BIN)/ github.com/nats-io/nats-server/v2 golang.org/x/perf/cmd/benchstat
+	touch $@
+
+# helm alone, for helm-check.
 $(BIN)/helm: tools/buildtools/go.mod tools/buildtools/go.sum
 	GOWORK=off $(GO) -C tools/buildtools build -o $(BIN)/ helm.sh/helm/v3/cmd/helm
 
@@ -118,7 +135,7 @@ lint: tools
 ## then the transactions benchmark (bench-txn), the Kafka-protocol benchmark (bench-kafka) and the
 ## security benchmark (bench-security).
 ## Extra flags: make bench BENCH_ARGS='--rounds 5' TXN_BENCH_ARGS='--rounds 7' KAFKA_BENCH_ARGS='--rounds 5' SECURITY_BENCH_ARGS='--rounds 7'
-bench: build tools
+bench: build tools bench-tools
 	$(GO) build -o $(BIN)/sluice-bench $(MOD)/tools/bench
 	$(BIN)/sluice-bench run --bin $(BIN) --out $(ROOT)/bench/results $(BENCH_ARGS)
 	$(BIN)/sluice-bench txn --bin $(BIN) --out $(ROOT)/bench/results $(TXN_BENCH_ARGS)

@@ -114,7 +114,7 @@ func runMain(args []string) error {
 	}
 	for _, name := range []string{"sluiced", "sluice", "nats-server"} {
 		if _, err := os.Stat(filepath.Join(c.binDir, name)); err != nil {
-			return fmt.Errorf("%s not found in %s: run `make build tools` first", name, c.binDir)
+			return fmt.Errorf("%s not found in %s: run `make build bench-tools` first", name, c.binDir)
 		}
 	}
 	var err error

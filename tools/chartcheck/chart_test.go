@@ -36,7 +36,9 @@ const (
 )
 
 // tool finds a binary: $env, else bin/<name> of the repository. Without it
-// the test skips, except in CI, where the Makefile builds both.
+// the test skips: make helm-check (part of make test) sets both variables, so
+// there it always runs; under make unit, which runs before helm is built, it
+// is a second run only where a helm is already there.
 func tool(t *testing.T, env, name string) string {
 	t.Helper()
 	if p := os.Getenv(env); p != "" {
@@ -46,9 +48,6 @@ func tool(t *testing.T, env, name string) string {
 	require.NoError(t, err)
 	if _, err := os.Stat(p); err == nil {
 		return p
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s not found: set %s or build it (make tools build)", p, env)
 	}
 	t.Skipf("%s not found: set %s or run make helm-check", p, env)
 	return ""
