@@ -67,6 +67,9 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	// stopped is closed when Stop begins (Stopping).
+	stopped chan struct{}
+
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
 	stopping bool
@@ -84,13 +87,14 @@ func NewServer(cfg Config, mux *Mux, lis net.Listener, opts ServerOptions) *Serv
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), stoppingKey{}, (<-chan struct{})(stopped)))
 	s := &Server{
 		cfg: cfg.withDefaults(), mux: mux, lis: lis,
 		logger:  logger.With(log.Component("kafka-listener")),
 		metrics: newMetrics(opts.Meter), tracer: tracerOf(opts.Tracer),
 		queued: newBudget(cfg.withDefaults().MaxQueuedRequestBytes),
-		ctx:    ctx, cancel: cancel, conns: map[*conn]struct{}{},
+		ctx:    ctx, cancel: cancel, stopped: stopped, conns: map[*conn]struct{}{},
 		tls: opts.TLS, authn: opts.Authn, quotas: opts.Quotas,
 	}
 	if s.authn == nil {
@@ -160,12 +164,29 @@ func (s *Server) removeConn(c *conn) {
 	s.mu.Unlock()
 }
 
+type stoppingKey struct{}
+
+// Stopping returns a channel closed when the listener that read the
+// request in ctx begins to stop (nil for a context of no request). A
+// Reply.Wait that waits for something that may never come (a Fetch's max
+// wait, which a client may set to many seconds) answers with what it has
+// once it is closed: the listener writes the answers of the requests it
+// read before it closes their connections, and would otherwise wait out
+// the longest of those waits.
+func Stopping(ctx context.Context) <-chan struct{} {
+	ch, _ := ctx.Value(stoppingKey{}).(<-chan struct{})
+	return ch
+}
+
 // Stop stops accepting and reading requests, lets each connection write
 // the responses of the requests it has read, then closes it. When ctx ends
 // first, it closes every connection and cancels every request's context,
 // then waits at most a few seconds more for handlers to return.
 func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
+	if !s.stopping {
+		close(s.stopped)
+	}
 	s.stopping = true
 	conns := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {

@@ -311,12 +311,15 @@ func (r *StorageNode) kafkaFetch(ctx context.Context, kr *kafka.Request) (kafka.
 	// up a truncation of its segment); the answer reads again.
 	f.releaseReads()
 	return kafka.Reply{Wait: func(ctx context.Context) kmsg.Response {
+		// A stopping listener is answered now rather than at the
+		// deadline: the client fetches again from another node.
+		listener := kafka.Stopping(ctx)
 		for {
-			f.wait(ctx, roles, r.replicas.Stopping())
+			f.wait(ctx, roles, r.replicas.Stopping(), listener)
 			f.releaseReads()
 			roles = r.replicas.Changed()
 			_, ready = r.readKafkaFetch(f)
-			if ready || ctx.Err() != nil || !time.Now().Before(f.deadline) || isClosed(r.replicas.Stopping()) {
+			if ready || ctx.Err() != nil || !time.Now().Before(f.deadline) || isClosed(r.replicas.Stopping()) || isClosed(listener) {
 				return r.answerKafkaFetch(ctx, f)
 			}
 		}
@@ -324,14 +327,15 @@ func (r *StorageNode) kafkaFetch(ctx context.Context, kr *kafka.Request) (kafka.
 }
 
 // wait blocks until a partition read has new data, a replica changes
-// role, the node stops, the deadline passes or ctx ends.
-func (f *kafkaFetch) wait(ctx context.Context, roles, stopping <-chan struct{}) {
+// role, the node or the listener stops, the deadline passes or ctx ends.
+func (f *kafkaFetch) wait(ctx context.Context, roles, stopping, listener <-chan struct{}) {
 	timer := time.NewTimer(time.Until(f.deadline))
 	defer timer.Stop()
 	cases := []reflect.SelectCase{
 		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
 		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(roles)},
 		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(stopping)},
+		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(listener)},
 		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)},
 	}
 	for _, fp := range f.parts {

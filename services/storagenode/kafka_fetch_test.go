@@ -82,3 +82,53 @@ func TestKafkaFetchLargeBatchesThroughTheListener(t *testing.T) {
 		}
 	}
 }
+
+// A long-poll Fetch waiting through the listener is answered when the
+// listener stops, not at its max wait: the listener writes the answers of
+// the requests it read before it closes, so it would otherwise stop only
+// after the longest wait any client asked for.
+func TestKafkaFetchLongPollAnsweredAtStop(t *testing.T) {
+	const maxWait = time.Minute
+	r := newKafkaNode(t)
+	mux := kafka.NewMux()
+	waiting := make(chan struct{})
+	mux.Handle(int16(kmsg.Fetch), kafkaFetchMin, kafkaFetchMax, func(ctx context.Context, req *kafka.Request) (kafka.Reply, error) {
+		rep, err := r.kafkaFetch(ctx, req)
+		if rep.Wait != nil {
+			close(waiting)
+		}
+		return rep, err
+	})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	s := kafka.NewServer(kafka.Config{}, mux, lis, kafka.ServerOptions{})
+	require.NoError(t, s.Start(context.Background()))
+	nc, err := net.Dial("tcp", lis.Addr().String())
+	require.NoError(t, err)
+	defer nc.Close()
+	require.NoError(t, nc.SetDeadline(time.Now().Add(2*maxWait)))
+
+	req := fetchReq(11, "t", [16]byte{}, 0) // an empty partition: the fetch waits
+	req.MaxWaitMillis, req.MinBytes = int32(maxWait/time.Millisecond), 1
+	_, err = nc.Write(kmsg.NewRequestFormatter(kmsg.FormatterClientID("test")).AppendRequest(nil, req, 7))
+	require.NoError(t, err)
+	<-waiting // a stop before the listener read the fetch would not test it
+
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*maxWait)
+	defer cancel()
+	require.NoError(t, s.Stop(ctx))
+	took := time.Since(start)
+	var size [4]byte
+	_, err = io.ReadFull(nc, size[:])
+	require.NoError(t, err, "the waiting fetch was not answered")
+	frame := make([]byte, binary.BigEndian.Uint32(size[:]))
+	_, err = io.ReadFull(nc, frame)
+	require.NoError(t, err)
+	require.Equal(t, int32(7), int32(binary.BigEndian.Uint32(frame)))
+	resp := kmsg.NewPtrFetchResponse()
+	resp.Version = 11
+	require.NoError(t, resp.ReadFrom(frame[4:]))
+	require.Zero(t, onlyFetch(t, resp).ErrorCode)
+	require.Less(t, took, maxWait/2, "the stop waited for the fetch's max wait")
+}
