@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -215,13 +216,26 @@ func kafkaProduce(args []string) error {
 	count := fs.Int64("count", 1_000_000, "records")
 	size := fs.Int("size", 1024, "value bytes per record")
 	batch := fs.Int("batch-size", 256<<10, "producer batch bytes (ProducerBatchMaxBytes)")
+	compression := fs.String("compression", "none", "batch compression: none or snappy (franz-go's own default)")
 	tlsOpt := kafkaTLSFlags(fs)
 	_ = fs.Parse(args) // ExitOnError
 	if *topic == "" || *count < 1 || *size < 0 {
 		return fmt.Errorf("--topic is required, --count must be positive and --size not negative")
 	}
+	// Uncompressed by default, as `sluice perf produce` sends: franz-go
+	// compresses with snappy unless told otherwise, which would make the
+	// two protocols move different bytes.
+	codec := kgo.NoCompression()
+	switch *compression {
+	case "none":
+	case "snappy":
+		codec = kgo.SnappyCompression()
+	default:
+		return fmt.Errorf("--compression %q: want none or snappy", *compression)
+	}
 	opts, err := tlsOpt([]kgo.Opt{kgo.SeedBrokers(strings.Split(*brokers, ",")...), kgo.DefaultProduceTopic(*topic),
-		kgo.ProducerBatchMaxBytes(int32(*batch)), kgo.MaxBufferedBytes(64 << 20), kgo.ProducerLinger(5 * time.Millisecond)})
+		kgo.ProducerBatchMaxBytes(int32(*batch)), kgo.MaxBufferedBytes(64 << 20), kgo.ProducerLinger(5 * time.Millisecond),
+		kgo.ProducerBatchCompression(codec)})
 	if err != nil {
 		return err
 	}
@@ -236,7 +250,7 @@ func kafkaProduce(args []string) error {
 	if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("warm-up")}).FirstErr(); err != nil {
 		return fmt.Errorf("warm-up record: %w", err)
 	}
-	value := make([]byte, *size)
+	value := letters(*size)
 	var mu sync.Mutex
 	var firstErr error
 	var failed int64
@@ -438,8 +452,8 @@ func (r *kafkaReport) markdown() string {
 		r.Minutes, r.Facts.Commit, r.Facts.CPU, r.Facts.Cores, r.Facts.MemoryGiB, r.Facts.Kernel, r.Facts.Go)
 	fmt.Fprintf(&b, "Disk: %s. Load average (1, 5, 15 min) before: %s; after: %s.\n\n", r.Facts.Disk, r.LoadBefore, r.LoadAfter)
 	fmt.Fprintf(&b, "One `sluiced --roles=all` with a Kafka listener; per round %v records of 1 KiB produced by the SDK over gRPC "+
-		"(`sluice perf produce`) and by franz-go over Kafka (`sluice-bench kafka-produce`), both idempotent with acks=all and %v-byte batches, "+
-		"to fresh one-partition RF 1 topics without fsync before the ack; then the natively produced topic read by the SDK (`sluice perf consume`) "+
+		"(`sluice perf produce`) and by franz-go over Kafka (`sluice-bench kafka-produce`), both idempotent with acks=all and %v-byte batches "+
+		"of the same uncompressed random capital letters, to fresh one-partition RF 1 topics without fsync before the ack; then the natively produced topic read by the SDK (`sluice perf consume`) "+
 		"and by franz-go (`sluice-bench kafka-consume`). The *N partitions* variants do the same on topics of %v partitions, both clients at their "+
 		"default fetch sizes. %v rounds, the order within each pair alternating. Medians over rounds; "+
 		"server CPU is the sluiced process's user+system time over the measurement, per GB of record values moved.\n\n",
@@ -527,4 +541,16 @@ func (s *fetchStats) addTo(f figures) {
 	f["fetch_batches"] = per(s.batches.Load())
 	f["fetch_read_wait_ms"] = per(s.readWait.Load()) / 1e6
 	f["fetch_read_ms"] = per(s.readTime.Load()) / 1e6
+}
+
+// letters returns size random capital letters, the payload `sluice perf
+// produce` sends (as Kafka's perf tool does): all-zero values would shrink
+// to almost nothing in any compressed batch.
+func letters(size int) []byte {
+	r := rand.New(rand.NewPCG(uint64(size), 0x5eed))
+	b := make([]byte, size)
+	for i := range b {
+		b[i] = byte('A' + r.IntN(26))
+	}
+	return b
 }
