@@ -22,7 +22,7 @@ COMPOSE_PROJECT ?= sluice-compose
 COMPOSE := docker-compose -p $(COMPOSE_PROJECT) -f $(ROOT)/deploy/compose/docker-compose.yml
 COMPOSE_WAIT ?= 180
 
-.PHONY: all build run dev test unit integration helm-check helm-netns-check bench-tools gen check-gen lint bench bench-txn bench-kafka bench-security bench-groups clean tools image compose-up compose-down deploy-test chaos chaos-planted planted
+.PHONY: all build run dev test unit integration helm-check helm-netns-check bench-tools gen check-gen lint bench bench-txn bench-kafka bench-security bench-groups bench-connections clean tools image compose-up compose-down deploy-test chaos chaos-planted planted
 
 all: build
 
@@ -166,6 +166,16 @@ bench-kafka: build
 bench-security: build
 	$(GO) build -o $(BIN)/sluice-bench $(MOD)/tools/bench
 	$(BIN)/sluice-bench security --bin $(BIN) --out $(ROOT)/bench/results $(SECURITY_BENCH_ARGS)
+
+## bench-connections: what idle clients cost one `sluiced --roles=all`: 5,000 idle SDK producers, 1,000 SDK
+## consumers following a quiet topic, 1,000 idle franz-go producers, 500 franz-go consumers long-polling Fetch and
+## 500 one-member consumer groups, each with its own connection, opened in steps (server RSS, Go heap, goroutines and fds per connection, idle CPU), with one active client's ack and
+## end-to-end latency before, with and after the crowd; then RSS, fds and files with 1,000 and 2,000
+## partition replicas (bench/results/<date>-connections.md and .json; see docs/operations.md, "Capacity guide").
+## Extra flags: make bench-connections CONN_BENCH_ARGS='--producers 10000 --partition-steps 1000,5000'
+bench-connections: build
+	$(GO) build -o $(BIN)/sluice-bench $(MOD)/tools/bench
+	$(BIN)/sluice-bench connections --bin $(BIN) --out $(ROOT)/bench/results $(CONN_BENCH_ARGS)
 
 ## bench-groups: consumer-group benchmarks on real processes: an 11th member joining 10 on 900 partitions
 ## (classic eager, classic cooperative-sticky, consumer protocol) and catch-up reading by a group consumer

@@ -38,6 +38,10 @@ func main() {
 		err = kafkaMain(args)
 	case "security":
 		err = securityMain(args)
+	case "connections":
+		err = connectionsMain(args)
+	case "connections-crowd":
+		err = connectionsCrowd(args)
 	case "kafka-produce":
 		err = kafkaProduce(args)
 	case "kafka-consume":
@@ -68,6 +72,7 @@ func usage() {
        sluice-bench txn [flags]        idempotence and transactions against a plain producer
        sluice-bench kafka [flags]      franz-go over the Kafka listener against the SDK over gRPC
        sluice-bench security [flags]   TLS and ACLs against plaintext, over gRPC and Kafka
+       sluice-bench connections [flags] idle connections and partition replicas on one node
        sluice-bench kafka-produce|kafka-consume [flags]
        sluice-bench limit-grpc|limit-fsync|limit-read [flags]
        sluice-bench nats-pub|nats-consume|nats-e2e [flags]`)
