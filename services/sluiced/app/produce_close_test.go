@@ -46,22 +46,30 @@ func (b *syncBuffer) lines(msg string) []map[string]any {
 	return out
 }
 
-// startServer runs a one-process cluster (every role) in this test process.
-func startServer(t *testing.T, logs *syncBuffer) string {
+// serverConfig is the configuration of a one-process cluster (every role)
+// on free loopback ports, extra flags given after the defaults (the last
+// of a flag wins); it returns the gRPC address too.
+func serverConfig(t *testing.T, extra ...string) (app.Config, string) {
 	t.Helper()
 	ports := testutil.FreePorts(t, 3)
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	var cfg app.Config
 	fs := flag.NewFlagSet("sluiced", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
-	require.NoError(t, fs.Parse([]string{
+	require.NoError(t, fs.Parse(append([]string{
 		"--roles=all", "--node-id=1", "--data-dir=" + t.TempDir(), "--listen=" + addr, "--http-listen=",
-		"--log.level=debug", "--log.format=json",
 		"--controller.etcd.name=c1",
 		fmt.Sprintf("--controller.etcd.client-listen=127.0.0.1:%d", ports[1]),
 		fmt.Sprintf("--controller.etcd.peer-listen=127.0.0.1:%d", ports[2]),
 		fmt.Sprintf("--controller.etcd.initial-cluster=c1=http://127.0.0.1:%d", ports[2]),
-	}))
+	}, extra...)))
+	return cfg, addr
+}
+
+// startServer runs a one-process cluster (every role) in this test process.
+func startServer(t *testing.T, logs *syncBuffer) string {
+	t.Helper()
+	cfg, addr := serverConfig(t, "--log.level=debug", "--log.format=json")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- app.Run(ctx, cfg, logs) }()

@@ -2,8 +2,6 @@ package app_test
 
 import (
 	"context"
-	"flag"
-	"fmt"
 	"testing"
 	"time"
 
@@ -24,19 +22,7 @@ import (
 // node accepted is answered.
 func TestStopEndsOpenStreams(t *testing.T) {
 	const graceful = time.Minute
-	ports := testutil.FreePorts(t, 3)
-	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	var cfg app.Config
-	fs := flag.NewFlagSet("sluiced", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
-	require.NoError(t, fs.Parse([]string{
-		"--roles=all", "--node-id=1", "--data-dir=" + t.TempDir(), "--listen=" + addr, "--http-listen=",
-		"--log.level=warn", "--grpc.graceful-stop-timeout=" + graceful.String(),
-		"--controller.etcd.name=c1",
-		fmt.Sprintf("--controller.etcd.client-listen=127.0.0.1:%d", ports[1]),
-		fmt.Sprintf("--controller.etcd.peer-listen=127.0.0.1:%d", ports[2]),
-		fmt.Sprintf("--controller.etcd.initial-cluster=c1=http://127.0.0.1:%d", ports[2]),
-	}))
+	cfg, addr := serverConfig(t, "--log.level=warn", "--grpc.graceful-stop-timeout="+graceful.String())
 	runCtx, stop := context.WithCancel(context.Background())
 	defer stop()
 	done := make(chan error, 1)
