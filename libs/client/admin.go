@@ -249,6 +249,16 @@ func (c *Client) DeleteTopics(ctx context.Context, names ...string) (*controller
 		out, err = cc.DeleteTopics(ctx, &controllerv1.DeleteTopicsRequest{Names: names})
 		return err
 	})
+	if err == nil {
+		// A topic deleted right after this client created it is gone, not
+		// still unknown to a lagging node: without this, its producers and
+		// consumers kept retrying its absence for the rest of createdGrace.
+		for _, res := range out.GetResults() {
+			if res.GetError() == nil {
+				c.created.forget(res.GetName())
+			}
+		}
+	}
 	return out, err
 }
 

@@ -37,6 +37,14 @@ func (t *createdTopics) note(topic string, now time.Time) {
 	t.at[topic] = now
 }
 
+// forget drops topic: this client deleted it, so a node's answer that it
+// does not exist is the truth, not a node catching up.
+func (t *createdTopics) forget(topic string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.at, topic)
+}
+
 // recent reports whether topic was created less than createdGrace ago.
 func (t *createdTopics) recent(topic string, now time.Time) bool {
 	t.mu.Lock()

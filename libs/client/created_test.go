@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
 	"github.com/sluice-io/sluice/libs/client/errs"
 )
 
@@ -53,5 +54,35 @@ func TestProducerWaitsForATopicJustCreated(t *testing.T) {
 	require.EqualValues(t, 1, n)
 
 	_, err = p.md.partitionsWait(ctx, "never", 10*time.Second)
+	require.True(t, errs.Is(err, errs.UnknownTopicOrPartition), "got %v", err)
+}
+
+// DeleteTopics removes created topics from the fake's metadata.
+func (f *fakeNode) DeleteTopics(_ context.Context, req *controllerv1.DeleteTopicsRequest) (*controllerv1.DeleteTopicsResponse, error) {
+	resp := &controllerv1.DeleteTopicsResponse{}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, name := range req.GetNames() {
+		delete(f.created, name)
+		resp.Results = append(resp.Results, &controllerv1.DeleteTopicResult{Name: name})
+	}
+	return resp, nil
+}
+
+// A topic this client created and then deleted is gone: its absence is
+// final at once, not retried as a node catching up until the call's time
+// runs out (which reported REQUEST_TIMED_OUT instead of the absence).
+func TestTopicDeletedRightAfterCreateIsUnknownAtOnce(t *testing.T) {
+	_, c := startLaggingNode(t, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := c.CreateTopic(ctx, "brief", 1, 1, nil)
+	require.NoError(t, err)
+	_, err = c.ListOffsets(ctx, OffsetLatest, -1, TopicPartition{"brief", 0})
+	require.NoError(t, err)
+
+	_, err = c.DeleteTopics(ctx, "brief")
+	require.NoError(t, err)
+	_, err = c.ListOffsets(ctx, OffsetLatest, -1, TopicPartition{"brief", 0})
 	require.True(t, errs.Is(err, errs.UnknownTopicOrPartition), "got %v", err)
 }
