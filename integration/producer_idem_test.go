@@ -90,6 +90,7 @@ func TestIdempotentProducerLostAnswers(t *testing.T) {
 			defer func() { _ = cl.Close() }()
 			cfg := tc.cfg
 			cfg.Linger, cfg.BatchBytes, cfg.RetryBackoff = time.Millisecond, 4<<10, 5*time.Millisecond
+			cfg.MaxBatchBytes = cfg.BatchBytes // many small batches, so many answers to drop
 			p := cl.NewProducer(cfg)
 			var mu sync.Mutex
 			var acked []ack

@@ -42,6 +42,17 @@ type ProducerConfig struct {
 	// BatchBytes is the size at which a batch is sealed and sent
 	// (batch.size). Default 16 KiB.
 	BatchBytes int
+	// MaxBatchBytes is the most a batch grows to while its partition
+	// cannot send it at once (all MaxInFlight requests unanswered, or
+	// sealed batches waiting): records that arrive then join the open
+	// batch instead of queueing as one BatchBytes batch after another,
+	// so a loaded producer sends fewer, larger batches (fewer requests,
+	// appends and fsyncs per byte) while an idle one sends as before, when
+	// Linger ends or BatchBytes is reached. Default 1 MiB, at most
+	// MaxRequestBytes; it stays under the default max.message.bytes
+	// (1,048,588), so a topic with a smaller max.message.bytes needs a
+	// smaller value. Set it to BatchBytes to turn the growth off.
+	MaxBatchBytes int
 	// MaxRequestBytes bounds one produce request (max.request.size).
 	// Default 1 MiB.
 	MaxRequestBytes int
@@ -146,6 +157,10 @@ func (c *ProducerConfig) defaults() {
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = 1 << 20
 	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = 1 << 20
+	}
+	c.MaxBatchBytes = max(min(c.MaxBatchBytes, c.MaxRequestBytes), c.BatchBytes)
 	if c.Partitioner == nil {
 		c.Partitioner = &DefaultPartitioner{}
 	}
@@ -313,6 +328,7 @@ type prodPartition struct {
 	open      []pendingRecord
 	openTrace []trace.SpanContext
 	lastCount int // records in the last sealed batch: the next one's capacity
+	lastBytes int // bytes of the last sealed batch: the next one's buffer
 	openBytes int
 	openSince time.Time
 	ready     []*prodBatch // sealed, oldest first
@@ -421,8 +437,14 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 			headers = append(headers[:len(headers):len(headers)], record.Header{Key: k, Value: []byte(v)})
 		}
 	}
-	if pp.openBytes > 0 && pp.openBytes+size > p.cfg.BatchBytes {
+	limit := p.batchLimitLocked(pp)
+	if pp.openBytes > 0 && pp.openBytes+size > limit {
 		p.sealLocked(pp)
+	}
+	if len(pp.open) == 0 && pp.lastBytes > 0 {
+		// A batch that grows to MaxBatchBytes would otherwise be copied
+		// into a twice larger buffer a dozen times on its way there.
+		pp.builder.Grow(pp.lastBytes)
 	}
 	if err := pp.builder.Append(&record.Record{Timestamp: ts.UnixMilli(), Key: r.Key, Value: r.Value, Headers: headers}); err != nil {
 		return err
@@ -443,11 +465,25 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 	}
 	pp.openBytes += size
 	p.buffered += size
-	if pp.openBytes >= p.cfg.BatchBytes {
+	if pp.openBytes >= limit {
 		p.sealLocked(pp)
 	}
 	p.kick()
 	return nil
+}
+
+// batchLimitLocked is the size at which the partition's open batch is
+// sealed: BatchBytes while the partition can send at once, MaxBatchBytes
+// while all its MaxInFlight requests are unanswered or sealed batches wait
+// before it. A sealed batch would only wait then, and many small batches
+// cost the leader one request, one append and one answer each; the batch
+// that grows instead goes when an answer makes room and the batches before
+// it have gone (sendReady).
+func (p *Producer) batchLimitLocked(pp *prodPartition) int {
+	if pp.inflight >= p.cfg.MaxInFlight || len(pp.ready) > 0 {
+		return p.cfg.MaxBatchBytes
+	}
+	return p.cfg.BatchBytes
 }
 
 // waitCond waits on c (p.mu held), waking when ctx ends too.
@@ -498,7 +534,7 @@ func (p *Producer) sealLocked(pp *prodPartition) {
 	b := &prodBatch{tp: pp.tp, data: data, recs: recs, traced: pp.openTrace, bytes: pp.openBytes, created: pp.openSince, builder: pp.builder,
 		order: pp.sealed, seq: -1, stampGen: stampGen, stampSeq: stampSeq}
 	pp.sealed++
-	pp.open, pp.openTrace, pp.openBytes, pp.lastCount = nil, nil, 0, len(recs)
+	pp.open, pp.openTrace, pp.openBytes, pp.lastCount, pp.lastBytes = nil, nil, 0, len(recs), len(data)
 	pp.builder = p.builders.Get().(*record.Builder)
 	p.cfg.Partitioner.BatchSealed(pp.tp.partition)
 	if err != nil {
@@ -726,6 +762,9 @@ func (p *Producer) sendReady(ctx context.Context) time.Duration {
 	for _, pp := range p.parts {
 		if len(pp.open) > 0 {
 			switch age := now.Sub(pp.openSince); {
+			case pp.openBytes >= p.cfg.BatchBytes && pp.inflight < p.cfg.MaxInFlight && len(pp.ready) == 0:
+				// Grew past BatchBytes while the partition could not send.
+				p.sealLocked(pp)
 			case age < p.cfg.Linger:
 				next = min(next, p.cfg.Linger-age)
 			case pp.inflight < p.cfg.MaxInFlight && len(pp.ready) == 0:
@@ -793,7 +832,7 @@ func (p *Producer) sendReady(ctx context.Context) time.Duration {
 		byNode[leader.addr] = append(byNode[leader.addr], b)
 		// One batch per partition per request: another pass at once sends
 		// the next, or the expired open batch, while there is room.
-		if pp.inflight < p.cfg.MaxInFlight && (len(pp.ready) > 0 || len(pp.open) > 0 && now.Sub(pp.openSince) >= p.cfg.Linger) {
+		if pp.inflight < p.cfg.MaxInFlight && (len(pp.ready) > 0 || len(pp.open) > 0 && (now.Sub(pp.openSince) >= p.cfg.Linger || pp.openBytes >= p.cfg.BatchBytes)) {
 			again = true
 		}
 	}

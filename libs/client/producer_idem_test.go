@@ -296,6 +296,11 @@ func startSeqNode(t *testing.T, f *seqNode, cfg ProducerConfig) (p *Producer, id
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 	}})
 	require.NoError(t, err)
+	if cfg.MaxBatchBytes == 0 {
+		// The tests count on a batch every BatchBytes: batches that grow
+		// while requests are in flight would leave too few to fail.
+		cfg.MaxBatchBytes = cfg.BatchBytes
+	}
 	p = c.NewProducer(cfg)
 	ids = &atomic.Int64{}
 	p.initID = func(ctx context.Context) (int64, int16, error) {

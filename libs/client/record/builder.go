@@ -3,6 +3,7 @@ package record
 import (
 	"encoding/binary"
 	"math/bits"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -93,6 +94,11 @@ func (b *Builder) Reset() {
 	b.n = 0
 	b.raw = b.raw[:BatchHeaderSize]
 }
+
+// Grow makes room for n more bytes of records, so that appending them does
+// not copy the batch again and again as it grows (a producer that knows its
+// last batch's size calls it before the first record of the next).
+func (b *Builder) Grow(n int) { b.raw = slices.Grow(b.raw, n) }
 
 // Len returns the number of records appended since the last Reset.
 func (b *Builder) Len() int { return int(b.n) }

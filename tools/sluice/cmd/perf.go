@@ -147,6 +147,7 @@ type perfProduceOptions struct {
 	producers       int
 	maxInFlight     int
 	maxRequestBytes int
+	maxBatchBytes   int
 	bufferBytes     int
 	transactionalID string
 	txnInterval     time.Duration
@@ -191,6 +192,7 @@ every record of the transaction, to its return) and the EndTxn part of it
 	f.StringVar(&o.compression, "compression", "none", "Batch compression: none, gzip, snappy, lz4 or zstd.")
 	f.IntVar(&o.producers, "producers", 1, "Concurrent producers, each with its own client and streams.")
 	f.IntVar(&o.maxInFlight, "max-in-flight", 5, "Batches per partition sent and not yet answered (Kafka's default is 5, the most idempotence allows).")
+	f.IntVar(&o.maxBatchBytes, "max-batch-bytes", 0, "Most a batch grows to while its partition has --max-in-flight batches unanswered (0: the SDK default, 1 MiB; the --batch-size value turns the growth off).")
 	f.IntVar(&o.maxRequestBytes, "max-request-bytes", 1<<20, "Largest produce request (max.request.size).")
 	f.IntVar(&o.bufferBytes, "buffer-bytes", 64<<20, "Producer buffer (buffer.memory).")
 	f.StringVar(&o.transactionalID, "transactional-id", "", "Produce in transactions with this transactional id (with --producers N: ID-0 to ID-<N-1>); off when empty.")
@@ -215,7 +217,7 @@ func runPerfProduce(ctx context.Context, g *globals, o *perfProduceOptions, prog
 		return nil, fmt.Errorf("--max-in-flight %d: the idempotent producer allows at most 5; pass --idempotence=false for more", o.maxInFlight)
 	}
 	cfg := client.ProducerConfig{
-		Acks: acks, Linger: o.linger, BatchBytes: o.batchSize, MaxRequestBytes: o.maxRequestBytes,
+		Acks: acks, Linger: o.linger, BatchBytes: o.batchSize, MaxBatchBytes: o.maxBatchBytes, MaxRequestBytes: o.maxRequestBytes,
 		Compression: codec, MaxInFlight: o.maxInFlight, BufferBytes: o.bufferBytes, DisableIdempotence: disable,
 	}
 	txn := o.transactionalID != ""
@@ -367,7 +369,7 @@ func runPerfProduce(ctx context.Context, g *globals, o *perfProduceOptions, prog
 	s.Config = map[string]any{
 		"num_records": o.numRecords, "record_size": o.recordSize, "throughput": o.throughput, "acks": o.acks,
 		"batch_size": o.batchSize, "linger": o.linger.String(), "compression": o.compression, "producers": o.producers,
-		"max_in_flight": o.maxInFlight, "max_request_bytes": o.maxRequestBytes, "partitions": o.partitions,
+		"max_in_flight": o.maxInFlight, "max_request_bytes": o.maxRequestBytes, "max_batch_bytes": o.maxBatchBytes, "partitions": o.partitions,
 	}
 	if txn {
 		s.Config["transactional_id"], s.Config["txn_interval"] = o.transactionalID, o.txnInterval.String()
