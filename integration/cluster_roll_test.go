@@ -36,6 +36,7 @@ type rollHook struct {
 
 	mu         sync.Mutex
 	order      []int32
+	wasActive  []bool // whether each restarted node was the active controller when asked
 	violations []string
 }
 
@@ -83,8 +84,15 @@ func (h *rollHook) restart(ctx context.Context, id int32) string {
 		h.violations = append(h.violations, fmt.Sprintf("node %d asked to restart while %s", id, why))
 		h.mu.Unlock()
 	}
+	active := false
+	descCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	if desc, err := h.cl.DescribeCluster(descCtx); err == nil {
+		active = desc.GetControllerId() == id
+	}
+	cancel()
 	h.mu.Lock()
 	h.order = append(h.order, id)
+	h.wasActive = append(h.wasActive, active)
 	h.mu.Unlock()
 	p := nodeByID(h.c, id)
 	if p == nil {
@@ -192,17 +200,18 @@ func (tr *rollTraffic) produce(ctx context.Context, p *client.Producer, topic st
 }
 
 // `sluice cluster roll` restarts every process of a cluster (three storage
-// nodes, each with the replication and coordinator roles, and a controller)
+// nodes, each with the replication and coordinator roles, and three
+// controllers forming the etcd quorum)
 // through a restart command while an idempotent acks=all producer and a
 // consumer group run: every acknowledged record is kept exactly once and
 // consumed, the clients surface no error, each restart is asked for only
 // once the previous one has recovered (no under-replicated partition), and
-// the controller goes last.
+// the controllers go last, the active one very last.
 func TestClusterRollingRestart(t *testing.T) {
 	began := time.Now()
 	// A graceful stop far longer than a node may take to stop (see
 	// restart): streams still open when it runs would hold it all along.
-	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 3, ExtraArgs: []string{"--grpc.graceful-stop-timeout=60s"}})
+	c := cluster.Start(t, cluster.Options{Controllers: 3, StorageNodes: 3, ExtraArgs: []string{"--grpc.graceful-stop-timeout=60s"}})
 	cl := cluster.Client(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -227,8 +236,10 @@ func TestClusterRollingRestart(t *testing.T) {
 	}
 	plan, err := roll("--dry-run")
 	require.NoError(t, err)
-	controller := c.Controllers()[0].NodeID
-	require.Regexp(t, `(?s)1\. storage-node .*2\. storage-node .*3\. storage-node .*4\. controller\s+node `+strconv.Itoa(int(controller))+` `, plan)
+	active, err := activeController(ctx, c, cl)
+	require.NoError(t, err)
+	require.Regexp(t, `(?s)1\. storage-node .*2\. storage-node .*3\. storage-node .*4\. controller .*5\. controller .*6\. controller\s+node `+
+		strconv.Itoa(int(active.NodeID))+` .*active controller`, plan)
 	require.Empty(t, hook.order, "a dry run restarts nothing")
 
 	led := newLedger()
@@ -279,11 +290,19 @@ func TestClusterRollingRestart(t *testing.T) {
 	require.NoError(t, p.Close(ctx))
 
 	hook.mu.Lock()
-	order, violations := append([]int32(nil), hook.order...), append([]string(nil), hook.violations...)
+	order, wasActive, violations := append([]int32(nil), hook.order...), append([]bool(nil), hook.wasActive...), append([]string(nil), hook.violations...)
 	hook.mu.Unlock()
 	require.Empty(t, violations, "the roll asked for a restart before the cluster had recovered")
 	require.Len(t, order, len(c.Processes()), "every process restarted once")
-	require.Equal(t, controller, order[len(order)-1], "the controller last")
+	controllers := map[int32]bool{}
+	for _, p := range c.Controllers() {
+		controllers[p.NodeID] = true
+	}
+	for i, id := range order {
+		last := i >= len(order)-len(controllers)
+		require.Equal(t, last, controllers[id], "step %d (node %d): controllers restart last, after every other process", i+1, id)
+		require.Equal(t, i == len(order)-1, wasActive[i], "step %d (node %d): only the last restart is of the active controller", i+1, id)
+	}
 	// The roll's own account: each step ends healthy with no under-replicated
 	// partition before the next step's restart command runs.
 	steps := regexp.MustCompile(`step (\d+)/\d+ node \d+: (restarting|restart command done|restarted|healthy, registered, under-replicated partitions 0)`).FindAllStringSubmatch(out, -1)
