@@ -107,6 +107,15 @@ type limitedConn struct {
 }
 
 func (c *limitedConn) Read(b []byte) (int, error) {
+	if err := c.waitReady(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Read(b)
+}
+
+// waitReady waits until readyAt, the end of the connection's creation
+// throttle.
+func (c *limitedConn) waitReady() error {
 	if !c.ready.Load() {
 		if d := time.Until(c.readyAt); d > 0 {
 			t := time.NewTimer(d)
@@ -114,12 +123,12 @@ func (c *limitedConn) Read(b []byte) (int, error) {
 			case <-t.C:
 			case <-c.closed:
 				t.Stop()
-				return 0, net.ErrClosed
+				return net.ErrClosed
 			}
 		}
 		c.ready.Store(true)
 	}
-	return c.Conn.Read(b)
+	return nil
 }
 
 func (c *limitedConn) Close() error {
