@@ -333,12 +333,23 @@ func (c *Cluster) WaitHealthy(ctx context.Context, timeout time.Duration) error 
 
 // StopAll stops every process: SIGTERM, then SIGKILL for any that has not
 // exited within 10 s. Paused processes are resumed first so they can exit.
+// Processes without the controller role stop first, in parallel, then the
+// controllers: a storage node's controlled shutdown asks the active
+// controller to move its leaderships away, and with the controllers gone
+// at the same moment it retried for its whole timeout (3 s) before giving
+// up, on every multi-process cluster a test tore down.
 func (c *Cluster) StopAll() {
-	var wg sync.WaitGroup
-	for _, p := range c.procs {
-		wg.Go(func() { _ = p.Stop(10 * time.Second) })
+	stop := func(controllers bool) {
+		var wg sync.WaitGroup
+		for _, p := range c.procs {
+			if p.Roles.Has(role.Controller) == controllers {
+				wg.Go(func() { _ = p.Stop(10 * time.Second) })
+			}
+		}
+		wg.Wait()
 	}
-	wg.Wait()
+	stop(false)
+	stop(true)
 }
 
 type lockedWriter struct {
