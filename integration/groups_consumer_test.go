@@ -200,9 +200,15 @@ func assignments(members []*groupMember) string {
 func TestGroupConsumersShareTopic(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{Combined: true, ExtraArgs: groupArgs})
 	cl := cluster.Client(t, c)
+	// The variants use topics and groups of their own and spend most of
+	// their time waiting on rebalances and commits: they share the cluster
+	// at once.
 	for _, v := range groupVariants {
 		for _, n := range []int{2, 3} {
-			t.Run(fmt.Sprintf("%s-%d", v.name, n), func(t *testing.T) { testGroupShare(t, cl, v, n) })
+			t.Run(fmt.Sprintf("%s-%d", v.name, n), func(t *testing.T) {
+				t.Parallel()
+				testGroupShare(t, cl, v, n)
+			})
 		}
 	}
 }
@@ -290,9 +296,15 @@ func TestConsumeCLIGroupCommitsWhatItPrinted(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{Combined: true, ExtraArgs: groupArgs})
 	cl := cluster.Client(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
+	// Cleanup, not defer: the parallel subtests run after this function
+	// returns.
+	t.Cleanup(cancel)
+	// The protocols use topics and groups of their own and spend most of
+	// their time in the CLI's --timeout runs: they share the cluster at
+	// once.
 	for _, proto := range []string{"classic", "consumer"} {
 		t.Run(proto, func(t *testing.T) {
+			t.Parallel()
 			topic, group := "cli-"+proto, "cli-group-"+proto
 			_, err := cl.CreateTopic(ctx, topic, 3, 1, nil)
 			require.NoError(t, err)
