@@ -505,6 +505,9 @@ func TestGroupConsumersFollowNewPartitions(t *testing.T) {
 				GroupID: topic, Topics: []string{topic}, Protocol: v.protocol, Assignors: v.assignors,
 				SessionTimeout: 6 * time.Second, HeartbeatInterval: 300 * time.Millisecond,
 				AutoCommit: true, AutoCommitInterval: 200 * time.Millisecond, Reset: client.ResetEarliest,
+				// The classic leader sees the new partitions on its next
+				// metadata refresh, not the default 10 s later.
+				MetadataMaxAge: time.Second,
 			}
 			led := newLedger()
 			members := []*groupMember{startGroupMember(t, cl, cfg, led), startGroupMember(t, cl, cfg, led)}

@@ -188,14 +188,14 @@ func (m *classicMember) needsJoin(ctx context.Context) (bool, error) {
 	m.mu.Lock()
 	need := m.gen < 0 || m.needRejoin
 	m.mu.Unlock()
-	if !need && m.counts != nil && time.Since(m.countsChecked) >= patternRecheck {
+	if !need && m.counts != nil && time.Since(m.countsChecked) >= m.g.cfg.MetadataMaxAge {
 		m.countsChecked = time.Now()
 		if topic, changed := m.countsChanged(ctx); changed {
 			m.requestRejoin(fmt.Sprintf("the partition count of topic %q changed", topic))
 			return true, nil
 		}
 	}
-	if need || m.g.pattern == nil || time.Since(m.checked) < patternRecheck {
+	if need || m.g.pattern == nil || time.Since(m.checked) < m.g.cfg.MetadataMaxAge {
 		return need, nil
 	}
 	m.checked = time.Now()
@@ -224,10 +224,6 @@ func (m *classicMember) countsChanged(ctx context.Context) (string, bool) {
 	}
 	return "", false
 }
-
-// patternRecheck is how often a pattern subscription looks for new or
-// deleted topics.
-const patternRecheck = 10 * time.Second
 
 // startJoin prepares the member for a rebalance (revoking or losing
 // partitions as the protocol demands) and starts JoinGroup and SyncGroup.

@@ -97,6 +97,12 @@ type GroupConsumerConfig struct {
 	AutoCommit bool
 	// AutoCommitInterval is auto.commit.interval.ms. Default 5 s.
 	AutoCommitInterval time.Duration
+	// MetadataMaxAge is how often a classic-protocol member refreshes the
+	// metadata of its subscription: the group's leader rebalances when a
+	// topic it assigned grew, and a TopicPattern subscription rejoins when
+	// the matching topics changed (Kafka's clients notice both on their
+	// metadata refresh, metadata.max.age.ms). Default 10 s.
+	MetadataMaxAge time.Duration
 	// Reset says where to start reading a partition for which the group
 	// has no committed offset (auto.offset.reset). It overrides
 	// Consumer.Reset.
@@ -123,6 +129,9 @@ const (
 	defaultRebalanceTimeout   = 5 * time.Minute
 	defaultHeartbeatInterval  = 3 * time.Second
 	defaultAutoCommitInterval = 5 * time.Second
+	// Shorter than Kafka's 5 min metadata.max.age.ms: a refresh of the
+	// subscribed topics' metadata costs one small call.
+	defaultMetadataMaxAge = 10 * time.Second
 )
 
 // validate checks the configuration and fills in defaults.
@@ -188,6 +197,7 @@ func (cfg *GroupConsumerConfig) validate() error {
 	defaultDuration(&cfg.RebalanceTimeout, defaultRebalanceTimeout, "RebalanceTimeout", bad)
 	defaultDuration(&cfg.HeartbeatInterval, defaultHeartbeatInterval, "HeartbeatInterval", bad)
 	defaultDuration(&cfg.AutoCommitInterval, defaultAutoCommitInterval, "AutoCommitInterval", bad)
+	defaultDuration(&cfg.MetadataMaxAge, defaultMetadataMaxAge, "MetadataMaxAge", bad)
 	if cfg.Protocol == GroupProtocolClassic && cfg.HeartbeatInterval >= cfg.SessionTimeout && cfg.SessionTimeout > 0 {
 		bad("HeartbeatInterval (%v) must be below SessionTimeout (%v)", cfg.HeartbeatInterval, cfg.SessionTimeout)
 	}

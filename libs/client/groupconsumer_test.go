@@ -18,6 +18,7 @@ func TestGroupConfigDefaults(t *testing.T) {
 	require.Equal(t, 5*time.Minute, cfg.RebalanceTimeout)
 	require.Equal(t, 3*time.Second, cfg.HeartbeatInterval)
 	require.Equal(t, 5*time.Second, cfg.AutoCommitInterval)
+	require.Equal(t, 10*time.Second, cfg.MetadataMaxAge)
 	require.Equal(t, ResetEarliest, cfg.Consumer.Reset, "the group's reset policy reaches the consumer")
 	var names []string
 	for _, a := range cfg.Assignors {
