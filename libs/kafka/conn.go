@@ -237,8 +237,8 @@ func (c *conn) readLoop() {
 			c.s.queued.release(int64(size))
 			return
 		}
-		frame := make([]byte, size)
-		if _, err := io.ReadFull(c.br, frame); err != nil {
+		frame, err := c.readFrame(int(size))
+		if err != nil {
 			c.s.queued.release(int64(size))
 			if !c.isStopping() {
 				c.logger.Debug("reading a Kafka request failed", log.Err(err), slog.Int("size", int(size)))
@@ -248,6 +248,7 @@ func (c *conn) readLoop() {
 		}
 		c.s.metrics.bytesIn.Add(context.Background(), int64(size)+4)
 		if !c.waitMuted() {
+			frame.free()
 			c.s.queued.release(int64(size))
 			return
 		}
@@ -260,11 +261,17 @@ func (c *conn) readLoop() {
 
 // handle decodes one frame, calls its handler and queues its slot. It
 // reports false when the connection must close. It gives the frame's
-// bytes back to the request budget once the answer is ready (or there is
-// none).
-func (c *conn) handle(frame []byte) bool {
+// bytes back to the request budget, and a pooled frame to its pool, once
+// the answer is ready: encoded, or known to be none (see requestFrame).
+func (c *conn) handle(fr requestFrame) bool {
+	frame := fr.b
 	var releaseOnce sync.Once
-	release := func() { releaseOnce.Do(func() { c.s.queued.release(int64(len(frame))) }) }
+	release := func() {
+		releaseOnce.Do(func() {
+			fr.free()
+			c.s.queued.release(int64(len(frame)))
+		})
+	}
 	// Every path below ends in release: the early returns through this
 	// defer, a Reply.Wait through finish.
 	waiting := false

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sluice-io/sluice/libs/client/wire"
 )
 
 // frameOf is req at version as a request frame without its size prefix.
@@ -105,10 +107,15 @@ func FuzzRequestDecode(f *testing.F) {
 		defer client.Close()
 		c := newConn(s, server)
 		defer c.close()
+		// The frame is pooled as Produce frames are, so the fuzzer also
+		// checks that nothing reads a frame after it is freed (freed
+		// frames are overwritten in tests).
+		buf := wire.BufferPool().Get(len(frame))
+		copy(*buf, frame)
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
 		require.NoError(t, s.queued.acquire(context.Background(), nil, int64(len(frame))))
-		if c.handle(frame) {
+		if c.handle(requestFrame{b: *buf, buf: buf}) {
 			select {
 			case sl := <-c.pending:
 				<-sl.done

@@ -22,7 +22,13 @@ type Request struct {
 	CorrelationID int32
 	// ClientID is the header's client id ("" when null).
 	ClientID string
-	// Msg is the decoded body, its version set.
+	// Msg is the decoded body, its version set. Its strings are its own;
+	// its byte fields (a Produce's record batches, SASL tokens, group
+	// metadata) point into the frame it was read from. A Produce frame is
+	// a pooled buffer, reused for a later request once the response is
+	// encoded (after Reply.Wait, if set, has returned) or once there is
+	// none: a Produce handler must copy what it keeps of those bytes
+	// beyond that. Other frames are never reused.
 	Msg kmsg.Request
 	// Conn is the connection the request came on.
 	Conn *Conn

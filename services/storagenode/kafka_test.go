@@ -3,6 +3,7 @@ package storagenode
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -472,4 +473,71 @@ func TestTopicIDOf(t *testing.T) {
 		_, ok := kafka.TopicID(bad)
 		require.False(t, ok, bad)
 	}
+}
+
+// The Kafka listener reuses a Produce request's frame, which the request's
+// record batches point into, once the response is encoded: nothing of the
+// append path may keep them. Each request's batches are overwritten once
+// its response is built, as a reused frame would be, and every batch must
+// still be fetched back byte for byte and the responses must not change.
+func TestKafkaProduceKeepsNoneOfTheRequestBytes(t *testing.T) {
+	r := newKafkaNode(t)
+	var want []byte
+	next, seq := int64(0), int32(0)
+	for i := range 30 {
+		acks := []int16{-1, 1, 0}[i%3]
+		values := make([]string, 1+i%4)
+		for j := range values {
+			values[j] = string(bytes.Repeat([]byte{byte('a' + i%26)}, 100+i*37+j))
+		}
+		b := kafkaBatch(t, record.CodecNone, values...)
+		if i%2 == 1 {
+			// Idempotent: the producer state keeps its sequence range.
+			bld := record.NewBuilder(record.CodecNone)
+			bld.SetProducer(4242, 0, seq)
+			seq += int32(len(values))
+			for _, v := range values {
+				require.NoError(t, bld.Append(&record.Record{Timestamp: 1700000000000, Value: []byte(v)}))
+			}
+			out, err := bld.Build()
+			require.NoError(t, err)
+			b = bytes.Clone(out)
+		}
+		sent := bytes.Clone(b)
+		req := produceReq(11, acks, "t", 0, b)
+		var before string
+		if acks == 0 {
+			reply, err := r.kafkaProduce(context.Background(), &kafka.Request{Key: 0, Version: 11, Msg: req})
+			require.NoError(t, err)
+			require.Nil(t, reply.Msg)
+		} else {
+			resp := call(t, r.kafkaProduce, req)
+			before = fmt.Sprintf("%+v", resp)
+			rp := onlyProduce(t, resp)
+			require.Zero(t, rp.ErrorCode, "request %d: %v", i, rp.ErrorMessage)
+			require.Equal(t, next, rp.BaseOffset)
+			for k := range b {
+				b[k] = 0xdb // the frame, reused
+			}
+			require.Equal(t, before, fmt.Sprintf("%+v", resp), "request %d: the response points into the request", i)
+		}
+		for k := range b {
+			b[k] = 0xdb
+		}
+		record.AssignOffsets(sent, next, 3)
+		want = append(want, sent...)
+		next += int64(len(values))
+	}
+	var got []byte
+	for offset := int64(0); offset < next; {
+		fp := onlyFetch(t, call(t, r.kafkaFetch, fetchReq(11, "t", [16]byte{}, offset)))
+		require.Zero(t, fp.ErrorCode)
+		require.NotEmpty(t, fp.RecordBatches)
+		got = append(got, fp.RecordBatches...)
+		for it := record.Batches(fp.RecordBatches); it.Next(); {
+			h := it.Header()
+			offset = h.LastOffset() + 1
+		}
+	}
+	require.Equal(t, want, got)
 }
