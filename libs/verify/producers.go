@@ -98,6 +98,8 @@ func (r *runner) runPlain(ctx context.Context, proc int, idempotent bool, rate f
 	pace := newPacer(rate)
 	var seq int64
 	var wg sync.WaitGroup
+	sends := &sendLog{record: func(t check.Txn) { r.rec.Txn(t) }}
+	defer sends.flushAll()
 	for pace.wait(ctx) {
 		for n := pace.due(time.Now()); n > 0; n-- {
 			topic, part, key := r.target(rng, topics)
@@ -106,6 +108,7 @@ func (r *runner) runPlain(ctx context.Context, proc int, idempotent bool, rate f
 			start := r.now()
 			rec := &client.Record{Topic: topic, Partition: part, Key: []byte(key), Value: []byte(value)}
 			send := check.Send{Topic: topic, Partition: part, Key: key, Value: value, Offset: check.NoOffset}
+			slot := sends.add()
 			wg.Add(1)
 			err := p.Produce(ctx, rec, func(res client.Result) {
 				defer wg.Done()
@@ -115,7 +118,7 @@ func (r *runner) runPlain(ctx context.Context, proc int, idempotent bool, rate f
 					send.Acked, send.Offset = true, res.Offset
 				}
 				t.Sends = []check.Send{send}
-				r.rec.Txn(t)
+				sends.done(slot, t)
 			})
 			if err != nil {
 				wg.Done()
@@ -125,7 +128,7 @@ func (r *runner) runPlain(ctx context.Context, proc int, idempotent bool, rate f
 				if ctx.Err() == nil {
 					log.Warn("produce refused", slog.Any("err", err))
 				}
-				r.rec.Txn(check.Txn{Process: proc, Start: start, CommitStart: start, End: r.now(), Commit: true,
+				sends.done(slot, check.Txn{Process: proc, Start: start, CommitStart: start, End: r.now(), Commit: true,
 					Idempotent: idempotent, Outcome: outcome, Epoch: -1, Sends: []check.Send{send}})
 				break
 			}
@@ -139,6 +142,71 @@ func (r *runner) runPlain(ctx context.Context, proc int, idempotent bool, rate f
 		log.Warn("closing producer", slog.Any("err", err))
 	}
 	waitGroup(&wg, 15*time.Second)
+}
+
+// sendLog records one producer's sends in the order it made them, whatever
+// the order their outcomes arrive in. The history keeps each producer's
+// transactions in the order it ran them, and the checker compares acknowledged
+// offsets in that order (NonMonotonicSend). Callbacks are not a safe proxy
+// for it: when a batch is answered with a retriable error after the leader
+// appended it (REQUEST_TIMED_OUT while its replicas lag, say) and a later
+// batch in flight is acknowledged meanwhile, the later batch's callbacks run
+// first and the retried one's, answered with its original (lower) offset,
+// after them. Recording in callback order would then report a reordering
+// that the log does not have.
+type sendLog struct {
+	record func(check.Txn)
+	mu     sync.Mutex
+	next   uint64 // index of the first slot not recorded yet
+	slots  []sendSlot
+}
+
+type sendSlot struct {
+	t    check.Txn
+	done bool
+}
+
+// add reserves the next slot in send order and returns its index.
+func (l *sendLog) add() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.slots = append(l.slots, sendSlot{})
+	return l.next + uint64(len(l.slots)) - 1
+}
+
+// done fills a slot with its transaction and records every filled slot from
+// the oldest unrecorded one on.
+func (l *sendLog) done(slot uint64, t check.Txn) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if slot < l.next {
+		// Late, after flushAll: nothing is held behind it any more.
+		l.record(t)
+		return
+	}
+	l.slots[slot-l.next] = sendSlot{t: t, done: true}
+	n := 0
+	for n < len(l.slots) && l.slots[n].done {
+		l.record(l.slots[n].t)
+		n++
+	}
+	l.slots = l.slots[n:]
+	l.next += uint64(n)
+}
+
+// flushAll records the filled slots still held behind one whose outcome
+// never came (a callback that did not run before the producer was given
+// up); the missing ones stay out of the history, as they did before.
+func (l *sendLog) flushAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range l.slots {
+		if s.done {
+			l.record(s.t)
+		}
+	}
+	l.next += uint64(len(l.slots))
+	l.slots = nil
 }
 
 // closeTimeout bounds how long a producer may take to settle its records
