@@ -146,6 +146,32 @@ func TestDataPathBadInput(t *testing.T) {
 	require.Nil(t, r3.GetResponse().GetResults()[0].GetError())
 	require.Equal(t, int64(0), r3.GetResponse().GetResults()[0].GetBaseOffset(), "the first valid batch gets offset 0")
 	require.NoError(t, stream.CloseSend())
+
+	// The SDK producer splits a batch refused as too large whose records
+	// fit one by one, and sends the pieces in order; a record too large
+	// alone fails with the leader's error.
+	_, err = cl.CreateTopic(ctx, "split", 1, 1, map[string]string{"max.message.bytes": "1024"})
+	require.NoError(t, err)
+	p := cl.NewProducer(client.ProducerConfig{Linger: 100 * time.Millisecond})
+	defer func() { _ = p.Close(context.Background()) }()
+	recs := make([]*client.Record, 40)
+	for i := range recs {
+		recs[i] = &client.Record{Topic: "split", Partition: 0, Value: bytes.Repeat([]byte{byte('a' + i%26)}, 100)}
+	}
+	recs[20].Value = make([]byte, 2000)
+	res, err := p.ProduceSync(ctx, recs...)
+	require.Error(t, err)
+	next := int64(0)
+	for i, r := range res {
+		if i == 20 {
+			require.Equal(t, errs.MessageTooLarge, errs.CodeOf(r.Err), "%v", r.Err)
+			require.Contains(t, r.Err.Error(), "1024")
+			continue
+		}
+		require.NoError(t, r.Err, "record %d", i)
+		require.Equal(t, next, r.Offset, "record %d", i)
+		next++
+	}
 }
 
 func randomBytes(n int) []byte {

@@ -50,8 +50,10 @@ type ProducerConfig struct {
 	// appends and fsyncs per byte) while an idle one sends as before, when
 	// Linger ends or BatchBytes is reached. Default 1 MiB, at most
 	// MaxRequestBytes; it stays under the default max.message.bytes
-	// (1,048,588), so a topic with a smaller max.message.bytes needs a
-	// smaller value. Set it to BatchBytes to turn the growth off.
+	// (1,048,588). A batch a topic with a smaller max.message.bytes
+	// refuses is split and sent again in order, and that partition stops
+	// growing batches (producer_split.go); a smaller value avoids the
+	// round trip. Set it to BatchBytes to turn the growth off.
 	MaxBatchBytes int
 	// MaxRequestBytes bounds one produce request (max.request.size).
 	// Default 1 MiB.
@@ -306,7 +308,9 @@ type prodBatch struct {
 	lastErr error
 	// builder holds data; it goes back to the pool once the batch is done.
 	builder *record.Builder
-	// order is the batch's place among its partition's batches.
+	// order is the batch's place among its partition's batches: the number
+	// of the partition's records sealed before its first, so the pieces of
+	// a split batch (producer_split.go) have places of their own.
 	order uint64
 	// seq is the batch's base sequence once it has been sent with one
 	// (idempotence), else -1; idGen is the producer id generation it
@@ -335,8 +339,12 @@ type prodPartition struct {
 	inflight  int
 	retryAt   time.Time
 	backoff   time.Duration
-	sealed    uint64 // batches sealed so far: the next one's order
-	idem      partIdem
+	sealed    uint64 // records sealed so far: the next batch's order
+	// splitBytes, once a batch was refused as too large, is the size of
+	// the pieces it was split into: batches are sealed at it, so they stay
+	// under the topic's max.message.bytes (producer_split.go).
+	splitBytes int
+	idem       partIdem
 }
 
 // NewProducer returns a producer.
@@ -478,12 +486,17 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 // before it. A sealed batch would only wait then, and many small batches
 // cost the leader one request, one append and one answer each; the batch
 // that grows instead goes when an answer makes room and the batches before
-// it have gone (sendReady).
+// it have gone (sendReady). Once a batch was refused as too large, no batch
+// passes the size of its pieces (producer_split.go).
 func (p *Producer) batchLimitLocked(pp *prodPartition) int {
+	limit := p.cfg.BatchBytes
 	if pp.inflight >= p.cfg.MaxInFlight || len(pp.ready) > 0 {
-		return p.cfg.MaxBatchBytes
+		limit = p.cfg.MaxBatchBytes
 	}
-	return p.cfg.BatchBytes
+	if pp.splitBytes > 0 {
+		limit = min(limit, pp.splitBytes)
+	}
+	return limit
 }
 
 // waitCond waits on c (p.mu held), waking when ctx ends too.
@@ -533,7 +546,7 @@ func (p *Producer) sealLocked(pp *prodPartition) {
 	recs := pp.open
 	b := &prodBatch{tp: pp.tp, data: data, recs: recs, traced: pp.openTrace, bytes: pp.openBytes, created: pp.openSince, builder: pp.builder,
 		order: pp.sealed, seq: -1, stampGen: stampGen, stampSeq: stampSeq}
-	pp.sealed++
+	pp.sealed += uint64(len(recs))
 	pp.open, pp.openTrace, pp.openBytes, pp.lastCount, pp.lastBytes = nil, nil, 0, len(recs), len(data)
 	pp.builder = p.builders.Get().(*record.Builder)
 	p.cfg.Partitioner.BatchSealed(pp.tp.partition)
@@ -960,6 +973,10 @@ func (p *Producer) complete(group []*prodBatch, resp *storagev1.ProduceResponse,
 			p.md.hint(b.tp.topic, b.tp.partition, e.Leader)
 		} else if e.Retriable() {
 			p.md.refreshSoon(b.tp.topic)
+		}
+		if e.Code == errs.MessageTooLarge && p.splitTooLargeLocked(pp, b) {
+			// Too large only as a whole: its pieces go in its place.
+			continue
 		}
 		retry := e.Retriable()
 		if !retry && p.idem && b.seq >= 0 && !p.closed {

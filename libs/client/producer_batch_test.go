@@ -2,11 +2,15 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-io/sluice/libs/client/errs"
 )
 
 // While a partition has MaxInFlight batches unanswered, the records that
@@ -63,4 +67,105 @@ func TestProducerIdleRecordGoesAfterLinger(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Len(t, f.sentBatches(), 3, "one batch per record produced alone")
+}
+
+// A batch that grew past the topic's max.message.bytes while its partition
+// could not send is refused as a whole; the producer splits it and sends
+// the pieces in its place, so every record is written once and in order,
+// with and without idempotence, and the partition stops growing batches
+// past the pieces' size.
+func TestProducerSplitsBatchRefusedAsTooLarge(t *testing.T) {
+	const n = 600
+	for _, tc := range []struct {
+		name string
+		cfg  ProducerConfig
+	}{
+		{"idempotent", ProducerConfig{}},
+		{"idempotence off", ProducerConfig{DisableIdempotence: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newSeqNode()
+			f.hold, f.holdFor = 5, 30*time.Millisecond
+			f.maxMessageBytes = 500
+			cfg := tc.cfg
+			cfg.BatchBytes, cfg.MaxBatchBytes, cfg.Linger = 200, 4000, time.Millisecond
+			p, _ := startSeqNode(t, f, cfg)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			produce := func(from, to int) {
+				recs := make([]*Record, 0, to-from)
+				for i := from; i < to; i++ {
+					recs = append(recs, &Record{Topic: "t", Partition: 0, Value: []byte(strconv.Itoa(i))})
+				}
+				res, err := p.ProduceSync(ctx, recs...)
+				require.NoError(t, err)
+				for i, r := range res {
+					require.Equal(t, int64(from+i), r.Offset)
+				}
+				require.Equal(t, numbers(to, nil), f.log(0), "each record once, in order")
+				requireSettled(t, p)
+			}
+			produce(0, n)
+			f.mu.Lock()
+			refused := f.tooLarge
+			f.mu.Unlock()
+			require.Positive(t, refused, "a grown batch was refused")
+			// Only batches grown before the first refusal was answered
+			// can be refused: those in flight and the open one.
+			require.LessOrEqual(t, refused, 2*maxIdempotentInFlight)
+			// The partition no longer grows batches past the pieces' size:
+			// stalled again, it is refused nothing more.
+			produce(n, n+n/3)
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			require.Equal(t, refused, f.tooLarge, "no batch refused after the split")
+		})
+	}
+}
+
+// A record that alone passes max.message.bytes fails with the leader's
+// error; the records batched with it are written, in order, although the
+// first pieces of the refused batch are refused again and split in turn.
+func TestProducerSingleRecordTooLargeFails(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  ProducerConfig
+	}{
+		{"idempotent", ProducerConfig{}},
+		{"idempotence off", ProducerConfig{DisableIdempotence: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newSeqNode()
+			f.maxMessageBytes = 1024
+			cfg := tc.cfg
+			cfg.Linger = 50 * time.Millisecond
+			p, _ := startSeqNode(t, f, cfg)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			const big = 20
+			var recs []*Record
+			var want []string
+			for i := range 40 {
+				v := fmt.Sprintf("%03d", i) + strings.Repeat("x", 97)
+				if i == big {
+					v = strings.Repeat("y", 2000)
+				} else {
+					want = append(want, v)
+				}
+				recs = append(recs, &Record{Topic: "t", Partition: 0, Value: []byte(v)})
+			}
+			res, err := p.ProduceSync(ctx, recs...)
+			require.Error(t, err)
+			for i, r := range res {
+				if i != big {
+					require.NoError(t, r.Err, "record %d", i)
+					continue
+				}
+				require.True(t, errs.Is(r.Err, errs.MessageTooLarge), "%v", r.Err)
+				require.Contains(t, r.Err.Error(), "exceeds max.message.bytes 1024")
+			}
+			require.Equal(t, want, f.log(0))
+			requireSettled(t, p)
+		})
+	}
 }

@@ -49,6 +49,10 @@ type seqNode struct {
 	// a non-nil error is the answer and nothing is appended; append
 	// appends it first, as if only the answer were lost.
 	fault func(n int, part int32, h record.BatchHeader) (err *errs.Error, appendFirst bool)
+	// maxMessageBytes, when set, refuses larger batches as a topic's
+	// max.message.bytes does.
+	maxMessageBytes int
+	tooLarge        int // batches refused for maxMessageBytes
 
 	mu        sync.Mutex
 	logs      map[int32][]string // record values per partition, in offset order
@@ -178,6 +182,11 @@ func (f *seqNode) answer(req *storagev1.ProduceRequest) *storagev1.ProduceRespon
 		n := f.batches
 		f.batches++
 		f.sent = append(f.sent, sentBatch{part: p.GetPartition(), pid: h.ProducerID, epoch: h.ProducerEpoch, seq: h.BaseSequence, count: h.RecordCount})
+		if f.maxMessageBytes > 0 && len(data) > f.maxMessageBytes {
+			f.tooLarge++
+			res.Error = errs.New(errs.MessageTooLarge, "batch of %d bytes exceeds max.message.bytes %d", len(data), f.maxMessageBytes).Proto()
+			continue
+		}
 		if f.fault != nil {
 			if e, appendFirst := f.fault(n, p.GetPartition(), h); e != nil {
 				if appendFirst {
