@@ -405,7 +405,21 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 	if r.Partition >= n {
 		return errs.New(errs.UnknownTopicOrPartition, "topic %q has %d partitions; %d does not exist", r.Topic, n, r.Partition)
 	}
-	size := len(r.Key) + len(r.Value) + 32
+	var sc trace.SpanContext
+	if p.c.cfg.Telemetry != nil {
+		sc = trace.SpanContextFromContext(ctx)
+	}
+	headers := r.Headers
+	if sc.IsValid() {
+		// The trace travels with the record, so a consumer's span can link
+		// to the producer's (W3C traceparent header).
+		carrier := propagation.MapCarrier{}
+		p.c.cfg.Telemetry.TextMapPropagator().Inject(ctx, carrier)
+		for k, v := range carrier {
+			headers = append(headers[:len(headers):len(headers)], record.Header{Key: k, Value: []byte(v)})
+		}
+	}
+	size := recordBytes(r.Key, r.Value, headers)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.txn != nil {
@@ -431,30 +445,32 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 	if ts.IsZero() {
 		ts = time.Now()
 	}
-	var sc trace.SpanContext
-	if p.c.cfg.Telemetry != nil {
-		sc = trace.SpanContextFromContext(ctx)
-	}
-	headers := r.Headers
-	if sc.IsValid() {
-		// The trace travels with the record, so a consumer's span can link
-		// to the producer's (W3C traceparent header).
-		carrier := propagation.MapCarrier{}
-		p.c.cfg.Telemetry.TextMapPropagator().Inject(ctx, carrier)
-		for k, v := range carrier {
-			headers = append(headers[:len(headers):len(headers)], record.Header{Key: k, Value: []byte(v)})
-		}
-	}
 	limit := p.batchLimitLocked(pp)
 	if pp.openBytes > 0 && pp.openBytes+size > limit {
 		p.sealLocked(pp)
 	}
 	if len(pp.open) == 0 && pp.lastBytes > 0 {
 		// A batch that grows to MaxBatchBytes would otherwise be copied
-		// into a twice larger buffer a dozen times on its way there.
-		pp.builder.Grow(pp.lastBytes)
+		// into a twice larger buffer a dozen times on its way there. No
+		// more than the batch may reach now: BufferBytes does not count
+		// reserved room, and a partition that can send at once seals at
+		// BatchBytes (many keyed partitions each holding 1 MiB of room
+		// after a burst would add up).
+		pp.builder.Grow(min(pp.lastBytes, limit))
 	}
-	if err := pp.builder.Append(&record.Record{Timestamp: ts.UnixMilli(), Key: r.Key, Value: r.Value, Headers: headers}); err != nil {
+	// The builder knows each record's exact encoded size: it refuses a
+	// record that would take the batch past the limit (size is an
+	// estimate), and the record goes into the next batch instead. A record
+	// alone larger than the limit is let through and left to the node.
+	rec := &record.Record{Timestamp: ts.UnixMilli(), Key: r.Key, Value: r.Value, Headers: headers}
+	pp.builder.SetMaxBytes(limit)
+	err := pp.builder.Append(rec)
+	if err != nil && len(pp.open) > 0 && errs.Is(err, errs.MessageTooLarge) {
+		p.sealLocked(pp)
+		pp.builder.SetMaxBytes(limit)
+		err = pp.builder.Append(rec)
+	}
+	if err != nil {
 		return err
 	}
 	if len(pp.open) == 0 {
@@ -478,6 +494,18 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 	}
 	p.kick()
 	return nil
+}
+
+// recordBytes is what a record counts for against BatchBytes, BufferBytes
+// and the batch limits: its key, value and headers and a bound on the
+// varints and fields around them (a record without headers needs at most
+// 32 more bytes in practice; each header at most 10 for its two lengths).
+func recordBytes(key, value []byte, headers []record.Header) int {
+	n := len(key) + len(value) + 32
+	for _, h := range headers {
+		n += len(h.Key) + len(h.Value) + 10
+	}
+	return n
 }
 
 // batchLimitLocked is the size at which the partition's open batch is

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/client/record"
 )
 
 // While a partition has MaxInFlight batches unanswered, the records that
@@ -168,4 +169,30 @@ func TestProducerSingleRecordTooLargeFails(t *testing.T) {
 			requireSettled(t, p)
 		})
 	}
+}
+
+// A grown batch stays within MaxBatchBytes counting everything a record
+// encodes, headers included: with MaxBatchBytes equal to the topic's
+// max.message.bytes no batch is refused. Records whose headers outweigh
+// their values were once counted by key and value alone, and batches grew
+// to several times the limit.
+func TestProducerGrownBatchCountsHeaders(t *testing.T) {
+	const n = 400
+	f := newSeqNode()
+	f.hold, f.holdFor = 5, 30*time.Millisecond
+	f.maxMessageBytes = 4000
+	p, _ := startSeqNode(t, f, ProducerConfig{BatchBytes: 200, MaxBatchBytes: 4000, Linger: time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	hdr := []byte(strings.Repeat("h", 100))
+	recs := make([]*Record, n)
+	for i := range recs {
+		recs[i] = &Record{Topic: "t", Partition: 0, Value: []byte(strconv.Itoa(i)), Headers: []record.Header{{Key: "trace", Value: hdr}}}
+	}
+	_, err := p.ProduceSync(ctx, recs...)
+	require.NoError(t, err)
+	require.Equal(t, numbers(n, nil), f.log(0))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.Zero(t, f.tooLarge, "a batch passed MaxBatchBytes")
 }
