@@ -237,8 +237,10 @@ compose-up:
 ## deploy-test: the compose cluster end to end from no image (deploy/compose/deploy-test.sh): a round trip with
 ## replication factor 3 and a consumer group through the published ports, then, under acks=all load and a consuming
 ## group, a storage node, the active controller and the group's coordinator killed, a storage node paused and one
-## cut from the network, each healed, without losing an acknowledged record; removes everything it made. Needs
-## Docker; not part of make test (docs/operations.md, "The compose cluster").
+## cut from the network, each healed; a rolling restart of every container (sluice cluster roll); a fourth storage
+## node added with a throttled reassignment onto it (replicas compared byte for byte), then drained and removed;
+## no acknowledged record may be lost; prints each phase's time and longest producer stall; removes everything it
+## made. Needs Docker; about 10-15 minutes; not part of make test (docs/operations.md, "The compose cluster").
 deploy-test:
 	$(ROOT)/deploy/compose/deploy-test.sh
 
