@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -340,6 +341,12 @@ type prodPartition struct {
 	retryAt   time.Time
 	backoff   time.Duration
 	sealed    uint64 // records sealed so far: the next batch's order
+	// settled counts the partition's records whose batches have settled
+	// in order: the order of the next batch whose callbacks may run.
+	// held are settled batches waiting for an earlier one, by order
+	// (see finishLocked).
+	settled uint64
+	held    []heldDelivery
 	// splitBytes, once a batch was refused as too large, is the size of
 	// the pieces it was split into: batches are sealed at it, so they stay
 	// under the topic's max.message.bytes (producer_split.go).
@@ -382,8 +389,10 @@ var ErrProducerClosed = errors.New("producer is closed")
 
 // Produce queues a record; cb (which may be nil) receives its result once.
 // It blocks while the producer's buffer is full, until ctx ends. Callbacks
-// run on one goroutine of the producer, in offset order within a
-// partition; a slow callback delays the ones after it.
+// run on one goroutine of the producer, in produce order within a
+// partition, retries included: offset order, except without idempotence and
+// with MaxInFlight above 1, where a retry may land after later batches. A
+// slow callback delays the ones after it.
 func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) error {
 	if p.cfgErr != nil {
 		return p.cfgErr
@@ -693,6 +702,9 @@ func (p *Producer) Close(ctx context.Context) error {
 	for p.inflight > 0 && ctx.Err() == nil {
 		p.waitCond(ctx, p.idle)
 	}
+	if p.inflight == 0 {
+		p.releaseHeldLocked()
+	}
 	p.mu.Unlock()
 	if cerr := p.waitCallbacks(ctx); err == nil {
 		err = cerr
@@ -701,7 +713,10 @@ func (p *Producer) Close(ctx context.Context) error {
 }
 
 // finishLocked reports a batch's result to its records' callbacks (outside
-// the lock, see deliver) and frees its buffer space.
+// the lock, see deliver) and frees its buffer space. Every sealed batch, or
+// every piece of a split one, settles here exactly once; the callbacks of
+// one whose order is past the partition's settled count wait in held until
+// the batches before it have settled.
 func (p *Producer) finishLocked(b *prodBatch, base int64, err error) {
 	if b.builder != nil {
 		b.builder.Reset()
@@ -717,7 +732,46 @@ func (p *Producer) finishLocked(b *prodBatch, base int64, err error) {
 	p.buffered -= b.bytes
 	p.spaceFree.Broadcast()
 	p.idle.Broadcast()
-	p.deliver(delivery{recs: b.recs, partition: b.tp.partition, base: base, err: err})
+	d := delivery{recs: b.recs, partition: b.tp.partition, base: base, err: err}
+	pp := p.parts[b.tp]
+	if b.order != pp.settled {
+		// An earlier batch of the partition (one whose answer was lost
+		// and is being resent, say) has not settled: this one's callbacks
+		// wait for it, so they run in offset order. Its buffer space is
+		// free already.
+		i, _ := slices.BinarySearchFunc(pp.held, b.order, func(h heldDelivery, o uint64) int { return cmp.Compare(h.order, o) })
+		pp.held = slices.Insert(pp.held, i, heldDelivery{order: b.order, d: d})
+		return
+	}
+	pp.settled += uint64(len(b.recs))
+	p.deliver(d)
+	for len(pp.held) > 0 && pp.held[0].order == pp.settled {
+		h := pp.held[0]
+		pp.held[0] = heldDelivery{}
+		pp.held = pp.held[1:]
+		pp.settled += uint64(len(h.d.recs))
+		p.deliver(h.d)
+	}
+}
+
+// heldDelivery is a settled batch whose callbacks wait for an earlier
+// batch of its partition.
+type heldDelivery struct {
+	order uint64
+	d     delivery
+}
+
+// releaseHeldLocked delivers every held batch in order. Every batch
+// settles, so none is held once nothing is pending; Close calls it in case
+// one were, so that no callback is lost.
+func (p *Producer) releaseHeldLocked() {
+	for _, pp := range p.parts {
+		for _, h := range pp.held {
+			pp.settled = h.order + uint64(len(h.d.recs))
+			p.deliver(h.d)
+		}
+		pp.held = nil
+	}
 }
 
 // delivery is one finished batch whose callbacks are still to run.
@@ -729,8 +783,11 @@ type delivery struct {
 }
 
 // deliver queues a batch's callbacks. One goroutine at a time runs the
-// queue, in order, so the callbacks of one partition's records run in
-// offset order (as Kafka's do). It runs outside the producer's lock and
+// queue, in order; finishLocked queues a partition's batches in the order
+// they were sealed (holding one that settles before an earlier one, as
+// after a resend answered with the original offset), so the callbacks of
+// one partition's records run in offset order (as Kafka's do), failures
+// in their places. It runs outside the producer's lock and
 // apart from the goroutines that receive responses: a callback that blocks
 // (on Produce with a full buffer, say) delays later callbacks, never the
 // responses that free the buffer.

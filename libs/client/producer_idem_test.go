@@ -336,6 +336,8 @@ func requireSettled(t *testing.T, p *Producer) {
 		require.Zero(t, pp.idem.resend, "%v", tp)
 		require.Empty(t, pp.idem.outstanding, "%v", tp)
 		require.Empty(t, pp.ready, "%v", tp)
+		require.Empty(t, pp.held, "%v: no callbacks held", tp)
+		require.Equal(t, pp.sealed, pp.settled, "%v: every sealed record settled", tp)
 	}
 }
 
