@@ -1,13 +1,13 @@
 package wire
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"net"
 	"sync"
 
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/mem"
 )
 
 // Why TLS connections get buffers of their own: in plaintext one read or
@@ -142,7 +142,13 @@ var gatherPool = sync.Pool{New: func() any { b := make([]byte, 0, SocketBuffer+m
 // plaintext and its header, padding and tag.
 const maxRecord = 16<<10 + 256
 
-// bufferedConn is the socket under a TLS connection: reads are buffered,
+// socketReadPool holds the read buffers under TLS connections: a
+// connection takes one when its socket has bytes to read and gives it back
+// once the TLS layer has consumed them, so an idle connection holds none.
+var socketReadPool mem.BufferPool = sharedPool
+
+// bufferedConn is the socket under a TLS connection: reads are buffered
+// (in a buffer held only while it has bytes not yet read; see ReadyReader),
 // and while a Write of the TLS connection runs (holds > 0) the records it
 // writes are gathered, sent whenever SocketBuffer bytes are full and when
 // it ends. The TLS layer writes whole records in order under its own
@@ -151,14 +157,14 @@ const maxRecord = 16<<10 + 256
 // write to the socket goes through mu.
 type bufferedConn struct {
 	net.Conn
-	r     *bufio.Reader
+	r     *ReadyReader
 	mu    sync.Mutex
 	holds int
 	buf   *[]byte
 }
 
 func newBufferedConn(raw net.Conn) *bufferedConn {
-	return &bufferedConn{Conn: raw, r: bufio.NewReaderSize(raw, SocketBuffer)}
+	return &bufferedConn{Conn: raw, r: NewReadyReader(raw, SocketBuffer, socketReadPool)}
 }
 
 func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
