@@ -668,11 +668,15 @@ func (k *Consumer) receive(ctx context.Context, gen int, stream grpc.ServerStrea
 	var it record.Iterator
 	it.DecompressLimit = k.cfg.DecompressLimit
 	broken := map[TopicPartition]bool{} // partitions parked on an undecodable batch
+	var chunk fetchChunk
+	aliased := false // records handed out point into chunk's buffers
 	for {
-		resp, err := stream.Recv()
-		if err != nil {
+		chunk.release(aliased)
+		aliased = false
+		if err := stream.RecvMsg(&chunk); err != nil {
 			return err
 		}
+		resp := &chunk.resp
 		tp := TopicPartition{resp.GetTopic(), resp.GetPartition()}
 		if broken[tp] {
 			continue // the rest of its stream lies beyond a batch it cannot read
@@ -706,7 +710,7 @@ func (k *Consumer) receive(ctx context.Context, gen int, stream grpc.ServerStrea
 		var recs []*ConsumedRecord
 		var block []ConsumedRecord // records are allocated in blocks, not one by one
 		aborted := newAbortFilter(resp.GetAbortedTransactions())
-		it.Reset(resp.GetBatches())
+		it.ResetPieces(chunk.batches)
 		for it.Next() {
 			b := it.Batch()
 			r := it.Record()
@@ -727,11 +731,14 @@ func (k *Consumer) receive(ctx context.Context, gen int, stream grpc.ServerStrea
 			cr := &block[len(block)-1]
 			if b.Attributes.Codec() != record.CodecNone {
 				// Decompressed records live in the iterator's reused
-				// buffer; uncompressed ones point into this chunk's own
-				// buffer, which nothing reuses.
+				// buffer; uncompressed ones point into this chunk's
+				// buffers, which are then not reused (fetchChunk).
 				cr.Key, cr.Value, cr.Headers = cloneNil(r.Key), cloneNil(r.Value), cloneHeaders(r.Headers)
-			} else if len(r.Headers) > 0 {
-				cr.Headers = append([]record.Header(nil), r.Headers...)
+			} else {
+				aliased = true
+				if len(r.Headers) > 0 {
+					cr.Headers = append([]record.Header(nil), r.Headers...)
+				}
 			}
 			recs = append(recs, cr)
 		}

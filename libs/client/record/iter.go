@@ -42,11 +42,26 @@ type Iterator struct {
 	rec     Record
 	err     error
 	errAt   int64 // base offset of the batch that failed, -1 if unknown
+
+	// Set by ResetPieces: the batches not yet entered are in sp (which
+	// includes batchLeft unread payload bytes of the current batch when
+	// splitBatch, an uncompressed batch read record by record across
+	// pieces).
+	split      bool
+	sp         span
+	pieces     [][]byte // sp's piece list, owned
+	splitBatch bool
+	batchLeft  int
+	gather     []byte // a compressed or broken batch gathered from pieces, reused
+	arena      []byte // records gathered from pieces, append-only (never reused)
 }
 
 // Reset points the iterator at a new buffer of batches and clears any error.
 func (it *Iterator) Reset(buf []byte) {
 	it.buf = buf
+	it.split, it.splitBatch, it.batchLeft = false, false, 0
+	clear(it.pieces)
+	it.sp = span{}
 	it.inBatch = false
 	it.recs = nil
 	it.left = 0
@@ -63,13 +78,13 @@ func (it *Iterator) Next() bool {
 		if it.inBatch && it.left > 0 {
 			return it.decodeRecord()
 		}
-		if it.inBatch && len(it.recs) != 0 {
-			it.err = errs.New(errs.CorruptMessage, "batch at offset %d has %d bytes after its last record", it.hdr.BaseOffset, len(it.recs))
+		if n := it.trailing(); it.inBatch && n != 0 {
+			it.err = errs.New(errs.CorruptMessage, "batch at offset %d has %d bytes after its last record", it.hdr.BaseOffset, n)
 			it.errAt = it.hdr.BaseOffset
 			return false
 		}
 		it.inBatch = false
-		if len(it.buf) == 0 {
+		if !it.more() {
 			return false
 		}
 		if !it.enterBatch() {
@@ -82,7 +97,7 @@ func (it *Iterator) Next() bool {
 // reports whether there is one. Use Batch to see its header; Next then
 // yields its records.
 func (it *Iterator) NextBatch() bool {
-	if it.err != nil || len(it.buf) == 0 {
+	if it.err != nil || !it.more() {
 		it.inBatch = false
 		return false
 	}
@@ -90,23 +105,35 @@ func (it *Iterator) NextBatch() bool {
 }
 
 func (it *Iterator) enterBatch() bool {
-	h, err := CheckBatch(it.buf, ValidateOptions{MaxBatchBytes: math.MaxInt32, Origin: FromReplica})
+	if it.split {
+		return it.enterPiece()
+	}
+	n, ok := it.enter(it.buf)
+	if ok {
+		it.buf = it.buf[n:]
+	}
+	return ok
+}
+
+// enter checks the batch at the start of b and makes it current,
+// returning its size.
+func (it *Iterator) enter(b []byte) (int, bool) {
+	h, err := CheckBatch(b, ValidateOptions{MaxBatchBytes: math.MaxInt32, Origin: FromReplica})
 	if err != nil {
 		it.err, it.errAt = err, -1
-		if len(it.buf) >= LogOverhead {
-			it.errAt = BaseOffset(it.buf)
+		if len(b) >= LogOverhead {
+			it.errAt = BaseOffset(b)
 		}
-		return false
+		return 0, false
 	}
-	batch := it.buf[:h.Size()]
-	it.buf = it.buf[h.Size():]
+	batch := b[:h.Size()]
 	it.hdr = h
 	payload := batch[BatchHeaderSize:]
 	if c := h.Attributes.Codec(); c != CodecNone {
 		it.scratch, err = Decompress(it.scratch[:0], payload, c, it.DecompressLimit)
 		if err != nil {
 			it.err, it.errAt = err, h.BaseOffset
-			return false
+			return 0, false
 		}
 		payload = it.scratch
 	}
@@ -114,11 +141,17 @@ func (it *Iterator) enterBatch() bool {
 	it.left = h.RecordCount
 	it.lastDel = -1
 	it.inBatch = true
-	return true
+	return h.Size(), true
 }
 
 func (it *Iterator) decodeRecord() bool {
-	if !it.decodeOne() {
+	ok := false
+	if it.splitBatch {
+		ok = it.decodeSplit()
+	} else {
+		ok = it.decodeOne()
+	}
+	if !ok {
 		it.errAt = it.hdr.BaseOffset
 		return false
 	}
@@ -132,6 +165,16 @@ func (it *Iterator) decodeOne() bool {
 		return false
 	}
 	whole := it.recs[:n+int(length)]
+	if !it.parseRecord(whole, length) {
+		return false
+	}
+	it.recs = it.recs[len(whole):]
+	return true
+}
+
+// parseRecord decodes whole, one record whose body is length bytes, and
+// makes it current.
+func (it *Iterator) parseRecord(whole []byte, length int64) bool {
 	kr := &it.kr
 	if err := kr.UnsafeReadFrom(whole); err != nil {
 		it.err = errs.New(errs.CorruptMessage, "batch at offset %d: record: %w", it.hdr.BaseOffset, err)
@@ -149,7 +192,6 @@ func (it *Iterator) decodeOne() bool {
 		return false
 	}
 	it.lastDel = delta
-	it.recs = it.recs[len(whole):]
 	it.left--
 	r := &it.rec
 	r.Offset = it.hdr.BaseOffset + delta
