@@ -35,7 +35,9 @@ type conn struct {
 	nc     net.Conn
 	info   *Conn
 	logger *slog.Logger
-	br     *bufio.Reader
+	// br reads requests; it holds a buffer only while it has bytes not
+	// yet read (see readBufferSize).
+	br *wire.ReadyReader
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -126,7 +128,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		s: s, nc: nc,
 		info:    &Conn{Remote: remote, Local: nc.LocalAddr(), Principal: "User:ANONYMOUS"},
 		logger:  s.logger.With(slog.String("remote", remote.String())),
-		br:      bufio.NewReaderSize(nc, 32<<10),
+		br:      wire.NewReadyReader(nc, readBufferSize, readPool),
 		ctx:     ctx,
 		idCtx:   ctx,
 		cancel:  cancel,
@@ -509,8 +511,18 @@ func (c *conn) writeLoop() {
 // or the connection fails; it returns the slot it took and did not write,
 // if any.
 func (c *conn) writeAll() *slot {
-	bw := bufio.NewWriterSize(c.nc, 64<<10)
+	// bw is taken when there is a response to write and given back once
+	// the responses queued so far are flushed.
+	var bw *bufio.Writer
+	defer func() {
+		if bw != nil {
+			putWriter(bw)
+		}
+	}()
 	for sl := range c.pending {
+		if bw == nil {
+			bw = getWriter(c.nc)
+		}
 		select {
 		case <-sl.done:
 		default:
@@ -536,11 +548,17 @@ func (c *conn) writeAll() *slot {
 		}
 		c.s.metrics.bytesOut.Add(context.Background(), int64(sl.size))
 		c.outstanding.Add(-1)
-		if len(c.pending) == 0 && !c.flush(bw) {
-			return nil
+		if len(c.pending) == 0 {
+			if !c.flush(bw) {
+				return nil
+			}
+			putWriter(bw)
+			bw = nil
 		}
 	}
-	_ = c.flush(bw)
+	if bw != nil {
+		_ = c.flush(bw)
+	}
 	return nil
 }
 

@@ -53,17 +53,20 @@ var releaseRequestFrame = func(buf *[]byte) { wire.BufferPool().Put(buf) }
 
 // readFrame reads the next frame body of size bytes (already checked
 // against Config.MaxRequestBytes and acquired from the request budget).
-// The API key is peeked from the reader's buffer first, to choose where
-// the frame goes: a bare SASL token after a v0 handshake has no header
-// and is never pooled.
+// The API key, its first two bytes, is read first, to choose where the
+// frame goes: a bare SASL token after a v0 handshake has no header and is
+// never pooled. (Read, not peeked: the reader holds no buffer once what it
+// has is read, so there may be nothing to peek at.)
 func (c *conn) readFrame(size int) (requestFrame, error) {
+	var key [2]byte
+	head := 0
 	pooled := false
 	if !c.sasl.raw && size >= 2 {
-		key, err := c.br.Peek(2)
-		if err != nil {
+		if _, err := io.ReadFull(c.br, key[:]); err != nil {
 			return requestFrame{}, err
 		}
-		pooled = int16(binary.BigEndian.Uint16(key)) == produceKey
+		head = 2
+		pooled = int16(binary.BigEndian.Uint16(key[:])) == produceKey
 	}
 	var f requestFrame
 	if pooled {
@@ -72,7 +75,8 @@ func (c *conn) readFrame(size int) (requestFrame, error) {
 	} else {
 		f.b = make([]byte, size)
 	}
-	if _, err := io.ReadFull(c.br, f.b); err != nil {
+	copy(f.b, key[:head])
+	if _, err := io.ReadFull(c.br, f.b[head:]); err != nil {
 		f.free()
 		return requestFrame{}, err
 	}
