@@ -941,7 +941,15 @@ func (p *Producer) sendReady(ctx context.Context) time.Duration {
 	if again {
 		p.kick()
 	}
-	return max(next, time.Millisecond)
+	// At least a millisecond between passes while nothing is due (a retry
+	// backoff, a leader to come), but never longer than Linger: a batch
+	// the pass found younger than a sub-millisecond Linger must go when
+	// its Linger ends, not a millisecond later.
+	floor := time.Millisecond
+	if l := p.cfg.Linger; l > 0 && l < floor {
+		floor = l
+	}
+	return max(next, floor)
 }
 
 // takeReadyLocked removes the i-th ready batch of a partition.

@@ -104,10 +104,13 @@ func (r *StorageNode) Fetch(req *storagev1.FetchRequest, stream grpc.ServerStrea
 	deadline := time.Now().Add(time.Duration(req.GetMaxWaitMs()) * time.Millisecond)
 	collected := 0
 	fq := r.newFetchQuota(ctx)
+	var w fetchWaiter
+	defer w.stop()
 	for {
 		roles := r.replicas.Changed() // before reading, so no change is missed
-		var waits []<-chan struct{}
+		w.waits = w.waits[:0]
 		active := 0
+		more := false
 		budget := maxBytes - collected
 		if req.GetFollow() {
 			budget = maxBytes
@@ -117,15 +120,16 @@ func (r *StorageNode) Fetch(req *storagev1.FetchRequest, stream grpc.ServerStrea
 				continue
 			}
 			active++
-			n, ch, err := r.fetchOne(stream, st, min(st.maxBytes, max(budget, 1)), records, readCommitted)
+			n, ch, drained, err := r.fetchOne(stream, st, min(st.maxBytes, max(budget, 1)), records, readCommitted)
 			if err != nil {
 				return err
 			}
 			collected += n
 			budget -= n
 			fq.sent(stream, n)
+			more = more || n > 0 && !drained
 			if ch != nil {
-				waits = append(waits, ch)
+				w.waits = append(w.waits, ch)
 			}
 		}
 		if active == 0 {
@@ -137,32 +141,115 @@ func (r *StorageNode) Fetch(req *storagev1.FetchRequest, stream grpc.ServerStrea
 			}
 		} else if collected > 0 {
 			collected = 0
-			continue // keep draining while data is there
+			if more {
+				continue // keep draining while data is there
+			}
+			// Every partition that sent was read up to its bound: its
+			// channel, taken before the read, is closed already if more
+			// came since, so waiting on it misses nothing and saves a
+			// read that would find nothing.
 		}
 		// Wait for new data on any partition, a role change, or the end.
-		cases := []reflect.SelectCase{
-			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
-			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(roles)},
-			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(r.replicas.Stopping())},
-		}
+		var expire time.Duration = -1
 		if !req.GetFollow() {
-			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(time.After(time.Until(deadline)))})
+			expire = time.Until(deadline)
 		}
-		for _, w := range waits {
-			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w)})
-		}
-		switch chosen, _, _ := reflect.Select(cases); chosen {
-		case 0:
+		switch w.wait(ctx.Done(), roles, r.replicas.Stopping(), expire) {
+		case waitDone:
 			return nil
-		case 2:
+		case waitStopping:
 			return errs.New(errs.NodeNotReady, "node %d is stopping; fetch from the new leader", r.replicas.NodeID())
 		}
 	}
 }
 
+// What ended a fetch stream's wait.
+const (
+	waitDone = iota
+	waitStopping
+	waitWoken
+)
+
+// fetchWaiter waits for the first of a fetch stream's wake-ups. It is
+// reused for the stream's life: its timer is made once and the select cases
+// of a multi-partition wait are rebuilt in place, so a wake-up allocates
+// nothing. With one partition (a consumer's usual stream) the wait is a
+// plain select, without reflect.
+type fetchWaiter struct {
+	waits []<-chan struct{}
+	timer *time.Timer
+	cases []reflect.SelectCase
+}
+
+// wait waits for done, stopping, roles, any of w.waits, or expire (a
+// negative expire never comes), and says which came first.
+func (w *fetchWaiter) wait(done <-chan struct{}, roles, stopping <-chan struct{}, expire time.Duration) int {
+	var tc <-chan time.Time
+	if expire >= 0 {
+		if w.timer == nil {
+			w.timer = time.NewTimer(expire)
+		} else {
+			w.timer.Reset(expire)
+		}
+		tc = w.timer.C
+	}
+	var one <-chan struct{}
+	switch len(w.waits) {
+	case 0:
+	case 1:
+		one = w.waits[0]
+	default:
+		return w.waitMany(done, roles, stopping, tc)
+	}
+	select {
+	case <-done:
+		return waitDone
+	case <-stopping:
+		return waitStopping
+	case <-roles:
+	case <-tc:
+	case <-one:
+	}
+	return waitWoken
+}
+
+// waitMany is wait over several partitions' channels.
+func (w *fetchWaiter) waitMany(done <-chan struct{}, roles, stopping <-chan struct{}, tc <-chan time.Time) int {
+	w.cases = append(w.cases[:0],
+		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(done)},
+		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(stopping)},
+		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(roles)},
+	)
+	if tc != nil {
+		w.cases = append(w.cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(tc)})
+	}
+	for _, c := range w.waits {
+		w.cases = append(w.cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c)})
+	}
+	chosen, _, _ := reflect.Select(w.cases)
+	clear(w.cases) // drop the channels until the next wait
+	switch chosen {
+	case 0:
+		return waitDone
+	case 1:
+		return waitStopping
+	}
+	return waitWoken
+}
+
+// stop releases the timer.
+func (w *fetchWaiter) stop() {
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+}
+
 // fetchOne sends what one partition has from its position and returns the
-// bytes sent and the channel that signals more.
-func (r *StorageNode) fetchOne(stream grpc.ServerStream, st *fetchState, maxBytes int, records, readCommitted bool) (int, <-chan struct{}, error) {
+// bytes sent, the channel that signals more (taken before the read) and
+// whether the read reached the partition's readable end (the high
+// watermark, or the last stable offset for read_committed) as the read saw
+// it.
+func (r *StorageNode) fetchOne(stream grpc.ServerStream, st *fetchState, maxBytes int, records, readCommitted bool) (int, <-chan struct{}, bool, error) {
 	resp := &storagev1.FetchResponse{Topic: st.tp.Topic, Partition: st.tp.Partition, NextOffset: st.offset}
 	err := st.denied
 	var part *replica.Partition
@@ -172,7 +259,7 @@ func (r *StorageNode) fetchOne(stream grpc.ServerStream, st *fetchState, maxByte
 	if err != nil {
 		st.done = true
 		resp.Error = errs.ItemError(err)
-		return 0, nil, stream.SendMsg(resp)
+		return 0, nil, false, stream.SendMsg(resp)
 	}
 	changed := part.Changed()
 	var lastEpoch *int32
@@ -185,18 +272,22 @@ func (r *StorageNode) fetchOne(stream grpc.ServerStream, st *fetchState, maxByte
 	case err != nil:
 		st.done = true
 		resp.Error = errs.ItemError(err)
-		return 0, nil, stream.SendMsg(resp)
+		return 0, nil, false, stream.SendMsg(resp)
 	case div != nil:
 		st.done = true
 		resp.DivergingEpoch = &storagev1.EpochEndOffset{Epoch: div.Epoch, EndOffset: div.EndOffset}
-		return 0, nil, stream.SendMsg(resp)
+		return 0, nil, false, stream.SendMsg(resp)
 	case data == nil || len(data.Chunks) == 0:
 		if data != nil {
 			data.Release()
 		}
-		return 0, changed, nil
+		return 0, changed, true, nil
 	}
 	n := data.Bytes
+	end := v.HighWatermark
+	if readCommitted {
+		end = v.LastStable
+	}
 	r.fetchedBytes.Add(stream.Context(), int64(n))
 	from := st.offset
 	st.offset = data.NextOffset
@@ -226,24 +317,24 @@ func (r *StorageNode) fetchOne(stream grpc.ServerStream, st *fetchState, maxByte
 				resp.Error = errs.ItemError(errs.New(errs.InvalidRecord,
 					"%s-%d: the batch at offset %d cannot be decoded (%s); fetch from a later offset to skip it",
 					st.tp.Topic, st.tp.Partition, badAt, errs.From(derr).Message))
-				return 0, nil, stream.SendMsg(resp)
+				return 0, nil, false, stream.SendMsg(resp)
 			}
 			st.offset, resp.NextOffset = badAt, badAt
 		}
 		resp.Records = recs
-		return n, changed, stream.SendMsg(resp)
+		return n, changed, st.offset >= end, stream.SendMsg(resp)
 	}
 	head, err := wire.HeadOf(resp)
 	if err != nil {
 		data.Release()
-		return 0, nil, err
+		return 0, nil, false, err
 	}
 	f := frameOf(head, data)
 	if err := stream.SendMsg(f); err != nil {
 		f.Free()
-		return 0, nil, err
+		return 0, nil, false, err
 	}
-	return n, changed, nil
+	return n, changed, st.offset >= end, nil
 }
 
 // inAborted reports whether a transactional batch of producer pid at offset
