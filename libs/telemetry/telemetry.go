@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"regexp"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -104,7 +105,12 @@ func Setup(ctx context.Context, cfg Config, instance string) (*Providers, error)
 	if p.service == "" {
 		p.service = "sluiced"
 	}
-	p.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The scheduler latency and GC pause histograms (runtime/metrics) show
+	// where a latency tail comes from: time runnable goroutines wait for a
+	// CPU, and stop-the-world pauses (docs/performance.md, "Tail latency").
+	p.Registry.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/sched/(latencies|pauses/total/gc):seconds$`)})),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "" {
 		exp, err := otlptracegrpc.New(ctx) // reads the standard OTEL_EXPORTER_OTLP_* variables

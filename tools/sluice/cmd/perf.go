@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,12 +36,18 @@ bytes of keys and values) and latency percentiles from an HdrHistogram.
 	}
 	cmd.PersistentFlags().StringVar(&perfProfiles.cpu, "cpu-profile", "", "Write a CPU profile of this client to the file (go tool pprof).")
 	cmd.PersistentFlags().StringVar(&perfProfiles.allocs, "alloc-profile", "", "Write an allocation profile of this client to the file at the end.")
+	cmd.PersistentFlags().StringVar(&perfProfiles.trace, "trace", "", "Write an execution trace of this client's run to the file (go tool trace).")
+	cmd.PersistentFlags().BoolVar(&perfProfiles.runtime, "runtime-stats", false,
+		"Print this client's scheduler latency and GC pause percentiles over the run (runtime/metrics) on standard error.")
 	cmd.AddCommand(newPerfProduceCmd(g), newPerfConsumeCmd(g), newPerfE2ECmd(g))
 	return cmd
 }
 
 // perfProfiles are the files the client's own profiles go to, if any.
-var perfProfiles struct{ cpu, allocs string }
+var perfProfiles struct {
+	cpu, allocs, trace string
+	runtime            bool
+}
 
 // perfRunE is the RunE of a perf command: run under the client profiles
 // the flags ask for, print the summary, and fail (with failed's words) when
@@ -92,6 +99,21 @@ func profiled(fn func() error) error {
 				fmt.Fprintf(os.Stderr, "alloc profile: %v\n", err)
 			}
 		}()
+	}
+	if perfProfiles.trace != "" {
+		f, err := os.Create(perfProfiles.trace)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			return err
+		}
+		defer trace.Stop()
+	}
+	if perfProfiles.runtime {
+		before := readRuntimeHists()
+		defer func() { writeRuntimeStats(os.Stderr, before, readRuntimeHists()) }()
 	}
 	return fn()
 }
