@@ -854,6 +854,7 @@ func (p *Producer) run(ctx context.Context) {
 func (p *Producer) sendReady(ctx context.Context) time.Duration {
 	now := time.Now()
 	next := p.cfg.Linger
+	lingering := false // a batch waits for its Linger to end
 	byNode := map[string][]*prodBatch{}
 	again := false // a partition can send more than one batch per pass
 	p.mu.Lock()
@@ -865,6 +866,7 @@ func (p *Producer) sendReady(ctx context.Context) time.Duration {
 				p.sealLocked(pp)
 			case age < p.cfg.Linger:
 				next = min(next, p.cfg.Linger-age)
+				lingering = true
 			case pp.inflight < p.cfg.MaxInFlight && len(pp.ready) == 0:
 				p.sealLocked(pp)
 			}
@@ -941,13 +943,13 @@ func (p *Producer) sendReady(ctx context.Context) time.Duration {
 	if again {
 		p.kick()
 	}
-	// At least a millisecond between passes while nothing is due (a retry
-	// backoff, a leader to come), but never longer than Linger: a batch
-	// the pass found younger than a sub-millisecond Linger must go when
+	// At least a millisecond between passes (a retry backoff, a leader to
+	// come, a partition with every request in flight), except for a batch
+	// the pass found younger than a sub-millisecond Linger: it goes when
 	// its Linger ends, not a millisecond later.
 	floor := time.Millisecond
-	if l := p.cfg.Linger; l > 0 && l < floor {
-		floor = l
+	if lingering {
+		floor = min(floor, p.cfg.Linger)
 	}
 	return max(next, floor)
 }
