@@ -88,7 +88,7 @@ func (l *Log) AppendAsLeader(batches []byte, leaderEpoch int32, origin record.Or
 		}
 		res.LogAppendTime, res.MaxTimestamp = now, now
 	}
-	return l.appendLocked(batches, &sum, res, leaderEpoch)
+	return l.appendLocked(appendData{buf: batches}, &sum, res, leaderEpoch)
 }
 
 // AppendSync is AppendAsLeader followed, when the topic sets
@@ -127,14 +127,14 @@ func (l *Log) AppendAsFollower(batches []byte) (AppendResult, error) {
 		return AppendResult{}, errs.New(errs.InvalidRecord, "replicated batch has leader epoch %d, older than the log's %d", sum.FirstEpoch, latest.Epoch)
 	}
 	res := AppendResult{FirstOffset: sum.FirstOffset, LastOffset: sum.LastOffset, LogAppendTime: -1, MaxTimestamp: sum.MaxTimestamp}
-	return l.appendLocked(batches, &sum, res, -1)
+	return l.appendLocked(appendData{buf: batches}, &sum, res, -1)
 }
 
 // appendLocked writes validated batches with final offsets at the end of
 // the log. appendMu must be held. leaderEpoch is the epoch a leader append
 // stamped, or -1 for a follower append, whose batches carry their epochs.
-func (l *Log) appendLocked(batches []byte, sum *record.Summary, res AppendResult, leaderEpoch int32) (AppendResult, error) {
-	n := int64(len(batches))
+func (l *Log) appendLocked(batches appendData, sum *record.Summary, res AppendResult, leaderEpoch int32) (AppendResult, error) {
+	n := int64(batches.size())
 	// Checked before anything is written, so a refused append changes
 	// nothing and the log stays online.
 	if err := l.opts.Space.Admit(n); err != nil {
@@ -151,7 +151,7 @@ func (l *Log) appendLocked(batches []byte, sum *record.Summary, res AppendResult
 	if seg.size+n > math.MaxUint32 || res.LastOffset-seg.base > math.MaxUint32 {
 		return AppendResult{}, errs.New(errs.MessageTooLarge, "append of %d bytes does not fit one segment", n)
 	}
-	if _, err := seg.log.WriteAt(batches, seg.size); err != nil {
+	if err := batches.writeAt(seg.log, seg.size); err != nil {
 		// Undo a partial write so the file ends on a batch boundary; if even
 		// that fails, recovery truncates the torn tail on the next open.
 		_ = seg.log.Truncate(seg.size) // the write error is the one to report
@@ -160,10 +160,9 @@ func (l *Log) appendLocked(batches []byte, sum *record.Summary, res AppendResult
 
 	l.mu.Lock()
 	pos := seg.size
-	for it := record.Batches(batches); it.Next(); {
-		h := it.Header()
+	batches.each(func(h record.BatchHeader, b []byte) {
 		l.indexBatch(seg, &h, pos)
-		l.producers.apply(&h, it.Bytes())
+		l.producers.apply(&h, b)
 		if h.Attributes.Control() && l.verified != nil {
 			delete(l.verified, h.ProducerID)
 		}
@@ -171,7 +170,7 @@ func (l *Log) appendLocked(batches []byte, sum *record.Summary, res AppendResult
 			l.epochs.assign(h.PartitionLeaderEpoch, h.BaseOffset)
 		}
 		pos += int64(h.Size())
-	}
+	})
 	if leaderEpoch >= 0 {
 		l.epochs.assign(leaderEpoch, res.FirstOffset)
 	}
@@ -203,7 +202,7 @@ func (l *Log) appendLocked(batches []byte, sum *record.Summary, res AppendResult
 	}
 	res.Batches = sum.Batches
 	res.Records = sum.Records
-	res.Bytes = len(batches)
+	res.Bytes = batches.size()
 	return res, nil
 }
 
