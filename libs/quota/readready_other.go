@@ -1,9 +1,0 @@
-//go:build !linux
-
-package quota
-
-// rawReads: no read(2) on a socket's descriptor here, so ReadOnReady
-// reads through the connection and holds its buffer while it waits.
-const rawReads = false
-
-func readFD(uintptr, []byte) (int, error) { panic("quota: readFD without rawReads") }
