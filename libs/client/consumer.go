@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -669,10 +670,11 @@ func (k *Consumer) receive(ctx context.Context, gen int, stream grpc.ServerStrea
 	it.DecompressLimit = k.cfg.DecompressLimit
 	broken := map[TopicPartition]bool{} // partitions parked on an undecodable batch
 	var chunk fetchChunk
-	aliased := false // records handed out point into chunk's buffers
+	var inChunk []*ConsumedRecord // records pointing into chunk's buffers
+	var kv [][]byte               // their keys and values, for detach
+	defer chunk.release()
 	for {
-		chunk.release(aliased)
-		aliased = false
+		chunk.release()
 		if err := stream.RecvMsg(&chunk); err != nil {
 			return err
 		}
@@ -711,6 +713,7 @@ func (k *Consumer) receive(ctx context.Context, gen int, stream grpc.ServerStrea
 		var block []ConsumedRecord // records are allocated in blocks, not one by one
 		aborted := newAbortFilter(resp.GetAbortedTransactions())
 		it.ResetPieces(chunk.batches)
+		inChunk = inChunk[:0]
 		for it.Next() {
 			b := it.Batch()
 			r := it.Record()
@@ -732,16 +735,15 @@ func (k *Consumer) receive(ctx context.Context, gen int, stream grpc.ServerStrea
 			if b.Attributes.Codec() != record.CodecNone {
 				// Decompressed records live in the iterator's reused
 				// buffer; uncompressed ones point into this chunk's
-				// buffers, which are then not reused (fetchChunk).
+				// buffers until detach.
 				cr.Key, cr.Value, cr.Headers = cloneNil(r.Key), cloneNil(r.Value), cloneHeaders(r.Headers)
 			} else {
-				aliased = true
-				if len(r.Headers) > 0 {
-					cr.Headers = append([]record.Header(nil), r.Headers...)
-				}
+				inChunk = append(inChunk, cr)
+				cr.Headers = cloneHeaders(r.Headers)
 			}
 			recs = append(recs, cr)
 		}
+		kv = detach(inChunk, kv)
 		if it.Err() != nil {
 			// Deliver what precedes the bad batch, then a *DecodeError,
 			// and park the partition there until Seek.
@@ -876,6 +878,36 @@ func (k *Consumer) deliver(ctx context.Context, f fetched) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// detach copies the keys and values of records that point into a fetch
+// chunk's buffers into one new buffer, so the chunk's buffers go back to
+// the pool (fetchChunk.release) while the application keeps the records
+// as long as it likes. bytes.Join allocates the buffer without zeroing it:
+// this is the one copy of the consume path. parts is scratch space.
+func detach(recs []*ConsumedRecord, parts [][]byte) [][]byte {
+	if len(recs) == 0 {
+		return parts
+	}
+	parts = parts[:0]
+	for _, r := range recs {
+		parts = append(parts, r.Key, r.Value)
+	}
+	buf := bytes.Join(parts, nil)
+	take := func(b []byte) []byte {
+		if b == nil {
+			return nil
+		}
+		out := buf[:len(b):len(b)]
+		buf = buf[len(b):]
+		return out
+	}
+	for _, r := range recs {
+		r.Key = take(r.Key)
+		r.Value = take(r.Value)
+	}
+	clear(parts)
+	return parts
 }
 
 func cloneNil(b []byte) []byte {

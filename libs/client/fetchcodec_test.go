@@ -194,11 +194,14 @@ func TestDecodeFetchPiecesMatchesWhole(t *testing.T) {
 	}
 }
 
-// countingPool counts buffers returned to it.
-type countingPool struct{ put int }
+// countingPool keeps the buffers returned to it.
+type countingPool struct {
+	put  int
+	back []*[]byte
+}
 
 func (p *countingPool) Get(n int) *[]byte { b := make([]byte, n); return &b }
-func (p *countingPool) Put(*[]byte)       { p.put++ }
+func (p *countingPool) Put(b *[]byte)     { p.put++; p.back = append(p.back, b) }
 
 // poolBuffers cuts data into pooled buffers of size bytes.
 func poolBuffers(data []byte, size int, pool mem.BufferPool) mem.BufferSlice {
@@ -212,39 +215,46 @@ func poolBuffers(data []byte, size int, pool mem.BufferPool) mem.BufferSlice {
 }
 
 // TestFetchChunkHoldsBuffers checks the buffers' lifetime: after grpc-go
-// frees the message, a decoded chunk still holds its buffers; release
-// returns them to the pool only when no record points into them.
+// frees the message, a decoded chunk still holds its buffers until
+// release, which returns them to the pool; records detached before stay
+// intact when the buffers are reused.
 func TestFetchChunkHoldsBuffers(t *testing.T) {
 	data, err := proto.Marshal(&storagev1.FetchResponse{Topic: "t", Batches: testBatches(t, 2, 40<<10, 1024, record.CodecNone)})
 	require.NoError(t, err)
-	for _, aliased := range []bool{false, true} {
-		pool := &countingPool{}
-		msg := poolBuffers(data, 16<<10, pool)
-		var c fetchChunk
-		require.NoError(t, chunkCodec.Unmarshal(msg, &c))
-		msg.Free() // as grpc-go does once Unmarshal returns
-		require.Zero(t, pool.put, "buffers the batches point into went back to the pool")
-		var it record.Iterator
-		it.ResetPieces(c.batches)
-		var values [][]byte
-		for it.Next() {
-			values = append(values, it.Record().Value)
-		}
-		require.NoError(t, it.Err())
-		c.release(aliased)
-		if aliased {
-			require.Zero(t, pool.put)
-		} else {
-			require.Equal(t, len(msg), pool.put)
-		}
-		require.Empty(t, c.held)
-	}
-	// A message without batches holds nothing.
 	pool := &countingPool{}
-	data, err = proto.Marshal(&storagev1.FetchResponse{Topic: "t", Error: &edpb.Error{Code: 6, Message: string(make([]byte, 40<<10))}})
-	require.NoError(t, err)
 	msg := poolBuffers(data, 16<<10, pool)
 	var c fetchChunk
+	require.NoError(t, chunkCodec.Unmarshal(msg, &c))
+	msg.Free() // as grpc-go does once Unmarshal returns
+	require.Zero(t, pool.put, "buffers the batches point into went back to the pool")
+	var it record.Iterator
+	it.ResetPieces(c.batches)
+	var recs []*ConsumedRecord
+	var want [][]byte
+	for it.Next() {
+		r := it.Record()
+		recs = append(recs, &ConsumedRecord{Key: r.Key, Value: r.Value})
+		want = append(want, bytes.Clone(r.Key), bytes.Clone(r.Value))
+	}
+	require.NoError(t, it.Err())
+	require.Greater(t, len(recs), 60)
+	detach(recs, nil)
+	c.release()
+	require.Equal(t, len(msg), pool.put)
+	require.Empty(t, c.held)
+	for _, b := range pool.back {
+		clear(*b) // the pool hands the buffers out again
+	}
+	for i, r := range recs {
+		require.Equal(t, want[2*i], r.Key)
+		require.Equal(t, want[2*i+1], r.Value)
+	}
+	// A message without batches holds nothing.
+	pool = &countingPool{}
+	data, err = proto.Marshal(&storagev1.FetchResponse{Topic: "t", Error: &edpb.Error{Code: 6, Message: string(make([]byte, 40<<10))}})
+	require.NoError(t, err)
+	msg = poolBuffers(data, 16<<10, pool)
+	c = fetchChunk{}
 	require.NoError(t, chunkCodec.Unmarshal(msg, &c))
 	msg.Free()
 	require.Equal(t, len(msg), pool.put)
@@ -284,4 +294,24 @@ func FuzzDecodeFetchResponse(f *testing.F) {
 		require.NoError(t, proto.Unmarshal(again, &m2))
 		require.True(t, proto.Equal(&m, &m2))
 	})
+}
+
+// TestDetach checks that detached records keep their keys and values
+// (nil stays nil, empty stays empty) and no longer share memory with the
+// buffer they were read from.
+func TestDetach(t *testing.T) {
+	buf := []byte("key1value1value2")
+	recs := []*ConsumedRecord{{Key: buf[:4], Value: buf[4:10]}, {Key: nil, Value: buf[10:]}, {Key: buf[:0], Value: nil}}
+	detach(recs, nil)
+	clear(buf)
+	require.Equal(t, []byte("key1"), recs[0].Key)
+	require.Equal(t, []byte("value1"), recs[0].Value)
+	require.Nil(t, recs[1].Key)
+	require.Equal(t, []byte("value2"), recs[1].Value)
+	require.NotNil(t, recs[2].Key)
+	require.Empty(t, recs[2].Key)
+	require.Nil(t, recs[2].Value)
+	// Appending to one record's value must not overwrite the next key.
+	recs[0].Key = append(recs[0].Key, 'x')
+	require.Equal(t, []byte("value1"), recs[0].Value)
 }
