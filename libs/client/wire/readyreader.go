@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"crypto/tls"
 	"io"
 	"net"
 	"syscall"
@@ -26,11 +27,14 @@ import (
 // without a buffer, until the connection is readable, then reads it into
 // a buffer from the pool.
 //
-// A connection that cannot wait without a buffer (neither a ReadOnReady
-// method nor a socket descriptor to poll: a TLS connection, a pipe) is
-// read straight into the caller's slice whenever the buffer is empty: a
-// reader above TLS needs no buffer of its own to wait, since crypto/tls
-// decrypts a whole record at a time into its own.
+// Only a bare *net.TCPConn is read with system calls of the reader's
+// own (as grpc-go does): a wrapper with a Read of its own, say one that
+// buffered bytes while it peeked, either offers ReadOnReady or is read
+// through its Read, holding the buffer while that waits (as a
+// bufio.Reader would). A TLS connection is read straight into the
+// caller's slice whenever the buffer is empty: a reader above TLS needs
+// no buffer of its own to wait, since crypto/tls decrypts a whole record
+// at a time into its own.
 //
 // A ReadyReader is not safe for concurrent use.
 type ReadyReader struct {
@@ -56,12 +60,18 @@ type ReadyConn interface {
 // pool.
 func NewReadyReader(conn net.Conn, size int, pool mem.BufferPool) *ReadyReader {
 	r := &ReadyReader{conn: conn, size: size, pool: pool}
-	if rc, ok := conn.(ReadyConn); ok {
-		r.onReady = rc.ReadOnReady
-	} else if sc, ok := conn.(syscall.Conn); ok && rawReads {
-		if raw, err := sc.SyscallConn(); err == nil {
-			r.onReady = func(size int, pool mem.BufferPool) (*[]byte, int, error) {
-				return readRawOnReady(raw, size, pool)
+	switch c := conn.(type) {
+	case ReadyConn:
+		r.onReady = c.ReadOnReady
+	case *TLSConn, *tls.Conn:
+		// Straight reads: crypto/tls holds the decrypted record.
+	default:
+		r.onReady = func(size int, pool mem.BufferPool) (*[]byte, int, error) { return ReadOnReady(conn, size, pool) }
+		if tc, ok := conn.(*net.TCPConn); ok && rawReads {
+			if raw, err := tc.SyscallConn(); err == nil {
+				r.onReady = func(size int, pool mem.BufferPool) (*[]byte, int, error) {
+					return readRawOnReady(raw, size, pool)
+				}
 			}
 		}
 	}
@@ -104,14 +114,14 @@ func (b *ReadyReader) drop() {
 // ReadOnReady waits until conn is readable, then reads at most size bytes
 // into a buffer from pool, as ReadyConn documents: through conn's own
 // ReadOnReady if it has one, else with a read system call on its socket
-// once the poller finds it readable (Linux). A connection with neither is
-// read while it holds the buffer.
+// once the poller finds it readable (Linux) when it is a bare
+// *net.TCPConn. Any other is read while it holds the buffer.
 func ReadOnReady(conn net.Conn, size int, pool mem.BufferPool) (*[]byte, int, error) {
 	if rc, ok := conn.(ReadyConn); ok {
 		return rc.ReadOnReady(size, pool)
 	}
-	if sc, ok := conn.(syscall.Conn); ok && rawReads {
-		if raw, err := sc.SyscallConn(); err == nil {
+	if tc, ok := conn.(*net.TCPConn); ok && rawReads {
+		if raw, err := tc.SyscallConn(); err == nil {
 			return readRawOnReady(raw, size, pool)
 		}
 	}
