@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -669,16 +668,11 @@ func (k *Consumer) receive(ctx context.Context, gen int, stream grpc.ServerStrea
 	var it record.Iterator
 	it.DecompressLimit = k.cfg.DecompressLimit
 	broken := map[TopicPartition]bool{} // partitions parked on an undecodable batch
-	var chunk fetchChunk
-	var inChunk []*ConsumedRecord // records pointing into chunk's buffers
-	var kv [][]byte               // their keys and values, for detach
-	defer chunk.release()
 	for {
-		chunk.release()
-		if err := stream.RecvMsg(&chunk); err != nil {
+		resp, err := stream.Recv()
+		if err != nil {
 			return err
 		}
-		resp := &chunk.resp
 		tp := TopicPartition{resp.GetTopic(), resp.GetPartition()}
 		if broken[tp] {
 			continue // the rest of its stream lies beyond a batch it cannot read
@@ -712,8 +706,7 @@ func (k *Consumer) receive(ctx context.Context, gen int, stream grpc.ServerStrea
 		var recs []*ConsumedRecord
 		var block []ConsumedRecord // records are allocated in blocks, not one by one
 		aborted := newAbortFilter(resp.GetAbortedTransactions())
-		it.ResetPieces(chunk.batches)
-		inChunk = inChunk[:0]
+		it.Reset(resp.GetBatches())
 		for it.Next() {
 			b := it.Batch()
 			r := it.Record()
@@ -734,16 +727,14 @@ func (k *Consumer) receive(ctx context.Context, gen int, stream grpc.ServerStrea
 			cr := &block[len(block)-1]
 			if b.Attributes.Codec() != record.CodecNone {
 				// Decompressed records live in the iterator's reused
-				// buffer; uncompressed ones point into this chunk's
-				// buffers until detach.
+				// buffer; uncompressed ones point into this chunk's own
+				// buffer, which nothing reuses.
 				cr.Key, cr.Value, cr.Headers = cloneNil(r.Key), cloneNil(r.Value), cloneHeaders(r.Headers)
-			} else {
-				inChunk = append(inChunk, cr)
-				cr.Headers = cloneHeaders(r.Headers)
+			} else if len(r.Headers) > 0 {
+				cr.Headers = append([]record.Header(nil), r.Headers...)
 			}
 			recs = append(recs, cr)
 		}
-		kv = detach(inChunk, kv)
 		if it.Err() != nil {
 			// Deliver what precedes the bad batch, then a *DecodeError,
 			// and park the partition there until Seek.
@@ -878,36 +869,6 @@ func (k *Consumer) deliver(ctx context.Context, f fetched) bool {
 	case <-ctx.Done():
 		return false
 	}
-}
-
-// detach copies the keys and values of records that point into a fetch
-// chunk's buffers into one new buffer, so the chunk's buffers go back to
-// the pool (fetchChunk.release) while the application keeps the records
-// as long as it likes. bytes.Join allocates the buffer without zeroing it:
-// this is the one copy of the consume path. parts is scratch space.
-func detach(recs []*ConsumedRecord, parts [][]byte) [][]byte {
-	if len(recs) == 0 {
-		return parts
-	}
-	parts = parts[:0]
-	for _, r := range recs {
-		parts = append(parts, r.Key, r.Value)
-	}
-	buf := bytes.Join(parts, nil)
-	take := func(b []byte) []byte {
-		if b == nil {
-			return nil
-		}
-		out := buf[:len(b):len(b)]
-		buf = buf[len(b):]
-		return out
-	}
-	for _, r := range recs {
-		r.Key = take(r.Key)
-		r.Value = take(r.Value)
-	}
-	clear(parts)
-	return parts
 }
 
 func cloneNil(b []byte) []byte {

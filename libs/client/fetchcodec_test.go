@@ -78,7 +78,7 @@ func splitAt(b []byte, cuts ...int) [][]byte {
 func fetchSplits(data []byte) [][][]byte {
 	var splits [][][]byte
 	step := 1
-	if len(data) > 4096 {
+	if len(data) > 1024 {
 		step = len(data)/128 + 1
 	}
 	for i := 0; i <= len(data); i += step {

@@ -53,7 +53,7 @@ type Iterator struct {
 	splitBatch bool
 	batchLeft  int
 	gather     []byte // a compressed or broken batch gathered from pieces, reused
-	arena      []byte // records gathered from pieces, append-only (never reused)
+	arena      []byte // records gathered from pieces, append-only until ResetPieces
 }
 
 // Reset points the iterator at a new buffer of batches and clears any error.

@@ -21,13 +21,15 @@ import (
 //     buffer, as with Reset).
 //
 // The checks and errors are those of Reset over the concatenated bytes.
-// Records of uncompressed batches point into the pieces or into buffers
-// the iterator never reuses, so they stay valid as long as the pieces do;
-// records of compressed batches are valid until the next call to Next,
-// NextBatch or Reset. The iterator keeps its own copy of the piece list;
-// the pieces must not change while it reads them.
+// Records of uncompressed batches point into the pieces or into the
+// iterator's buffer of copied records, which the next ResetPieces reuses:
+// they stay valid until then, as long as the pieces do. Records of
+// compressed batches are valid until the next call to Next, NextBatch or
+// Reset. The iterator keeps its own copy of the piece list; the pieces
+// must not change while it reads them.
 func (it *Iterator) ResetPieces(pieces [][]byte) {
 	it.Reset(nil)
+	it.arena = it.arena[:0]
 	it.pieces = append(it.pieces[:0], pieces...)
 	it.sp = newSpan(it.pieces)
 	it.split = true
@@ -92,7 +94,10 @@ func (it *Iterator) enterPiece() bool {
 	// bytes present are copied, never more than the batch claims.
 	n := it.sp.n
 	if k >= LogOverhead {
-		if size := BatchSize(hb[:]); size >= 0 && size < n {
+		switch size := BatchSize(hb[:]); {
+		case size < BatchHeaderSize:
+			n = k // the error is in the first LogOverhead bytes
+		case size < n:
 			n = size
 		}
 	}
@@ -113,11 +118,17 @@ func (it *Iterator) enterPiece() bool {
 // decodeSplit decodes the next record of an uncompressed batch read across
 // pieces.
 func (it *Iterator) decodeSplit() bool {
-	var vb [binary.MaxVarintLen64]byte
-	k := it.sp.peek(vb[:min(len(vb), it.batchLeft)])
 	// A varint is at most 10 bytes, and Varint's verdict on the first 10
 	// is its verdict on the whole rest of the batch.
-	length, n := binary.Varint(vb[:k])
+	var length int64
+	var n int
+	if head := it.sp.head(); len(head) >= min(binary.MaxVarintLen64, it.batchLeft) {
+		length, n = binary.Varint(head[:min(len(head), it.batchLeft)])
+	} else {
+		var vb [binary.MaxVarintLen64]byte
+		k := it.sp.peek(vb[:min(len(vb), it.batchLeft)])
+		length, n = binary.Varint(vb[:k])
+	}
 	if n <= 0 || length < 0 || length > int64(it.batchLeft-n) {
 		it.err = errs.New(errs.CorruptMessage, "batch at offset %d: bad record length", it.hdr.BaseOffset)
 		return false
@@ -128,7 +139,8 @@ func (it *Iterator) decodeSplit() bool {
 		whole = whole[:size:size]
 	} else {
 		// The record crosses pieces: copy it into the arena, which only
-		// grows, so earlier records keep their bytes.
+		// grows until the next ResetPieces, so earlier records keep their
+		// bytes.
 		if cap(it.arena)-len(it.arena) < size {
 			it.arena = make([]byte, 0, max(size, arenaSize))
 		}
@@ -144,9 +156,10 @@ func (it *Iterator) decodeSplit() bool {
 	return true
 }
 
-// arenaSize is the size of a buffer for records that cross pieces; with 16
-// KiB pieces about one record in every 16 KiB crosses.
-const arenaSize = 32 << 10
+// arenaSize is the size of the buffer for records that cross pieces: with 16
+// KiB pieces about one record in every 16 KiB crosses, so a 1 MiB fetch
+// chunk of 1 KiB records copies about 64 KiB.
+const arenaSize = 128 << 10
 
 // span is a run of bytes in several pieces, consumed from the front.
 type span struct {

@@ -55,7 +55,7 @@ func requirePiecesMatch(t *testing.T, data []byte, limit int) {
 	want := readAll(&whole)
 	var splits [][][]byte
 	step := 1
-	if len(data) > 2048 {
+	if len(data) > 1024 {
 		step = len(data)/256 + 1 // large inputs: about 256 places, plus the rest
 	}
 	for i := 0; i <= len(data); i += step {
@@ -113,7 +113,8 @@ func TestIteratorPiecesMatchesWhole(t *testing.T) {
 
 // TestIteratorPiecesRecordsOutliveIteration checks that records of
 // uncompressed batches read across pieces stay intact after the iterator
-// moves on: they point into the pieces, or into copies never reused.
+// moves on, until the next ResetPieces: they point into the pieces, or
+// into copies not reused before.
 func TestIteratorPiecesRecordsOutliveIteration(t *testing.T) {
 	b := NewBuilder(CodecNone)
 	for j, r := range testRecords(200, 9) {
