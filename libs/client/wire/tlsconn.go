@@ -74,14 +74,26 @@ type TLSConn struct {
 }
 
 // Write encrypts p and sends its records in writes of up to SocketBuffer
-// bytes.
-func (c *TLSConn) Write(p []byte) (int, error) { return c.gather.Write(p) }
+// bytes. A Write before the handshake runs the handshake first: its
+// messages must leave while it waits for the client's, not be gathered
+// until the Write ends (the server would wait for an answer to a flight
+// it never sent).
+func (c *TLSConn) Write(p []byte) (int, error) {
+	if err := c.Conn.Handshake(); err != nil {
+		return 0, err
+	}
+	return c.gather.Write(p)
+}
 
 // WriteBuffers writes every buffer of v, in order, gathering their records
 // into writes of up to SocketBuffer bytes, and consumes v as
 // net.Buffers.WriteTo does; a response sent in pieces (a header, then
 // page-cache chunks) uses it in place of the writev of a plain socket.
+// Like Write, it runs the handshake first if it has not run.
 func (c *TLSConn) WriteBuffers(v *net.Buffers) (int64, error) {
+	if err := c.Conn.Handshake(); err != nil {
+		return 0, err
+	}
 	c.gather.raw.hold()
 	var n int64
 	var err error

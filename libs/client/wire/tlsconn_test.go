@@ -236,3 +236,66 @@ func TestTLSCloseBreaksABlockedWrite(t *testing.T) {
 		require.FailNow(t, "the blocked Write did not fail after Close")
 	}
 }
+
+// The handshake runs on first use, as with tls.Server, also when that use
+// is a Write (or WriteBuffers): the server's handshake messages leave at
+// once instead of being gathered behind the Write, which waited for the
+// client's answer to them for ever.
+func TestTLSWriteBeforeHandshake(t *testing.T) {
+	serverCfg, clientCfg := selfSigned(t)
+	for _, method := range []string{"Write", "WriteBuffers"} {
+		t.Run(method, func(t *testing.T) {
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			defer lis.Close()
+			accepted := make(chan net.Conn, 1)
+			go func() {
+				c, err := lis.Accept()
+				if err != nil {
+					close(accepted)
+					return
+				}
+				accepted <- c
+			}()
+			c, err := net.Dial("tcp", lis.Addr().String())
+			require.NoError(t, err)
+			defer c.Close()
+			raw, ok := <-accepted
+			require.True(t, ok)
+			srv := wire.BufferedTLSServer(raw, serverCfg)
+			defer srv.Close()
+			cl := tls.Client(c, clientCfg)
+			defer cl.Close()
+
+			msg := []byte("first use is a write")
+			got := make(chan []byte, 1)
+			go func() {
+				b := make([]byte, len(msg))
+				if _, err := io.ReadFull(cl, b); err != nil {
+					b = nil
+				}
+				got <- b
+			}()
+			written := make(chan error, 1)
+			go func() {
+				var err error
+				if method == "Write" {
+					_, err = srv.Write(msg)
+				} else {
+					bufs := net.Buffers{msg[:5], msg[5:]}
+					_, err = srv.WriteBuffers(&bufs)
+				}
+				written <- err
+			}()
+			select {
+			case err := <-written:
+				require.NoError(t, err)
+			case <-time.After(5 * time.Second):
+				_ = c.Close()
+				_ = raw.Close() // ends the stuck handshake
+				require.FailNow(t, "the first Write did not complete: the handshake waited behind it")
+			}
+			require.Equal(t, msg, <-got)
+		})
+	}
+}
