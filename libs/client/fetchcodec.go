@@ -247,7 +247,7 @@ func decodeFetchPieces(pieces [][]byte, m *storagev1.FetchResponse, scratch *[]b
 		var w [2 * binary.MaxVarintLen64]byte
 		win := w[:sp.peek(w[:])]
 		num, typ, tn := protowire.ConsumeTag(win)
-		extent := sp.n // the field's bytes, tag included; unknown: the rest
+		extent := -1 // the field's bytes, tag included, if known
 		if tn > 0 {
 			switch typ {
 			case protowire.VarintType:
@@ -255,9 +255,13 @@ func decodeFetchPieces(pieces [][]byte, m *storagev1.FetchResponse, scratch *[]b
 					extent = tn + vn
 				}
 			case protowire.Fixed32Type:
-				extent = min(tn+4, sp.n)
+				if tn+4 <= sp.n {
+					extent = tn + 4
+				}
 			case protowire.Fixed64Type:
-				extent = min(tn+8, sp.n)
+				if tn+8 <= sp.n {
+					extent = tn + 8
+				}
 			case protowire.BytesType:
 				if l, ln := protowire.ConsumeVarint(win[tn:]); ln > 0 && l <= uint64(sp.n-tn-ln) {
 					extent = tn + ln + int(l)
@@ -269,6 +273,22 @@ func decodeFetchPieces(pieces [][]byte, m *storagev1.FetchResponse, scratch *[]b
 				}
 			}
 		}
+		if extent < 0 {
+			// A group, a bad tag or a truncated field: decode the rest
+			// gathered, once (gathering it per field would be quadratic).
+			*scratch = sp.appendTo((*scratch)[:0], sp.n)
+			for rest := *scratch; len(rest) > 0; {
+				var err error
+				if rest, err = decodeFetchField(rest, m); err != nil {
+					return dst[:0], err
+				}
+				if m.Batches != nil { // the scratch buffer is reused
+					batches = append(dst[:0], bytes.Clone(m.Batches))
+					m.Batches = nil
+				}
+			}
+			return batches, nil
+		}
 		field := sp.head()
 		if len(field) >= extent {
 			field = field[:extent]
@@ -276,11 +296,10 @@ func decodeFetchPieces(pieces [][]byte, m *storagev1.FetchResponse, scratch *[]b
 			*scratch = sp.appendTo((*scratch)[:0], extent)
 			field = *scratch
 		}
-		rest, err := decodeFetchField(field, m)
-		if err != nil {
+		if _, err := decodeFetchField(field, m); err != nil {
 			return dst[:0], err
 		}
-		sp.skip(len(field) - len(rest))
+		sp.skip(extent)
 	}
 	return batches, nil
 }
