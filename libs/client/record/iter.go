@@ -42,26 +42,11 @@ type Iterator struct {
 	rec     Record
 	err     error
 	errAt   int64 // base offset of the batch that failed, -1 if unknown
-
-	// Set by ResetPieces: the batches not yet entered are in sp (which
-	// includes batchLeft unread payload bytes of the current batch when
-	// splitBatch, an uncompressed batch read record by record across
-	// pieces).
-	split      bool
-	sp         span
-	pieces     [][]byte // sp's piece list, owned
-	splitBatch bool
-	batchLeft  int
-	gather     []byte // a compressed or broken batch gathered from pieces, reused
-	arena      []byte // records gathered from pieces, append-only until ResetPieces
 }
 
 // Reset points the iterator at a new buffer of batches and clears any error.
 func (it *Iterator) Reset(buf []byte) {
 	it.buf = buf
-	it.split, it.splitBatch, it.batchLeft = false, false, 0
-	clear(it.pieces)
-	it.sp = span{}
 	it.inBatch = false
 	it.recs = nil
 	it.left = 0
@@ -78,13 +63,13 @@ func (it *Iterator) Next() bool {
 		if it.inBatch && it.left > 0 {
 			return it.decodeRecord()
 		}
-		if n := it.trailing(); it.inBatch && n != 0 {
-			it.err = errs.New(errs.CorruptMessage, "batch at offset %d has %d bytes after its last record", it.hdr.BaseOffset, n)
+		if it.inBatch && len(it.recs) != 0 {
+			it.err = errs.New(errs.CorruptMessage, "batch at offset %d has %d bytes after its last record", it.hdr.BaseOffset, len(it.recs))
 			it.errAt = it.hdr.BaseOffset
 			return false
 		}
 		it.inBatch = false
-		if !it.more() {
+		if len(it.buf) == 0 {
 			return false
 		}
 		if !it.enterBatch() {
@@ -97,7 +82,7 @@ func (it *Iterator) Next() bool {
 // reports whether there is one. Use Batch to see its header; Next then
 // yields its records.
 func (it *Iterator) NextBatch() bool {
-	if it.err != nil || !it.more() {
+	if it.err != nil || len(it.buf) == 0 {
 		it.inBatch = false
 		return false
 	}
@@ -105,35 +90,23 @@ func (it *Iterator) NextBatch() bool {
 }
 
 func (it *Iterator) enterBatch() bool {
-	if it.split {
-		return it.enterPiece()
-	}
-	n, ok := it.enter(it.buf)
-	if ok {
-		it.buf = it.buf[n:]
-	}
-	return ok
-}
-
-// enter checks the batch at the start of b and makes it current,
-// returning its size.
-func (it *Iterator) enter(b []byte) (int, bool) {
-	h, err := CheckBatch(b, ValidateOptions{MaxBatchBytes: math.MaxInt32, Origin: FromReplica})
+	h, err := CheckBatch(it.buf, ValidateOptions{MaxBatchBytes: math.MaxInt32, Origin: FromReplica})
 	if err != nil {
 		it.err, it.errAt = err, -1
-		if len(b) >= LogOverhead {
-			it.errAt = BaseOffset(b)
+		if len(it.buf) >= LogOverhead {
+			it.errAt = BaseOffset(it.buf)
 		}
-		return 0, false
+		return false
 	}
-	batch := b[:h.Size()]
+	batch := it.buf[:h.Size()]
+	it.buf = it.buf[h.Size():]
 	it.hdr = h
 	payload := batch[BatchHeaderSize:]
 	if c := h.Attributes.Codec(); c != CodecNone {
 		it.scratch, err = Decompress(it.scratch[:0], payload, c, it.DecompressLimit)
 		if err != nil {
 			it.err, it.errAt = err, h.BaseOffset
-			return 0, false
+			return false
 		}
 		payload = it.scratch
 	}
@@ -141,17 +114,11 @@ func (it *Iterator) enter(b []byte) (int, bool) {
 	it.left = h.RecordCount
 	it.lastDel = -1
 	it.inBatch = true
-	return h.Size(), true
+	return true
 }
 
 func (it *Iterator) decodeRecord() bool {
-	ok := false
-	if it.splitBatch {
-		ok = it.decodeSplit()
-	} else {
-		ok = it.decodeOne()
-	}
-	if !ok {
+	if !it.decodeOne() {
 		it.errAt = it.hdr.BaseOffset
 		return false
 	}
@@ -165,16 +132,6 @@ func (it *Iterator) decodeOne() bool {
 		return false
 	}
 	whole := it.recs[:n+int(length)]
-	if !it.parseRecord(whole, length) {
-		return false
-	}
-	it.recs = it.recs[len(whole):]
-	return true
-}
-
-// parseRecord decodes whole, one record whose body is length bytes, and
-// makes it current.
-func (it *Iterator) parseRecord(whole []byte, length int64) bool {
 	kr := &it.kr
 	if err := kr.UnsafeReadFrom(whole); err != nil {
 		it.err = errs.New(errs.CorruptMessage, "batch at offset %d: record: %w", it.hdr.BaseOffset, err)
@@ -192,6 +149,7 @@ func (it *Iterator) parseRecord(whole []byte, length int64) bool {
 		return false
 	}
 	it.lastDel = delta
+	it.recs = it.recs[len(whole):]
 	it.left--
 	r := &it.rec
 	r.Offset = it.hdr.BaseOffset + delta

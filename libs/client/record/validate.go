@@ -109,8 +109,38 @@ func CheckBatch(b []byte, opts ValidateOptions) (BatchHeader, error) {
 		return BatchHeader{}, errs.New(errs.MessageTooLarge, "batch of %d bytes exceeds max.message.bytes %d", size, maxBytes)
 	}
 	h, _ := ParseBatchHeader(b)
-	if err := checkHeader(&h, size, func() uint32 { return ComputeCRC(b[:size]) }, opts); err != nil || opts.Origin == FromReplica {
-		return h, err
+	if h.Magic != Magic {
+		return h, errs.New(errs.CorruptMessage, "batch magic %d, only %d is supported", h.Magic, Magic)
+	}
+	if crc := ComputeCRC(b[:size]); crc != h.CRC {
+		return h, errs.New(errs.CorruptMessage, "batch at offset %d: CRC-32C %08x, header says %08x", h.BaseOffset, crc, h.CRC)
+	}
+	if c := h.Attributes.Codec(); c > CodecZstd {
+		return h, errs.New(errs.UnsupportedCompressionType, "batch at offset %d: unknown compression codec %d", h.BaseOffset, c)
+	}
+	if h.RecordCount < 0 || h.LastOffsetDelta < 0 {
+		return h, errs.New(errs.InvalidRecord, "batch at offset %d: negative record count %d or last offset delta %d",
+			h.BaseOffset, h.RecordCount, h.LastOffsetDelta)
+	}
+	if h.BaseOffset < 0 && opts.Origin == FromReplica {
+		return h, errs.New(errs.CorruptMessage, "batch has negative base offset %d", h.BaseOffset)
+	}
+	if h.BaseOffset > (1<<63-1)-int64(h.LastOffsetDelta) {
+		return h, errs.New(errs.CorruptMessage, "batch offsets overflow: base %d, last delta %d", h.BaseOffset, h.LastOffsetDelta)
+	}
+	if int64(h.RecordCount) > int64(h.LastOffsetDelta)+1 {
+		return h, errs.New(errs.InvalidRecord, "batch at offset %d: %d records in %d offsets",
+			h.BaseOffset, h.RecordCount, int64(h.LastOffsetDelta)+1)
+	}
+	if h.Attributes.Codec() == CodecNone && int64(size-BatchHeaderSize) < int64(h.RecordCount)*minRecordSize {
+		return h, errs.New(errs.InvalidRecord, "batch at offset %d: %d records cannot fit in %d bytes",
+			h.BaseOffset, h.RecordCount, size-BatchHeaderSize)
+	}
+	if h.Attributes.Transactional() && h.ProducerID < 0 {
+		return h, errs.New(errs.InvalidRecord, "transactional batch at offset %d has no producer id", h.BaseOffset)
+	}
+	if opts.Origin == FromReplica {
+		return h, nil
 	}
 	// Kafka's LogValidator rule for v2 client batches: offsets are dense, so
 	// the leader can assign them from the header alone.
@@ -131,44 +161,6 @@ func CheckBatch(b []byte, opts ValidateOptions) (BatchHeader, error) {
 		return h, err
 	}
 	return h, nil
-}
-
-// checkHeader makes CheckBatch's checks of a parsed header whose batch is
-// size bytes long and whole: magic, CRC-32C (crc computes it over the
-// batch, wherever its bytes lie), codec, counts and offsets. The checks
-// that only apply to client batches are CheckBatch's.
-func checkHeader(h *BatchHeader, size int, crc func() uint32, opts ValidateOptions) error {
-	if h.Magic != Magic {
-		return errs.New(errs.CorruptMessage, "batch magic %d, only %d is supported", h.Magic, Magic)
-	}
-	if crc := crc(); crc != h.CRC {
-		return errs.New(errs.CorruptMessage, "batch at offset %d: CRC-32C %08x, header says %08x", h.BaseOffset, crc, h.CRC)
-	}
-	if c := h.Attributes.Codec(); c > CodecZstd {
-		return errs.New(errs.UnsupportedCompressionType, "batch at offset %d: unknown compression codec %d", h.BaseOffset, c)
-	}
-	if h.RecordCount < 0 || h.LastOffsetDelta < 0 {
-		return errs.New(errs.InvalidRecord, "batch at offset %d: negative record count %d or last offset delta %d",
-			h.BaseOffset, h.RecordCount, h.LastOffsetDelta)
-	}
-	if h.BaseOffset < 0 && opts.Origin == FromReplica {
-		return errs.New(errs.CorruptMessage, "batch has negative base offset %d", h.BaseOffset)
-	}
-	if h.BaseOffset > (1<<63-1)-int64(h.LastOffsetDelta) {
-		return errs.New(errs.CorruptMessage, "batch offsets overflow: base %d, last delta %d", h.BaseOffset, h.LastOffsetDelta)
-	}
-	if int64(h.RecordCount) > int64(h.LastOffsetDelta)+1 {
-		return errs.New(errs.InvalidRecord, "batch at offset %d: %d records in %d offsets",
-			h.BaseOffset, h.RecordCount, int64(h.LastOffsetDelta)+1)
-	}
-	if h.Attributes.Codec() == CodecNone && int64(size-BatchHeaderSize) < int64(h.RecordCount)*minRecordSize {
-		return errs.New(errs.InvalidRecord, "batch at offset %d: %d records cannot fit in %d bytes",
-			h.BaseOffset, h.RecordCount, size-BatchHeaderSize)
-	}
-	if h.Attributes.Transactional() && h.ProducerID < 0 {
-		return errs.New(errs.InvalidRecord, "transactional batch at offset %d has no producer id", h.BaseOffset)
-	}
-	return nil
 }
 
 // Validate checks a buffer of concatenated batches with CheckBatch and
