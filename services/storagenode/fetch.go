@@ -136,7 +136,10 @@ func (r *StorageNode) Fetch(req *storagev1.FetchRequest, stream grpc.ServerStrea
 			return nil
 		}
 		if !req.GetFollow() {
-			if collected >= int(req.GetMinBytes()) && (collected > 0 || !time.Now().Before(deadline)) || collected >= maxBytes {
+			// Kafka's rule: answer once min_bytes are there (and something
+			// is), the response is full, or max_wait_ms has passed with
+			// whatever there is.
+			if collected >= maxBytes || collected > 0 && collected >= int(req.GetMinBytes()) || !time.Now().Before(deadline) {
 				return nil
 			}
 		} else if collected > 0 {

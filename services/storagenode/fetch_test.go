@@ -2,11 +2,14 @@ package storagenode
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/client/record"
 	"github.com/sluice-io/sluice/libs/storage"
@@ -92,4 +95,19 @@ func TestDecodeRecordsDropsAbortedTransactions(t *testing.T) {
 	recs, _, err = decodeRecords(&storage.ReadResult{Chunks: []storage.Chunk{{Data: chunk}}}, 0, nil)
 	require.NoError(t, err)
 	require.Len(t, recs.GetRecords(), 5, "read_uncommitted sees the aborted records, never the marker")
+}
+
+// A fetch with min_bytes on a partition with nothing new answers at its
+// max_wait_ms with what there is; it once waited for data or the end of the
+// call's context, whatever max_wait_ms said.
+func TestFetchMinBytesAnswersAtMaxWait(t *testing.T) {
+	r, alice, _, _ := authzNode(t)
+	ctx, cancel := context.WithTimeout(alice, 5*time.Second)
+	defer cancel()
+	s := &fetchStream{ctx: ctx}
+	err := r.Fetch(&storagev1.FetchRequest{Partitions: []*storagev1.FetchPartition{{Topic: "t", Partition: 0}},
+		MaxWaitMs: 50, MinBytes: 1}, s)
+	require.NoError(t, err)
+	require.NoError(t, ctx.Err(), "the fetch returned only when its context ended, not at max_wait_ms")
+	require.Empty(t, s.sent)
 }
