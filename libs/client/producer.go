@@ -943,13 +943,19 @@ func (p *Producer) sendReady(ctx context.Context) time.Duration {
 	if again {
 		p.kick()
 	}
-	// At least a millisecond between passes (a retry backoff, a leader to
-	// come, a partition with every request in flight), except for a batch
-	// the pass found younger than a sub-millisecond Linger: it goes when
-	// its Linger ends, not a millisecond later.
+	return lookAgain(next, lingering)
+}
+
+// lookAgain is when the sender loop looks again, next from now by the
+// pass's account: at least a millisecond between passes (a retry backoff,
+// a leader to come, a partition with every request in flight), except for
+// a batch the pass found younger than a sub-millisecond Linger (lingering,
+// next at most what is left of it): it goes when its Linger ends, not a
+// millisecond later, nor a whole Linger later.
+func lookAgain(next time.Duration, lingering bool) time.Duration {
 	floor := time.Millisecond
 	if lingering {
-		floor = min(floor, p.cfg.Linger)
+		floor = min(floor, next)
 	}
 	return max(next, floor)
 }

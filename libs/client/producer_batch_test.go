@@ -196,3 +196,13 @@ func TestProducerGrownBatchCountsHeaders(t *testing.T) {
 	defer f.mu.Unlock()
 	require.Zero(t, f.tooLarge, "a batch passed MaxBatchBytes")
 }
+
+// The sender loop looks again when a lingering batch's Linger ends: for a
+// sub-millisecond Linger, after what is left of it (a batch found at 300 µs
+// of a 500 µs Linger once waited a whole Linger more); otherwise no sooner
+// than a millisecond.
+func TestProducerLooksAgainWhenLingerEnds(t *testing.T) {
+	require.Equal(t, 200*time.Microsecond, lookAgain(200*time.Microsecond, true))
+	require.Equal(t, time.Millisecond, lookAgain(200*time.Microsecond, false), "no batch lingers: a millisecond between passes")
+	require.Equal(t, 3*time.Millisecond, lookAgain(3*time.Millisecond, true))
+}
