@@ -150,7 +150,7 @@ func checkPieces(pieces [][]byte) (appendData, record.Summary, error) {
 		if err != nil {
 			return d, sum, err
 		}
-		if err := addBatch(&sum, &h); err != nil {
+		if err := sum.Add(&h, record.FromReplica); err != nil {
 			return d, sum, err
 		}
 		pb := pieceBatch{h: h}
@@ -216,40 +216,6 @@ func putBatchLength(b []byte, n int) {
 
 func putRecordCount(b []byte, n int) {
 	b[offRecordCount], b[offRecordCount+1], b[offRecordCount+2], b[offRecordCount+3] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n)
-}
-
-// addBatch is record.Validate's accounting of a FromReplica batch: offsets
-// increase from batch to batch and leader epochs never decrease.
-func addBatch(s *record.Summary, h *record.BatchHeader) error {
-	if s.Batches == 0 {
-		s.FirstOffset = h.BaseOffset
-		s.FirstEpoch = h.PartitionLeaderEpoch
-	} else {
-		if h.BaseOffset <= s.LastOffset {
-			return errs.New(errs.CorruptMessage, "batch base offset %d does not follow the previous batch's last offset %d",
-				h.BaseOffset, s.LastOffset)
-		}
-		if h.PartitionLeaderEpoch < s.LastEpoch {
-			return errs.New(errs.CorruptMessage, "batch at offset %d has leader epoch %d below the previous batch's %d",
-				h.BaseOffset, h.PartitionLeaderEpoch, s.LastEpoch)
-		}
-	}
-	s.LastOffset = h.LastOffset()
-	s.LastEpoch = h.PartitionLeaderEpoch
-	s.Offsets += int64(h.LastOffsetDelta) + 1
-	s.Records += int64(h.RecordCount)
-	if h.MaxTimestamp > s.MaxTimestamp {
-		s.MaxTimestamp = h.MaxTimestamp
-		s.MaxTimestampBatch = s.Batches
-	}
-	if h.Attributes.Codec() != record.CodecNone {
-		s.Compressed = true
-	}
-	if h.Attributes.Control() {
-		s.Control = true
-	}
-	s.Batches++
-	return nil
 }
 
 // pieceSpan is a run of bytes in several pieces, consumed from the front.

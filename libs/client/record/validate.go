@@ -179,37 +179,48 @@ func Validate(buf []byte, opts ValidateOptions) (Summary, error) {
 		if err != nil {
 			return s, err
 		}
-		if s.Batches == 0 {
-			s.FirstOffset = h.BaseOffset
-			s.FirstEpoch = h.PartitionLeaderEpoch
-		} else if opts.Origin == FromReplica {
-			if h.BaseOffset <= s.LastOffset {
-				return s, errs.New(errs.CorruptMessage, "batch base offset %d does not follow the previous batch's last offset %d",
-					h.BaseOffset, s.LastOffset)
-			}
-			if h.PartitionLeaderEpoch < s.LastEpoch {
-				return s, errs.New(errs.CorruptMessage, "batch at offset %d has leader epoch %d below the previous batch's %d",
-					h.BaseOffset, h.PartitionLeaderEpoch, s.LastEpoch)
-			}
+		if err := s.Add(&h, opts.Origin); err != nil {
+			return s, err
 		}
-		s.LastOffset = h.LastOffset()
-		s.LastEpoch = h.PartitionLeaderEpoch
-		s.Offsets += int64(h.LastOffsetDelta) + 1
-		s.Records += int64(h.RecordCount)
-		if h.MaxTimestamp > s.MaxTimestamp {
-			s.MaxTimestamp = h.MaxTimestamp
-			s.MaxTimestampBatch = s.Batches
-		}
-		if h.Attributes.Codec() != CodecNone {
-			s.Compressed = true
-		}
-		if h.Attributes.Control() {
-			s.Control = true
-		}
-		s.Batches++
 		pos += h.Size()
 	}
 	return s, nil
+}
+
+// Add counts batch h, checked by CheckBatch, into the summary of the
+// batches before it; for FromReplica it checks that offsets increase from
+// batch to batch and leader epochs never decrease. Validate uses it, and so
+// does a caller that checks batches held in several pieces.
+func (s *Summary) Add(h *BatchHeader, origin Origin) error {
+	if s.Batches == 0 {
+		s.FirstOffset = h.BaseOffset
+		s.FirstEpoch = h.PartitionLeaderEpoch
+	} else if origin == FromReplica {
+		if h.BaseOffset <= s.LastOffset {
+			return errs.New(errs.CorruptMessage, "batch base offset %d does not follow the previous batch's last offset %d",
+				h.BaseOffset, s.LastOffset)
+		}
+		if h.PartitionLeaderEpoch < s.LastEpoch {
+			return errs.New(errs.CorruptMessage, "batch at offset %d has leader epoch %d below the previous batch's %d",
+				h.BaseOffset, h.PartitionLeaderEpoch, s.LastEpoch)
+		}
+	}
+	s.LastOffset = h.LastOffset()
+	s.LastEpoch = h.PartitionLeaderEpoch
+	s.Offsets += int64(h.LastOffsetDelta) + 1
+	s.Records += int64(h.RecordCount)
+	if h.MaxTimestamp > s.MaxTimestamp {
+		s.MaxTimestamp = h.MaxTimestamp
+		s.MaxTimestampBatch = s.Batches
+	}
+	if h.Attributes.Codec() != CodecNone {
+		s.Compressed = true
+	}
+	if h.Attributes.Control() {
+		s.Control = true
+	}
+	s.Batches++
+	return nil
 }
 
 // BatchIter iterates over the batches of a buffer that Validate accepted,
