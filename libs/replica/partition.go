@@ -652,17 +652,6 @@ func (p *Partition) FollowerState() (leo int64, lastEpoch int32, leaderEpoch int
 // records the leader's high watermark. It returns the new log end offset,
 // which the follower reports to the leader.
 func (p *Partition) AppendReplicated(ctx context.Context, batches []byte, leaderHW, leaderLogStart int64) (int64, error) {
-	var pieces [][]byte
-	if len(batches) > 0 {
-		pieces = [][]byte{batches}
-	}
-	return p.AppendReplicatedPieces(ctx, pieces, leaderHW, leaderLogStart)
-}
-
-// AppendReplicatedPieces is AppendReplicated for batches held in several
-// pieces, read as if concatenated (the buffers a fetched chunk arrived in),
-// which are appended without being gathered into one buffer.
-func (p *Partition) AppendReplicatedPieces(ctx context.Context, pieces [][]byte, leaderHW, leaderLogStart int64) (int64, error) {
 	p.mu.Lock()
 	if p.isLeader || p.closed {
 		p.mu.Unlock()
@@ -670,8 +659,8 @@ func (p *Partition) AppendReplicatedPieces(ctx context.Context, pieces [][]byte,
 	}
 	fsync := p.fsync
 	p.mu.Unlock()
-	if piecesLen(pieces) > 0 {
-		res, err := p.log.AppendAsFollowerPieces(pieces)
+	if len(batches) > 0 {
+		res, err := p.log.AppendAsFollower(batches)
 		if err != nil {
 			return p.log.LogEndOffset(), err
 		}
@@ -694,14 +683,6 @@ func (p *Partition) AppendReplicatedPieces(ctx context.Context, pieces [][]byte,
 	p.wakeLocked()
 	p.mu.Unlock()
 	return leo, nil
-}
-
-func piecesLen(pieces [][]byte) int {
-	n := 0
-	for _, b := range pieces {
-		n += len(b)
-	}
-	return n
 }
 
 // TruncateTo truncates the follower's log after a divergence. It never

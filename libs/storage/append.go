@@ -88,7 +88,7 @@ func (l *Log) AppendAsLeader(batches []byte, leaderEpoch int32, origin record.Or
 		}
 		res.LogAppendTime, res.MaxTimestamp = now, now
 	}
-	return l.appendLocked(appendData{buf: batches}, &sum, res, leaderEpoch)
+	return l.appendLocked(batches, &sum, res, leaderEpoch)
 }
 
 // AppendSync is AppendAsLeader followed, when the topic sets
@@ -127,14 +127,14 @@ func (l *Log) AppendAsFollower(batches []byte) (AppendResult, error) {
 		return AppendResult{}, errs.New(errs.InvalidRecord, "replicated batch has leader epoch %d, older than the log's %d", sum.FirstEpoch, latest.Epoch)
 	}
 	res := AppendResult{FirstOffset: sum.FirstOffset, LastOffset: sum.LastOffset, LogAppendTime: -1, MaxTimestamp: sum.MaxTimestamp}
-	return l.appendLocked(appendData{buf: batches}, &sum, res, -1)
+	return l.appendLocked(batches, &sum, res, -1)
 }
 
 // appendLocked writes validated batches with final offsets at the end of
 // the log. appendMu must be held. leaderEpoch is the epoch a leader append
 // stamped, or -1 for a follower append, whose batches carry their epochs.
-func (l *Log) appendLocked(batches appendData, sum *record.Summary, res AppendResult, leaderEpoch int32) (AppendResult, error) {
-	n := int64(batches.size())
+func (l *Log) appendLocked(batches []byte, sum *record.Summary, res AppendResult, leaderEpoch int32) (AppendResult, error) {
+	n := int64(len(batches))
 	// Checked before anything is written, so a refused append changes
 	// nothing and the log stays online.
 	if err := l.opts.Space.Admit(n); err != nil {
@@ -151,7 +151,7 @@ func (l *Log) appendLocked(batches appendData, sum *record.Summary, res AppendRe
 	if seg.size+n > math.MaxUint32 || res.LastOffset-seg.base > math.MaxUint32 {
 		return AppendResult{}, errs.New(errs.MessageTooLarge, "append of %d bytes does not fit one segment", n)
 	}
-	if err := batches.writeAt(seg.log, seg.size); err != nil {
+	if _, err := seg.log.WriteAt(batches, seg.size); err != nil {
 		// Undo a partial write so the file ends on a batch boundary; if even
 		// that fails, recovery truncates the torn tail on the next open.
 		_ = seg.log.Truncate(seg.size) // the write error is the one to report
@@ -160,9 +160,10 @@ func (l *Log) appendLocked(batches appendData, sum *record.Summary, res AppendRe
 
 	l.mu.Lock()
 	pos := seg.size
-	batches.each(func(h record.BatchHeader, b []byte) {
+	for it := record.Batches(batches); it.Next(); {
+		h := it.Header()
 		l.indexBatch(seg, &h, pos)
-		l.producers.apply(&h, b)
+		l.producers.apply(&h, it.Bytes())
 		if h.Attributes.Control() && l.verified != nil {
 			delete(l.verified, h.ProducerID)
 		}
@@ -170,7 +171,7 @@ func (l *Log) appendLocked(batches appendData, sum *record.Summary, res AppendRe
 			l.epochs.assign(h.PartitionLeaderEpoch, h.BaseOffset)
 		}
 		pos += int64(h.Size())
-	})
+	}
 	if leaderEpoch >= 0 {
 		l.epochs.assign(leaderEpoch, res.FirstOffset)
 	}
@@ -202,7 +203,7 @@ func (l *Log) appendLocked(batches appendData, sum *record.Summary, res AppendRe
 	}
 	res.Batches = sum.Batches
 	res.Records = sum.Records
-	res.Bytes = batches.size()
+	res.Bytes = len(batches)
 	return res, nil
 }
 

@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
@@ -67,77 +64,4 @@ func TestChunkBatchesPointIntoTheBuffer(t *testing.T) {
 	if len(m.Batches) != 500 || &b[len(b)-500] != &m.Batches[0] {
 		t.Fatal("the batches were copied")
 	}
-}
-
-// sliceOf cuts b into buffers of the given sizes (the last takes the rest),
-// as gRPC hands over a message received in several HTTP/2 frames.
-func sliceOf(b []byte, sizes ...int) mem.BufferSlice {
-	var out mem.BufferSlice
-	for _, n := range sizes {
-		n = min(n, len(b))
-		out = append(out, mem.SliceBuffer(b[:n]))
-		b = b[n:]
-	}
-	if len(b) > 0 {
-		out = append(out, mem.SliceBuffer(b))
-	}
-	return out
-}
-
-// A chunk in several buffers is decoded with its batches left in those
-// buffers, cut where the buffers are cut, and every other field as the
-// protobuf decoder reads them; a message whose batches are not its last
-// field is decoded from one gathered copy.
-func TestChunkDecodesInTheReceivedBuffers(t *testing.T) {
-	body := make([]byte, 50_000)
-	for i := range body {
-		body[i] = byte(i * 7)
-	}
-	want := &replicationv1.FollowerFetchResponse{Topic: "orders", Partition: 3, LeaderEpoch: 2, HighWatermark: 900, LogStartOffset: 5,
-		BaseOffset: 880, TraceContext: map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
-		Batches: body}
-	enc, err := proto.Marshal(want)
-	require.NoError(t, err)
-	codec := newChunkCodec()
-	for _, sizes := range [][]int{{len(enc)}, {16 << 10, 16 << 10, 16 << 10}, {3, 40, 1000}, {len(enc) - len(body) + 1, 9}} {
-		data := sliceOf(enc, sizes...)
-		var in chunkIn
-		require.NoError(t, codec.Unmarshal(data, &in))
-		got := proto.Clone(&in.msg).(*replicationv1.FollowerFetchResponse)
-		got.Batches = bytes.Join(in.pieces, nil)
-		require.True(t, proto.Equal(want, got), "sizes %v: decoded %v", sizes, got)
-		// Each piece lies inside a received buffer: nothing was copied.
-		for _, p := range in.pieces {
-			inside := false
-			for _, b := range data {
-				d := b.ReadOnlyData()
-				if len(d) > 0 && &d[len(d)-1] == &p[len(p)-1] {
-					inside = true
-				}
-			}
-			require.True(t, inside, "sizes %v: a piece of the batches was copied", sizes)
-		}
-		in.Release()
-		require.Empty(t, in.pieces)
-	}
-
-	// Batches before another field: decoded from a gathered copy.
-	trailing := protowire.AppendVarint(protowire.AppendTag(append([]byte(nil), enc...), 8, protowire.VarintType), 881)
-	var in chunkIn
-	require.NoError(t, codec.Unmarshal(sliceOf(trailing, 100, 100), &in))
-	require.Equal(t, int64(881), in.msg.GetBaseOffset())
-	require.Equal(t, body, bytes.Join(in.pieces, nil))
-	in.Release()
-
-	// No batches (a high-watermark update or an error).
-	hw, err := proto.Marshal(&replicationv1.FollowerFetchResponse{Topic: "orders", HighWatermark: 950, BaseOffset: -1})
-	require.NoError(t, err)
-	require.NoError(t, codec.Unmarshal(sliceOf(hw, 2), &in))
-	require.Equal(t, int64(950), in.msg.GetHighWatermark())
-	require.Empty(t, in.pieces)
-	in.Release()
-
-	// A malformed message fails as it does with the protobuf decoder.
-	require.Error(t, codec.Unmarshal(sliceOf(enc[:len(enc)-len(body)-1], 5), &in))
-	in.Release()
 }

@@ -54,11 +54,11 @@ func (l *silentLeader) counts() (positions, keepAlives int) {
 // idleTarget is a follower replica with nothing to fetch.
 type idleTarget struct{}
 
-func (idleTarget) TP() replica.TP                                      { return replica.TP{Topic: "t", Partition: 0} }
-func (idleTarget) position() (int64, int32, int32)                     { return 5, 1, 1 }
-func (idleTarget) apply(context.Context, [][]byte, int64, int64) error { return nil }
-func (idleTarget) truncate(context.Context, int64) error               { return nil }
-func (idleTarget) startAt(context.Context, int64) error                { return nil }
+func (idleTarget) TP() replica.TP                                    { return replica.TP{Topic: "t", Partition: 0} }
+func (idleTarget) position() (int64, int32, int32)                   { return 5, 1, 1 }
+func (idleTarget) apply(context.Context, []byte, int64, int64) error { return nil }
+func (idleTarget) truncate(context.Context, int64) error             { return nil }
+func (idleTarget) startAt(context.Context, int64) error              { return nil }
 
 // A follower whose partition receives nothing still fetches every
 // replica.fetch.wait.max: its leader only knows it is alive and caught up

@@ -37,6 +37,7 @@ import (
 
 	replicationv1 "github.com/sluice-io/sluice/gen/go/sluice/replication/v1"
 	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/client/wire"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/replica"
 	"github.com/sluice-io/sluice/libs/role"
@@ -343,8 +344,8 @@ func (f *fetcher) stream(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// The codec hands received chunks to chunkIn, which keeps their
-	// batches in the buffers they arrived in.
-	stream, err := replicationv1.NewReplicationServiceClient(conn).FollowerFetch(sctx, grpc.ForceCodecV2(newChunkCodec()))
+	// batches in the received buffer.
+	stream, err := replicationv1.NewReplicationServiceClient(conn).FollowerFetch(sctx, grpc.ForceCodecV2(wire.PassThroughCodec()))
 	if err != nil {
 		return err
 	}
@@ -471,7 +472,7 @@ func (f *fetcher) receive(ctx context.Context, stream grpc.BidiStreamingClient[r
 			}
 			continue
 		}
-		hasData := len(in.pieces) > 0
+		hasData := len(resp.GetBatches()) > 0
 		var span trace.Span
 		if tc := resp.GetTraceContext(); len(tc) > 0 && f.r.deps.Telemetry != nil {
 			// The chunk carries a traced produce: its append joins that trace.
@@ -480,7 +481,7 @@ func (f *fetcher) receive(ctx context.Context, stream grpc.BidiStreamingClient[r
 				attribute.Int("partition", int(tp.Partition)), attribute.Int64("base_offset", resp.GetBaseOffset()),
 				attribute.Int("replica", int(f.key.follower))))
 		}
-		if err := t.apply(ctx, in.pieces, resp.GetHighWatermark(), resp.GetLogStartOffset()); err != nil {
+		if err := t.apply(ctx, resp.GetBatches(), resp.GetHighWatermark(), resp.GetLogStartOffset()); err != nil {
 			f.r.logger.Warn("cannot append replicated batches; resyncing", log.TopicPartition(tp.Topic, tp.Partition), log.Err(err))
 			hasData = true // report the real position so the leader resends from it
 			if errs.Is(err, errs.StorageError) {

@@ -1,7 +1,6 @@
 package replication
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -21,9 +20,8 @@ type target interface {
 	// position is what the follower reports: its log end offset, the epoch
 	// of its last batch (-1 if empty) and the leader epoch it knows.
 	position() (leo int64, lastEpoch, leaderEpoch int32)
-	// apply appends fetched batches, held in pieces read as if
-	// concatenated (none for a high-watermark update).
-	apply(ctx context.Context, batches [][]byte, hw, logStart int64) error
+	// apply appends fetched batches (none for a high-watermark update).
+	apply(ctx context.Context, batches []byte, hw, logStart int64) error
 	truncate(ctx context.Context, offset int64) error
 	startAt(ctx context.Context, offset int64) error
 }
@@ -38,8 +36,8 @@ func (l local) position() (int64, int32, int32) {
 	return leo, last, leaderEpoch
 }
 
-func (l local) apply(ctx context.Context, batches [][]byte, hw, logStart int64) error {
-	_, err := l.p.AppendReplicatedPieces(ctx, batches, hw, logStart)
+func (l local) apply(ctx context.Context, batches []byte, hw, logStart int64) error {
+	_, err := l.p.AppendReplicated(ctx, batches, hw, logStart)
 	return err
 }
 
@@ -81,16 +79,8 @@ func (r *remote) send(ctx context.Context, req *replicationv1.ReplicaAppendReque
 	return nil
 }
 
-func (r *remote) apply(ctx context.Context, batches [][]byte, hw, logStart int64) error {
-	var b []byte
-	switch len(batches) {
-	case 0:
-	case 1:
-		b = batches[0]
-	default:
-		b = bytes.Join(batches, nil) // the request carries one buffer
-	}
-	return r.send(ctx, &replicationv1.ReplicaAppendRequest{Batches: b, HighWatermark: hw, LogStartOffset: logStart, TruncateTo: -1, StartAt: -1})
+func (r *remote) apply(ctx context.Context, batches []byte, hw, logStart int64) error {
+	return r.send(ctx, &replicationv1.ReplicaAppendRequest{Batches: batches, HighWatermark: hw, LogStartOffset: logStart, TruncateTo: -1, StartAt: -1})
 }
 
 func (r *remote) truncate(ctx context.Context, offset int64) error {

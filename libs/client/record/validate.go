@@ -189,8 +189,7 @@ func Validate(buf []byte, opts ValidateOptions) (Summary, error) {
 
 // Add counts batch h, checked by CheckBatch, into the summary of the
 // batches before it; for FromReplica it checks that offsets increase from
-// batch to batch and leader epochs never decrease. Validate uses it, and so
-// does a caller that checks batches held in several pieces.
+// batch to batch and leader epochs never decrease.
 func (s *Summary) Add(h *BatchHeader, origin Origin) error {
 	if s.Batches == 0 {
 		s.FirstOffset = h.BaseOffset
