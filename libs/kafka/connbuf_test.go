@@ -4,9 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -14,7 +11,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"math/big"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -25,6 +21,7 @@ import (
 	"google.golang.org/grpc/mem"
 
 	"github.com/sluice-io/sluice/libs/client/wire"
+	"github.com/sluice-io/sluice/libs/tlsx"
 )
 
 // countBuffers makes the package's connections count the read buffers and
@@ -218,22 +215,18 @@ func TestRequestSplitAtEveryByteAcrossBuffers(t *testing.T) {
 	require.Eventually(t, func() bool { return readsHeld() == 0 && writersHeld() == 0 }, 5*time.Second, time.Millisecond)
 }
 
-// selfSigned returns a server configuration with a fresh certificate for
-// 127.0.0.1 and a client configuration trusting it.
+// selfSigned returns a server configuration with a certificate for
+// 127.0.0.1 from a fresh CA (tlsx, as tls_test.go) and a client
+// configuration trusting it.
 func selfSigned(t *testing.T) (*tls.Config, *tls.Config) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := tlsx.NewCA("test CA", time.Hour)
 	require.NoError(t, err)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test"},
-		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	node, err := ca.Issue(tlsx.Issue{Subject: pkix.Name{CommonName: "node-1"}, Hosts: []string{"127.0.0.1"}, Validity: time.Hour})
 	require.NoError(t, err)
-	cert, err := x509.ParseCertificate(der)
+	kp, err := tls.X509KeyPair(node.CertPEM, node.KeyPEM)
 	require.NoError(t, err)
 	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}},
-		&tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}
+	pool.AddCert(ca.Cert)
+	return &tls.Config{Certificates: []tls.Certificate{kp}}, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}
 }
