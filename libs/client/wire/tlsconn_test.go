@@ -185,23 +185,7 @@ func TestTLSGathersRecordsIntoLargeWrites(t *testing.T) {
 // the blocked Write fails and Close returns.
 func TestTLSCloseBreaksABlockedWrite(t *testing.T) {
 	serverCfg, clientCfg := selfSigned(t)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer lis.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := lis.Accept()
-		if err != nil {
-			close(accepted)
-			return
-		}
-		accepted <- c
-	}()
-	c, err := net.Dial("tcp", lis.Addr().String())
-	require.NoError(t, err)
-	defer c.Close()
-	raw, ok := <-accepted
-	require.True(t, ok)
+	c, raw := tcpPair(t)
 	srv := wire.BufferedTLSServer(raw, serverCfg)
 	handshook := make(chan error, 1)
 	go func() { handshook <- srv.Handshake() }()
@@ -245,23 +229,7 @@ func TestTLSWriteBeforeHandshake(t *testing.T) {
 	serverCfg, clientCfg := selfSigned(t)
 	for _, method := range []string{"Write", "WriteBuffers"} {
 		t.Run(method, func(t *testing.T) {
-			lis, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			defer lis.Close()
-			accepted := make(chan net.Conn, 1)
-			go func() {
-				c, err := lis.Accept()
-				if err != nil {
-					close(accepted)
-					return
-				}
-				accepted <- c
-			}()
-			c, err := net.Dial("tcp", lis.Addr().String())
-			require.NoError(t, err)
-			defer c.Close()
-			raw, ok := <-accepted
-			require.True(t, ok)
+			c, raw := tcpPair(t)
 			srv := wire.BufferedTLSServer(raw, serverCfg)
 			defer srv.Close()
 			cl := tls.Client(c, clientCfg)
@@ -299,3 +267,4 @@ func TestTLSWriteBeforeHandshake(t *testing.T) {
 		})
 	}
 }
+
