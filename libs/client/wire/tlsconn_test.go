@@ -267,4 +267,3 @@ func TestTLSWriteBeforeHandshake(t *testing.T) {
 		})
 	}
 }
-
