@@ -153,7 +153,11 @@ func journalCounts(t *testing.T, path string) map[string]int {
 
 // produceNumbered writes values 0..n-1 to topic, keyed by value.
 func produceNumbered(t *testing.T, ctx context.Context, cl *client.Client, topic string, n int) {
-	p := cl.NewProducer(client.ProducerConfig{Linger: 5 * time.Millisecond})
+	// Small input batches (~2 KiB, ~130 records): a copier's poll returns
+	// whole batches, so this bounds its transactions. Batches grown to
+	// 1 MiB while a partition's produce is in flight would let the copy
+	// finish in a few seconds, before the faults begin.
+	p := cl.NewProducer(client.ProducerConfig{Linger: 5 * time.Millisecond, BatchBytes: 2048, MaxBatchBytes: 2048})
 	var failed sync.Map
 	for i := range n {
 		v := []byte(strconv.Itoa(i))
