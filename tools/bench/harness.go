@@ -30,6 +30,11 @@ type harness struct {
 	servers map[string]string
 	// cacheNotDropped says why the page cache could not be dropped.
 	cacheNotDropped string
+	// sustained are the sustained block's runs, of sustainedGiB each;
+	// sustainedNote says why it ran fewer GiB than asked, or none.
+	sustained     []sustainedRun
+	sustainedGiB  int
+	sustainedNote string
 }
 
 // sample is one figure measured in one round.
@@ -216,35 +221,14 @@ func (h *harness) limitsBlock(ctx context.Context, round int) {
 var sluiceSingleFigures = []string{"sluice.produce_1k", "sluice.consume_1k", "sluice.produce_100b", "sluice.produce_1k_fsync", "sluice.ack_1k_fsync", "sluice.e2e_1k"}
 
 func (h *harness) sluiceBlock(ctx context.Context, round int) {
-	ports, err := freePorts(4)
+	srv, addr, err := h.startSluiced(ctx, fmt.Sprintf("sluiced-r%d", round))
 	if err != nil {
 		h.failAll(round, sluiceSingleFigures, err)
 		return
 	}
-	dir := filepath.Join(h.tmp, fmt.Sprintf("sluiced-r%d", round))
-	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	argv := []string{filepath.Join(h.cfg.binDir, "sluiced"), "--roles=all", "--node-id=1", "--data-dir=" + dir,
-		"--listen=" + addr, fmt.Sprintf("--http-listen=127.0.0.1:%d", ports[1]),
-		fmt.Sprintf("--controller.etcd.client-listen=127.0.0.1:%d", ports[2]),
-		fmt.Sprintf("--controller.etcd.peer-listen=127.0.0.1:%d", ports[3]), "--log.level=warn"}
-	srv, err := h.procs.start("sluiced", filepath.Join(h.tmp, fmt.Sprintf("sluiced-r%d.log", round)), argv)
-	if err != nil {
-		h.failAll(round, sluiceSingleFigures, err)
-		return
-	}
-	h.servers["sluiced"] = h.display(argv)
-	defer func() {
-		h.procs.stop(srv, 15*time.Second)
-		_ = os.RemoveAll(dir) // frees the disk for the next block; the whole tree goes at the end anyway
-	}()
-	if err := waitCluster(ctx, addr, 1, 60*time.Second); err != nil {
-		h.failAll(round, sluiceSingleFigures, err)
-		return
-	}
+	defer h.stopSluiced(srv)
 	c := h.cfg
-	sl := func(args ...string) []string {
-		return append([]string{filepath.Join(c.binDir, "sluice"), "--bootstrap", addr, "-o", "json", "perf"}, args...)
-	}
+	sl := func(args ...string) []string { return h.perfArgv(addr, args...) }
 	parts := strconv.Itoa(c.partitions)
 	batch := strconv.Itoa(c.batchSize)
 	n1k, n100 := strconv.FormatInt(c.records1K, 10), strconv.FormatInt(c.records100, 10)
@@ -268,6 +252,43 @@ func (h *harness) sluiceBlock(ctx context.Context, round int) {
 	h.measure(ctx, round, measurement{figure: "sluice.e2e_1k", sluicePerf: true, server: srv,
 		argv: sl("e2e", "--topic", "e2e", "--partitions", "1", "--replication-factor", "1", "--topic-config", "sluice.fsync.before.ack=false",
 			"--num-records", strconv.FormatInt(c.e2eRecords, 10), "--rate", ftoa(c.e2eRate), "--record-size", "1024", "--acks", "1")})
+}
+
+// startSluiced starts one `sluiced --roles=all` with its data in
+// $TMP/<name> and waits until its storage node is alive; stopSluiced stops
+// it and removes the data.
+func (h *harness) startSluiced(ctx context.Context, name string) (*server, string, error) {
+	ports, err := freePorts(4)
+	if err != nil {
+		return nil, "", err
+	}
+	dir := filepath.Join(h.tmp, name)
+	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	argv := []string{filepath.Join(h.cfg.binDir, "sluiced"), "--roles=all", "--node-id=1", "--data-dir=" + dir,
+		"--listen=" + addr, fmt.Sprintf("--http-listen=127.0.0.1:%d", ports[1]),
+		fmt.Sprintf("--controller.etcd.client-listen=127.0.0.1:%d", ports[2]),
+		fmt.Sprintf("--controller.etcd.peer-listen=127.0.0.1:%d", ports[3]), "--log.level=warn"}
+	srv, err := h.procs.start("sluiced", filepath.Join(h.tmp, name+".log"), argv)
+	if err != nil {
+		return nil, "", err
+	}
+	srv.dataDir = dir
+	h.servers["sluiced"] = h.display(argv)
+	if err := waitCluster(ctx, addr, 1, 60*time.Second); err != nil {
+		h.stopSluiced(srv)
+		return nil, "", err
+	}
+	return srv, addr, nil
+}
+
+func (h *harness) stopSluiced(srv *server) {
+	h.procs.stop(srv, 15*time.Second)
+	_ = os.RemoveAll(srv.dataDir) // frees the disk for the next block; the whole tree goes at the end anyway
+}
+
+// perfArgv is `sluice perf` against addr with JSON output, then args.
+func (h *harness) perfArgv(addr string, args ...string) []string {
+	return append([]string{filepath.Join(h.cfg.binDir, "sluice"), "--bootstrap", addr, "-o", "json", "perf"}, args...)
 }
 
 func ftoa(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }

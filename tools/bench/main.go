@@ -19,6 +19,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -87,6 +89,10 @@ type config struct {
 	records100                int64 // 100 B produce
 	recordsFsyncPeer          int64 // JetStream with an fsync per message
 	recordsRF3                int64
+	recordsDefaults1K         int64 // 1 KiB produce with the perf tool's defaults
+	recordsDefaults100        int64
+	sustainedGiB              int
+	only                      map[string]bool // blocks to run; nil: all
 	e2eRecords                int64
 	e2eRate                   float64
 	batchSize                 int
@@ -94,6 +100,12 @@ type config struct {
 	idleThreshold             float64
 	idleMax, idleBudget       time.Duration
 }
+
+// blockNames are the parts of a run, for --only.
+var blockNames = []string{"limits", "sluice", "nats", "rf3", "defaults", "sustained"}
+
+// runs says whether the run includes the block.
+func (c config) runs(block string) bool { return c.only == nil || c.only[block] }
 
 func runMain(args []string) error {
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
@@ -106,6 +118,10 @@ func runMain(args []string) error {
 	fs.Int64Var(&c.records100, "records-100", 1_000_000, "100 B records per produce run")
 	fs.Int64Var(&c.recordsFsyncPeer, "records-fsync-peer", 20_000, "1 KiB messages per JetStream fsync-per-message run (about 4k/s)")
 	fs.Int64Var(&c.recordsRF3, "records-rf3", 1_000_000, "1 KiB records per RF=3 produce run")
+	fs.Int64Var(&c.recordsDefaults1K, "records-defaults-1k", 1_000_000, "1 KiB records per produce run with sluice perf's defaults (both durabilities)")
+	fs.Int64Var(&c.recordsDefaults100, "records-defaults-100", 1_000_000, "100 B records per produce run with sluice perf's defaults (both durabilities)")
+	fs.IntVar(&c.sustainedGiB, "sustained-gb", 10, "GiB of 1 KiB records per sustained run, once after the rounds (0: no sustained block)")
+	only := fs.String("only", "", "comma-separated blocks to run, of "+strings.Join(blockNames, ", ")+" (default: all)")
 	fs.Int64Var(&c.e2eRecords, "e2e-records", 100_000, "records per end-to-end latency run")
 	fs.Float64Var(&c.e2eRate, "e2e-rate", 10_000, "records/s of the end-to-end latency runs")
 	fs.IntVar(&c.batchSize, "batch-size", 256<<10, "Sluice producer batch size (at least 64 KiB)")
@@ -117,7 +133,20 @@ func runMain(args []string) error {
 	if c.rounds < 1 {
 		return fmt.Errorf("--rounds must be at least 1")
 	}
-	for _, name := range []string{"sluiced", "sluice", "nats-server"} {
+	if *only != "" {
+		c.only = map[string]bool{}
+		for _, b := range strings.Split(*only, ",") {
+			if !slices.Contains(blockNames, b) {
+				return fmt.Errorf("--only: no block %q (blocks: %s)", b, strings.Join(blockNames, ", "))
+			}
+			c.only[b] = true
+		}
+	}
+	bins := []string{"sluiced", "sluice"}
+	if c.runs("nats") {
+		bins = append(bins, "nats-server")
+	}
+	for _, name := range bins {
 		if _, err := os.Stat(filepath.Join(c.binDir, name)); err != nil {
 			return fmt.Errorf("%s not found in %s: run `make build bench-tools` first", name, c.binDir)
 		}
@@ -148,7 +177,15 @@ func runMain(args []string) error {
 	start := time.Now()
 	h.facts = machineFacts(c, tmp)
 	h.logf("sluice-bench: %d rounds, data in %s (%s)", c.rounds, tmp, h.facts.Disk)
-	blocks := []func(context.Context, int){h.limitsBlock, h.sluiceBlock, h.natsBlock, h.rf3Block}
+	var blocks []func(context.Context, int)
+	for _, b := range []struct {
+		name string
+		run  func(context.Context, int)
+	}{{"limits", h.limitsBlock}, {"sluice", h.sluiceBlock}, {"nats", h.natsBlock}, {"rf3", h.rf3Block}, {"defaults", h.defaultsBlock}} {
+		if c.runs(b.name) {
+			blocks = append(blocks, b.run)
+		}
+	}
 	for r := 1; r <= c.rounds && ctx.Err() == nil; r++ {
 		// Rotate the order each round, so slow drift (page cache, disk
 		// writeback, a neighbour's load) does not always favour one system.
@@ -163,6 +200,9 @@ func runMain(args []string) error {
 			h.dropCaches()
 			blocks[(i+r-1)%len(blocks)](ctx, r)
 		}
+	}
+	if c.runs("sustained") && c.sustainedGiB > 0 && ctx.Err() == nil {
+		h.sustainedBlock(ctx)
 	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("interrupted; no report written")

@@ -23,8 +23,9 @@ type server struct {
 	logPath  string
 	cmd      *exec.Cmd
 	exited   chan struct{}
-	exitErr  error // how it ended, once exited is closed
-	children []int // pids started by the server itself (sluice dev's nodes)
+	exitErr  error  // how it ended, once exited is closed
+	children []int  // pids started by the server itself (sluice dev's nodes)
+	dataDir  string // removed when the harness stops it, if set
 }
 
 // pids returns the server's pid and its children's.

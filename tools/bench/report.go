@@ -37,6 +37,10 @@ var figureCatalog = []figureInfo{
 	{"sluice.consume_1k", "Sluice (c) catch-up consume 1 KiB, page cache", "mb_per_s"},
 	{"sluice.e2e_1k", "Sluice (d) end-to-end at 10k x 1 KiB/s", "lat_p99_ms"},
 	{"sluice.rf3_produce_1k", "Sluice (e) 3 storage nodes, RF=3, acks=all, min.insync=2", "mb_per_s"},
+	{"defaults.produce_1k_acks1", "Sluice perf defaults + acks=1, no fsync, produce 1 KiB", "mb_per_s"},
+	{"defaults.produce_100b_acks1", "Sluice perf defaults + acks=1, no fsync, produce 100 B", "records_per_s"},
+	{"defaults.produce_1k", "Sluice perf defaults (acks=all, fsync before ack), produce 1 KiB", "mb_per_s"},
+	{"defaults.produce_100b", "Sluice perf defaults (acks=all, fsync before ack), produce 100 B", "records_per_s"},
 	{"nats.pub_1k", "JetStream async publish 1 KiB", "mb_per_s"},
 	{"nats.pub_100b", "JetStream async publish 100 B", "records_per_s"},
 	{"nats.pub_1k_fsync", "JetStream publish 1 KiB, fsync per message", "records_per_s"},
@@ -91,6 +95,7 @@ type report struct {
 	IdleWaitS float64           `json:"idle_wait_total_s"`
 	BusyMax   float64           `json:"cpu_busy_before_max_pct"`
 	Samples   []sample          `json:"samples"`
+	Sustained []sustainedRun    `json:"sustained,omitempty"`
 	byID      map[string]*figureResult
 }
 
@@ -207,7 +212,11 @@ func buildReport(h *harness, d time.Duration) *report {
 			"records_rf3": c.recordsRF3, "e2e_records": c.e2eRecords, "e2e_rate": c.e2eRate, "batch_size": c.batchSize,
 			"partitions": c.partitions, "idle_threshold_pct": c.idleThreshold,
 			"page_cache_dropped": h.cacheNotDropped == "", "page_cache_not_dropped_because": h.cacheNotDropped,
+			"records_defaults_1k": c.recordsDefaults1K, "records_defaults_100b": c.recordsDefaults100,
+			"sustained_gib_asked": c.sustainedGiB, "sustained_gib": h.sustainedGiB, "sustained_note": h.sustainedNote,
+			"blocks": blocksRun(c),
 		},
+		Sustained: h.sustained,
 	}
 	r.Figures = aggregate(h.samples)
 	for i := range r.Figures {
@@ -239,6 +248,14 @@ func (r *report) computeRatiosAndGoals() {
 		r.ratio("(d) e2e p99.9 / JetStream e2e p99.9", "sluice.e2e_1k", "lat_p999_ms", "nats.e2e_1k", "lat_p999_ms"),
 		r.ratio("(e) RF=3 acks=all MB/s / RF=1 acks=1 MB/s", "sluice.rf3_produce_1k", "mb_per_s", "sluice.produce_1k", "mb_per_s"),
 		r.ratio("broker MB per CPU second, Sluice (a) / JetStream", "sluice.produce_1k", "mb_per_server_cpu_s", "nats.pub_1k", "mb_per_server_cpu_s"),
+		r.ratio("defaults + acks=1 1 KiB MB/s / tuned (a)", "defaults.produce_1k_acks1", "mb_per_s", "sluice.produce_1k", "mb_per_s"),
+		r.ratio("defaults + acks=1 100 B records/s / tuned (a)", "defaults.produce_100b_acks1", "records_per_s", "sluice.produce_100b", "records_per_s"),
+		r.ratio("defaults 1 KiB MB/s / tuned fsync (b)", "defaults.produce_1k", "mb_per_s", "sluice.produce_1k_fsync", "mb_per_s"),
+	}
+	sus := len(r.Ratios)
+	for _, run := range r.Sustained {
+		x, ok := lastOverFirst(run.Slices)
+		r.Ratios = append(r.Ratios, ratio{Name: run.ID + " last GiB MB/s / first GiB", Value: x, OK: ok})
 	}
 	rt := func(i int) (float64, bool) { return r.Ratios[i].Value, r.Ratios[i].OK }
 	p999, okP999 := r.med("sluice.e2e_1k", "lat_p999_ms")
@@ -272,7 +289,36 @@ func (r *report) computeRatiosAndGoals() {
 			cond("p99.9 <= 5 ms", p999, okP999, 5, false)),
 		mk("G6", "broker CPU", cond(">= 300 MB/s produced per busy core", perCore, okCore, 300, true)),
 		mk("RF3", "3 nodes, RF=3, acks=all", v(12, ">= 40% of the RF=1 figure", 0.4, true)),
+		mk("DEF", "sluice perf defaults reach >= 80% of the best tuned figure",
+			v(14, "1 KiB, acks=1, no fsync: >= 80% of tuned (a)", 0.8, true),
+			v(15, "100 B, acks=1, no fsync: >= 80% of tuned (a)", 0.8, true),
+			v(16, "1 KiB, acks=all, fsync before ack: >= 80% of tuned (b)", 0.8, true)),
 	}
+	if len(r.Sustained) == 0 && r.Plan["sustained_note"] == "" {
+		return // not part of this run
+	}
+	var cs []condition
+	for _, want := range sustainedVariants {
+		c := cond(want.label+": last GiB >= 90% of the first", 0, false, 0.9, true)
+		for j, got := range r.Sustained {
+			if got.ID == want.id {
+				c = v(sus+j, c.Text, 0.9, true)
+			}
+		}
+		cs = append(cs, c)
+	}
+	r.Goals = append(r.Goals, mk("SUS", "sustained produce, 1 KiB, one topic", cs...))
+}
+
+// blocksRun lists the blocks a run includes.
+func blocksRun(c config) []string {
+	var out []string
+	for _, b := range blockNames {
+		if c.runs(b) && (b != "sustained" || c.sustainedGiB > 0) {
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 // write stores <date>.md and <date>.json in dir.
@@ -358,7 +404,8 @@ func (r *report) markdown() string {
 	w("Machine: %s, %d cores, %s GiB; kernel %s; %s; disk %s. ", f.CPU, f.Cores, f.MemoryGiB, f.Kernel, f.Go, f.Disk)
 	w("grpc-go %s, nats-server %s, nats.go %s. Commit %s.\n\n", f.GRPC, f.NATSServer, f.NATSClient, f.Commit)
 	if r.Plan["page_cache_dropped"] == true {
-		w("Each block (limits, Sluice, JetStream, RF=3) starts with the page cache dropped (sync, drop_caches=1). ")
+		blocks, _ := r.Plan["blocks"].([]string)
+		w("Each block (%s) starts with the page cache dropped (sync, drop_caches=1). ", strings.Join(blocks, ", "))
 	} else {
 		w("The page cache could not be dropped between blocks (%v). ", r.Plan["page_cache_not_dropped_because"])
 	}
@@ -411,6 +458,12 @@ func (r *report) markdown() string {
 	w("| MB/s produced per busy broker core | %s | | %s | %s | | |\n", r.cell("sluice.produce_1k", "mb_per_server_cpu_s"), r.cell("nats.pub_1k", "mb_per_server_cpu_s"), R(13))
 	w("| broker CPU s per GB: fsync (b) / RF=3 (e, 4 processes) | %s / %s | | fsync %s | | | |\n", r.cell("sluice.produce_1k_fsync", "server_cpu_s_per_gb"),
 		r.cell("sluice.rf3_produce_1k", "server_cpu_s_per_gb"), r.cell("nats.pub_1k_fsync", "server_cpu_s_per_gb"))
+	b.WriteString(r.defaultsMarkdown())
+	if len(r.Sustained) > 0 || r.Plan["sustained_note"] != "" {
+		gib, _ := r.Plan["sustained_gib"].(int)
+		note, _ := r.Plan["sustained_note"].(string)
+		b.WriteString(sustainedMarkdown(r.Sustained, gib, note))
+	}
 
 	w("\n## Every figure\n\n| figure | records/s | MB/s | latency p50 / p99 / p99.9 ms | server CPU s/GB | client CPU s | ± | rounds |\n|---|---|---|---|---|---|---|---|\n")
 	for _, fr := range r.Figures {
@@ -486,6 +539,35 @@ func (r *report) markdown() string {
 		}
 		w("\n")
 	}
+	return b.String()
+}
+
+// defaultsMarkdown sets each figure of `sluice perf produce` without
+// tuning flags beside the tuned figure of the same durability.
+func (r *report) defaultsMarkdown() string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	w("\n## Defaults against tuned\n\n")
+	w("Defaults: `sluice perf produce` with no tuning flags (acks=all, idempotent, 64 KiB batches growing to 1 MiB under load, linger 5 ms, ")
+	batch, _ := r.Plan["batch_size"].(int)
+	w("the topic's default sluice.fsync.before.ack=true), on a sluiced of its own, %v x 1 KiB and %v x 100 B per run; ", r.Plan["records_defaults_1k"], r.Plan["records_defaults_100b"])
+	w("tuned: the Sluice block's figures (%d KiB batches).\n\n", batch>>10)
+	w("| measurement | defaults | ± | tuned | defaults / tuned | server CPU s/GB, defaults / tuned |\n|---|---|---|---|---|---|\n")
+	row := func(label, def, tuned, key string, ri int) {
+		rc := "-"
+		if ri >= 0 {
+			rc = ratioCell(r.Ratios[ri])
+		}
+		tc, tcpu := "-", "-"
+		if tuned != "" {
+			tc, tcpu = r.cell(tuned, key), r.cell(tuned, "server_cpu_s_per_gb")
+		}
+		w("| %s | %s | %s | %s | %s | %s / %s |\n", label, r.cell(def, key), r.spread(def), tc, rc, r.cell(def, "server_cpu_s_per_gb"), tcpu)
+	}
+	row("1 KiB, acks=1, no fsync, MB/s", "defaults.produce_1k_acks1", "sluice.produce_1k", "mb_per_s", 14)
+	row("100 B, acks=1, no fsync, records/s", "defaults.produce_100b_acks1", "sluice.produce_100b", "records_per_s", 15)
+	row("1 KiB, acks=all, fsync before ack, MB/s", "defaults.produce_1k", "sluice.produce_1k_fsync", "mb_per_s", 16)
+	row("100 B, acks=all, fsync before ack, records/s (no tuned figure)", "defaults.produce_100b", "", "records_per_s", -1)
 	return b.String()
 }
 

@@ -84,7 +84,7 @@ func txnMain(args []string) error {
 	loadStart := loadAvg()
 	h.logf("sluice-bench txn: %d rounds, data in %s (%s), load average %s", c.rounds, tmp, h.facts.Disk, loadStart)
 
-	srv, addr, err := h.startSluiced("sluiced-txn")
+	srv, addr, err := h.startSluiced(ctx, "sluiced-txn")
 	if err != nil {
 		return err
 	}
@@ -165,30 +165,6 @@ func txnMain(args []string) error {
 	h.logf("report: %s and %s (%.1f min)", md, js, time.Since(start).Minutes())
 	fmt.Print(rep.summaryText())
 	return nil
-}
-
-// startSluiced starts one `sluiced --roles=all` on free ports and waits
-// until it serves.
-func (h *harness) startSluiced(name string) (*server, string, error) {
-	ports, err := freePorts(4)
-	if err != nil {
-		return nil, "", err
-	}
-	dir := filepath.Join(h.tmp, name)
-	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	argv := []string{filepath.Join(h.cfg.binDir, "sluiced"), "--roles=all", "--node-id=1", "--data-dir=" + dir,
-		"--listen=" + addr, fmt.Sprintf("--http-listen=127.0.0.1:%d", ports[1]),
-		fmt.Sprintf("--controller.etcd.client-listen=127.0.0.1:%d", ports[2]),
-		fmt.Sprintf("--controller.etcd.peer-listen=127.0.0.1:%d", ports[3]), "--log.level=warn"}
-	srv, err := h.procs.start("sluiced", filepath.Join(h.tmp, name+".log"), argv)
-	if err != nil {
-		return nil, "", err
-	}
-	h.servers["sluiced"] = h.display(argv)
-	if err := waitCluster(context.Background(), addr, 1, 60*time.Second); err != nil {
-		return nil, "", err
-	}
-	return srv, addr, nil
 }
 
 func (h *harness) deleteTopic(ctx context.Context, c *client.Client, topic string) {
