@@ -839,8 +839,14 @@ func (p *Producer) run(ctx context.Context) {
 	timer := time.NewTimer(p.cfg.Linger)
 	defer timer.Stop()
 	for {
-		next := p.sendReady(ctx)
-		timer.Reset(next)
+		if next := p.sendReady(ctx); next > 0 {
+			timer.Reset(next)
+		} else {
+			// Nothing queued: a record, an answer or a retry wakes the
+			// loop. An idle producer that looked every Linger cost a
+			// process with thousands of them most of a core.
+			timer.Stop()
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -850,15 +856,19 @@ func (p *Producer) run(ctx context.Context) {
 	}
 }
 
-// sendReady sends what can be sent and returns when to look again.
+// sendReady sends what can be sent and returns when to look again, or 0
+// when no partition holds a batch, open or sealed: then only what queues
+// one (which kicks the loop) gives a pass anything to do.
 func (p *Producer) sendReady(ctx context.Context) time.Duration {
 	now := time.Now()
 	next := p.cfg.Linger
 	lingering := false // a batch waits for its Linger to end
+	queued := false    // some partition held a batch when the pass began
 	byNode := map[string][]*prodBatch{}
 	again := false // a partition can send more than one batch per pass
 	p.mu.Lock()
 	for _, pp := range p.parts {
+		queued = queued || len(pp.open) > 0 || len(pp.ready) > 0
 		if len(pp.open) > 0 {
 			switch age := now.Sub(pp.openSince); {
 			case pp.openBytes >= p.cfg.BatchBytes && pp.inflight < p.cfg.MaxInFlight && len(pp.ready) == 0:
@@ -942,6 +952,9 @@ func (p *Producer) sendReady(ctx context.Context) time.Duration {
 	}
 	if again {
 		p.kick()
+	}
+	if !queued {
+		return 0
 	}
 	return lookAgain(next, lingering)
 }

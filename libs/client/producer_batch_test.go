@@ -206,3 +206,20 @@ func TestProducerLooksAgainWhenLingerEnds(t *testing.T) {
 	require.Equal(t, time.Millisecond, lookAgain(200*time.Microsecond, false), "no batch lingers: a millisecond between passes")
 	require.Equal(t, 3*time.Millisecond, lookAgain(3*time.Millisecond, true))
 }
+
+// A producer with nothing queued has its sender loop wait to be woken
+// instead of looking again every Linger (thousands of idle producers in
+// one process cost most of a core that way), and a record produced after
+// that still goes.
+func TestProducerIdleLoopWaitsForWork(t *testing.T) {
+	f := newSeqNode()
+	p, _ := startSeqNode(t, f, ProducerConfig{Linger: 5 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := p.ProduceSync(ctx, &Record{Topic: "t", Partition: 0, Value: []byte("0")})
+	require.NoError(t, err)
+	require.Zero(t, p.sendReady(ctx), "no batch queued: no pass is due")
+	_, err = p.ProduceSync(ctx, &Record{Topic: "t", Partition: 0, Value: []byte("1")})
+	require.NoError(t, err)
+	require.Equal(t, numbers(2, nil), f.log(0))
+}
