@@ -65,6 +65,16 @@ func (nt *Net) Isolate(i int, from ...int) {
 	}
 }
 
+// Disconnect drops every packet between host i and anything else, the
+// bridge (the test) included, as docker network disconnect does; Heal
+// ends it.
+func (nt *Net) Disconnect(i int) {
+	nt.t.Helper()
+	if err := nt.net.Disconnect(i); err != nil {
+		nt.t.Fatal(err)
+	}
+}
+
 // Heal removes host i's partition rules.
 func (nt *Net) Heal(i int) {
 	nt.t.Helper()

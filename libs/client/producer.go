@@ -1167,7 +1167,9 @@ type queuedReq struct {
 
 // prodStream is one ProduceStream with the requests in flight on it.
 type prodStream struct {
+	// stream is nil until open has opened it (set under prodConn.mu).
 	stream  grpc.BidiStreamingClient[storagev1.ProduceStreamRequest, storagev1.ProduceStreamResponse]
+	ctx     context.Context
 	cancel  context.CancelFunc
 	nextID  uint64
 	pending map[uint64]inflightReq
@@ -1227,11 +1229,9 @@ func (c *prodConn) loop() {
 		}
 		q := c.queue[0]
 		c.queue = c.queue[1:]
-		ps, err := c.streamLocked()
-		if err != nil {
-			c.mu.Unlock()
-			c.p.complete(q.group, nil, err)
-			continue
+		ps := c.cur
+		if ps == nil {
+			ps = c.newStreamLocked()
 		}
 		ps.nextID++
 		id := ps.nextID
@@ -1243,8 +1243,18 @@ func (c *prodConn) loop() {
 			c.p.complete(q.group, nil, errs.New(errs.InvalidRequest, "encoding the produce request: %v", err))
 			continue
 		}
+		// Pending before the stream is open, so that watch sees the
+		// request while the connection is being made: a dial to a node
+		// that drops packets waits for gRPC's connect timeout (20 s)
+		// unless watch abandons it when the partition's leader moves.
 		ps.pending[id] = inflightReq{group: q.group, sent: time.Now()}
+		opened := ps.stream != nil
 		c.mu.Unlock()
+		if !opened {
+			if err := c.open(ps); err != nil {
+				continue
+			}
+		}
 		// Send may block on flow control while the node does not read;
 		// only this node's requests wait.
 		c.waitThrottle()
@@ -1259,24 +1269,41 @@ func (c *prodConn) loop() {
 	}
 }
 
-// streamLocked returns the current stream, opening one if needed.
-func (c *prodConn) streamLocked() (*prodStream, error) {
-	if c.cur != nil {
-		return c.cur, nil
-	}
-	conn, err := c.p.c.Conn(c.addr)
-	if err != nil {
-		return nil, err
-	}
+// newStreamLocked makes the connection's current stream, not yet open.
+func (c *prodConn) newStreamLocked() *prodStream {
 	sctx, cancel := context.WithCancel(context.Background())
-	stream, err := storagev1.NewStorageServiceClient(conn).ProduceStream(sctx, grpc.ForceCodecV2(wire.PassThroughCodec()))
-	if err != nil {
-		cancel()
-		return nil, err
+	c.cur = &prodStream{ctx: sctx, cancel: cancel, pending: map[uint64]inflightReq{}, done: make(chan struct{})}
+	return c.cur
+}
+
+// open opens ps's ProduceStream without holding c.mu (it waits for the
+// connection) and starts its receiver. If it fails (or watch abandoned it
+// meanwhile), every request pending on ps fails with the error.
+func (c *prodConn) open(ps *prodStream) error {
+	var stream grpc.BidiStreamingClient[storagev1.ProduceStreamRequest, storagev1.ProduceStreamResponse]
+	conn, err := c.p.c.Conn(c.addr)
+	if err == nil {
+		stream, err = storagev1.NewStorageServiceClient(conn).ProduceStream(ps.ctx, grpc.ForceCodecV2(wire.PassThroughCodec()))
 	}
-	c.cur = &prodStream{stream: stream, cancel: cancel, pending: map[uint64]inflightReq{}, done: make(chan struct{})}
-	go c.receive(c.cur)
-	return c.cur, nil
+	c.mu.Lock()
+	if err != nil {
+		failed := ps.pending
+		ps.pending = map[uint64]inflightReq{}
+		if c.cur == ps {
+			c.cur = nil
+		}
+		c.mu.Unlock()
+		ps.cancel()
+		close(ps.done)
+		for _, r := range failed {
+			c.p.complete(r.group, nil, err)
+		}
+		return err
+	}
+	ps.stream = stream
+	c.mu.Unlock()
+	go c.receive(ps)
+	return nil
 }
 
 // abandon cancels a stream; its receiver then fails what was in flight.
@@ -1386,7 +1413,7 @@ func (c *prodConn) close() {
 	c.cur = nil
 	// The loop sends nothing once closed is set, so an empty pending set
 	// means no request will be sent on this stream again.
-	idle := cur != nil && len(cur.pending) == 0
+	idle := cur != nil && len(cur.pending) == 0 && cur.stream != nil
 	c.cond.Broadcast()
 	c.mu.Unlock()
 	if cur == nil {

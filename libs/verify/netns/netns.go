@@ -220,6 +220,26 @@ func (nt *Net) Isolate(i int, from []int) error {
 	return nil
 }
 
+// Disconnect drops every packet to and from host i except its loopback
+// traffic, the bridge (the caller) included: the host is off the network,
+// as a container is after docker network disconnect. Connections hang;
+// nothing is refused. Heal ends it.
+func (nt *Net) Disconnect(i int) error {
+	if i < 0 || i >= len(nt.Hosts) {
+		return fmt.Errorf("no host %d", i)
+	}
+	script := fmt.Sprintf(`table inet %s {
+  chain in { type filter hook input priority 0; policy accept; iifname != "lo" drop; }
+  chain out { type filter hook output priority 0; policy accept; oifname != "lo" drop; }
+}`, nt.names.Table)
+	cmd := exec.Command("ip", "netns", "exec", nt.Hosts[i].NS, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("disconnecting host %d: %v: %s", i, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
 // Heal removes host i's partition rules.
 func (nt *Net) Heal(i int) error {
 	if i < 0 || i >= len(nt.Hosts) {

@@ -1,0 +1,128 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-io/sluice/integration/cluster"
+	"github.com/sluice-io/sluice/integration/netns"
+	"github.com/sluice-io/sluice/libs/client"
+)
+
+// A leader's storage node taken off the network (every packet to and from
+// it dropped, the producer's included, as docker network disconnect does)
+// loses its partitions to the other replicas once its session expires, and
+// an acks=all producer that was writing to it goes on writing to the new
+// leader while the node is still cut off: the producer does not wait for
+// the heal.
+func TestProducerMovesOffDisconnectedLeader(t *testing.T) {
+	if err := netns.Available(); err != nil {
+		if os.Getenv("SLUICE_REQUIRE_NETNS") != "" {
+			t.Fatalf("network namespaces are required here: %v", err)
+		}
+		t.Skipf("no network namespaces: %v", err)
+	}
+	const cut = 15 * time.Second
+	net := netns.New(t, 4)
+	var hosts []string
+	for _, h := range net.Hosts {
+		hosts = append(hosts, h.IP)
+	}
+	// The controller's default session timeout and heartbeats, as in a
+	// deployment.
+	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 3, Hosts: hosts, Wrap: net.Exec})
+	cl := cluster.Client(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const topic = "disconnect"
+	_, err := cl.CreateTopic(ctx, topic, 1, 3, map[string]string{"min.insync.replicas": "2"})
+	require.NoError(t, err)
+	waitFullISR(t, ctx, cl, topic)
+
+	p := cl.NewProducer(client.ProducerConfig{Acks: client.AcksAll})
+	var mu sync.Mutex
+	var acks []time.Time
+	pctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		// One record every 20 ms, so a stall shows as a gap between acks.
+		for seq := 0; pctx.Err() == nil; seq++ {
+			rec := &client.Record{Topic: topic, Partition: 0, Value: []byte(strconv.Itoa(seq))}
+			err := p.Produce(pctx, rec, func(r client.Result) {
+				if r.Err == nil {
+					mu.Lock()
+					acks = append(acks, time.Now())
+					mu.Unlock()
+				}
+			})
+			if err != nil {
+				return
+			}
+			select {
+			case <-pctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	})
+	defer func() { stop(); wg.Wait(); _ = p.Close(context.Background()) }()
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(acks) > 50 },
+		30*time.Second, 50*time.Millisecond, "the producer writes before the cut")
+
+	ls, eps := leaders(t, ctx, cl, topic)
+	victim := nodeByID(c, ls[0])
+	k := int(victim.NodeID - 1) // process index = host index
+	cutAt := time.Now()
+	t.Logf("disconnecting node %d (%s), leader of %s-0 in epoch %d, for %v", victim.NodeID, victim.Addr, topic, eps[0], cut)
+	net.Disconnect(k)
+
+	// Watch the controller's view until the heal: when the leader moves.
+	var movedAt time.Time
+	for time.Since(cutAt) < cut {
+		if movedAt.IsZero() {
+			if l, _ := leaders(t, ctx, cl, topic); l[0] != victim.NodeID && l[0] >= 0 {
+				movedAt = time.Now()
+				t.Logf("+%v: the controller moved the leader to node %d", movedAt.Sub(cutAt).Round(time.Millisecond), l[0])
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	healAt := time.Now()
+	net.Heal(k)
+	t.Logf("+%v: healed", healAt.Sub(cutAt).Round(time.Millisecond))
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return acks[len(acks)-1].After(healAt.Add(2 * time.Second))
+	}, 60*time.Second, 100*time.Millisecond, "the producer writes after the heal")
+
+	mu.Lock()
+	var during int
+	var firstAfter time.Time
+	var longest time.Duration
+	for i, a := range acks {
+		// Records acknowledged once the controller moved the leader were
+		// acknowledged by the new one.
+		if !movedAt.IsZero() && a.After(movedAt) && a.Before(healAt) {
+			during++
+		}
+		if firstAfter.IsZero() && a.After(cutAt.Add(time.Second)) {
+			firstAfter = a
+		}
+		if i > 0 && a.After(cutAt) {
+			longest = max(longest, a.Sub(acks[i-1]))
+		}
+	}
+	mu.Unlock()
+	if !firstAfter.IsZero() {
+		t.Logf("+%v: first record acknowledged after the cut (past the ones in flight)", firstAfter.Sub(cutAt).Round(time.Millisecond))
+	}
+	t.Logf("longest stall %v; %d records acknowledged during the %v cut", longest.Round(time.Millisecond), during, cut)
+	require.False(t, movedAt.IsZero(), "the controller moved the leader off the disconnected node")
+	require.Positive(t, during, "records acknowledged by the new leader while the old one was cut off")
+}
