@@ -46,7 +46,7 @@ func TestNewRefusesBadInput(t *testing.T) {
 	}
 }
 
-// Isolate and Heal refuse hosts that are not in the network.
+// Isolate, Disconnect and Heal refuse hosts that are not in the network.
 func TestIsolateRefusesBadHosts(t *testing.T) {
 	nt := &Net{names: testNames, Hosts: []Host{{NS: "a", IP: "10.233.1.10"}, {NS: "b", IP: "10.233.1.11"}}}
 	for _, tc := range []struct {
@@ -55,6 +55,11 @@ func TestIsolateRefusesBadHosts(t *testing.T) {
 	}{{-1, []int{1}}, {2, []int{0}}, {0, nil}, {0, []int{0}}, {0, []int{2}}} {
 		if err := nt.Isolate(tc.i, tc.from); err == nil {
 			t.Errorf("Isolate(%d, %v): got no error", tc.i, tc.from)
+		}
+	}
+	for _, i := range []int{-1, 2} {
+		if err := nt.Disconnect(i); err == nil {
+			t.Errorf("Disconnect(%d): got no error", i)
 		}
 	}
 	if err := nt.Heal(5); err == nil {
