@@ -22,7 +22,7 @@ COMPOSE_PROJECT ?= sluice-compose
 COMPOSE := docker-compose -p $(COMPOSE_PROJECT) -f $(ROOT)/deploy/compose/docker-compose.yml
 COMPOSE_WAIT ?= 180
 
-.PHONY: all build run dev test unit integration helm-check helm-netns-check bench-tools gen check-gen lint bench bench-txn bench-kafka bench-security bench-groups bench-connections clean tools image compose-up compose-down deploy-test chaos chaos-planted planted
+.PHONY: all build run dev test unit integration helm-check helm-netns-check bench-tools gen check-gen lint bench bench-compare bench-txn bench-kafka bench-security bench-groups bench-connections clean tools image compose-up compose-down deploy-test chaos chaos-planted planted
 
 all: build
 
@@ -132,15 +132,46 @@ lint: tools
 
 ## bench: build everything, then measure Sluice side by side with NATS JetStream and the
 ## machine's limits, 3 interleaved rounds (bench/results/<date>.md and .json; see docs/performance.md),
-## then the transactions benchmark (bench-txn), the Kafka-protocol benchmark (bench-kafka) and the
-## security benchmark (bench-security).
+## then the transactions benchmark (bench-txn), the Kafka-protocol benchmark (bench-kafka), the
+## security benchmark (bench-security) and bench-compare (skipped with BENCH_COMPARE=0); last,
+## <date>-summary.md: every goal of those reports in one table, met or missed, with links to them and to
+## the benchstat comparison (`sluice-bench summary`; the consumer-group benchmarks are not part of make bench).
+## A benchmark that fails does not stop the others or the summary; make bench fails at the end.
 ## Extra flags: make bench BENCH_ARGS='--rounds 5' TXN_BENCH_ARGS='--rounds 7' KAFKA_BENCH_ARGS='--rounds 5' SECURITY_BENCH_ARGS='--rounds 7'
+## Reports go to BENCH_OUT (default bench/results).
+BENCH_OUT ?= $(ROOT)/bench/results
+BENCH_COMPARE ?= 1
 bench: build tools bench-tools
 	$(GO) build -o $(BIN)/sluice-bench $(MOD)/tools/bench
-	$(BIN)/sluice-bench run --bin $(BIN) --out $(ROOT)/bench/results $(BENCH_ARGS)
-	$(BIN)/sluice-bench txn --bin $(BIN) --out $(ROOT)/bench/results $(TXN_BENCH_ARGS)
-	$(BIN)/sluice-bench kafka --bin $(BIN) --out $(ROOT)/bench/results $(KAFKA_BENCH_ARGS)
-	$(BIN)/sluice-bench security --bin $(BIN) --out $(ROOT)/bench/results $(SECURITY_BENCH_ARGS)
+	@# The summary takes the reports written from here on: this invocation's.
+	@trap 'exit 130' INT TERM; since=$$(date -u +%Y-%m-%dT%H:%M:%SZ); failed=; \
+	run() { name=$$1; shift; echo "$$*"; "$$@" || failed="$$failed $$name"; }; \
+	run run $(BIN)/sluice-bench run --bin $(BIN) --out $(BENCH_OUT) $(BENCH_ARGS); \
+	run txn $(BIN)/sluice-bench txn --bin $(BIN) --out $(BENCH_OUT) $(TXN_BENCH_ARGS); \
+	run kafka $(BIN)/sluice-bench kafka --bin $(BIN) --out $(BENCH_OUT) $(KAFKA_BENCH_ARGS); \
+	run security $(BIN)/sluice-bench security --bin $(BIN) --out $(BENCH_OUT) $(SECURITY_BENCH_ARGS); \
+	if [ "$(BENCH_COMPARE)" != 0 ]; then run bench-compare $(BENCH_COMPARE_CMD); fi; \
+	run summary $(BIN)/sluice-bench summary --out $(BENCH_OUT) --since $$since; \
+	if [ -n "$$failed" ]; then echo "make bench: failed:$$failed"; exit 1; fi
+
+## bench-compare: the Go micro-benchmarks (go test -bench, every package with Benchmark functions but those in
+## BENCH_SKIP, which take minutes) at BENCH_BASE (default HEAD~1, checked out as a git worktree in a temporary
+## directory and removed afterwards) against the working tree; BENCH_COUNT runs of BENCH_TIME each per side,
+## base and new alternated; benchstat's table in bench/results/<date>-benchstat.txt. About 6 minutes on 2 cores
+## (longer the first time: everything is compiled once with -trimpath, so later runs share the build cache).
+## make bench-compare BENCH_BASE=v0.1.0 BENCH_COUNT=10 BENCH_TIME=1s BENCH_PKGS='libs/storage libs/client/record'
+BENCH_BASE ?= HEAD~1
+BENCH_COUNT ?= 6
+BENCH_TIME ?= 100ms
+# integration: real processes, minutes per benchmark; libs/verify/check: one
+# op checks a 500,000-send history (11 s).
+BENCH_SKIP ?= integration libs/verify/check
+BENCH_PKGS ?= $(filter-out $(BENCH_SKIP),$(patsubst %/,%,$(sort $(dir $(shell git grep -l '^func Benchmark' -- '*_test.go')))))
+BENCH_COMPARE_CMD = $(BIN)/sluice-bench compare --repo $(ROOT) --base $(BENCH_BASE) --count $(BENCH_COUNT) \
+	--benchtime $(BENCH_TIME) --benchstat $(BIN)/benchstat --go $(GO) --out $(BENCH_OUT) $(BENCH_PKGS)
+bench-compare: bench-tools
+	$(GO) build -o $(BIN)/sluice-bench $(MOD)/tools/bench
+	$(BENCH_COMPARE_CMD)
 
 ## bench-txn: what idempotence and transactions (commits every 1000, 100 and 10 ms) cost a producer of
 ## 1 KiB records with acks=all, against idempotence off, on one sluiced; 5 interleaved rounds of about
@@ -148,7 +179,7 @@ bench: build tools bench-tools
 ## Extra flags: make bench-txn TXN_BENCH_ARGS='--rounds 7 --round-seconds 15'
 bench-txn: build
 	$(GO) build -o $(BIN)/sluice-bench $(MOD)/tools/bench
-	$(BIN)/sluice-bench txn --bin $(BIN) --out $(ROOT)/bench/results $(TXN_BENCH_ARGS)
+	$(BIN)/sluice-bench txn --bin $(BIN) --out $(BENCH_OUT) $(TXN_BENCH_ARGS)
 
 ## bench-kafka: franz-go producing and consuming 1 KiB records through the Kafka listener against the
 ## SDK over gRPC, on one sluiced (one partition at 1 and 8 MiB fetches, four partitions), 3 interleaved
@@ -156,7 +187,7 @@ bench-txn: build
 ## (bench/results/<date>-kafka.md and .json). Extra flags: make bench-kafka KAFKA_BENCH_ARGS='--records 2000000'
 bench-kafka: build
 	$(GO) build -o $(BIN)/sluice-bench $(MOD)/tools/bench
-	$(BIN)/sluice-bench kafka --bin $(BIN) --out $(ROOT)/bench/results $(KAFKA_BENCH_ARGS)
+	$(BIN)/sluice-bench kafka --bin $(BIN) --out $(BENCH_OUT) $(KAFKA_BENCH_ARGS)
 
 ## bench-security: TLS (client certificates required) with ACLs against plaintext, on two sluiced side by side:
 ## 1 KiB records produced and consumed by the SDK over gRPC and by franz-go over Kafka, as a client holding only
@@ -165,7 +196,7 @@ bench-kafka: build
 ## plaintext"). Extra flags: make bench-security SECURITY_BENCH_ARGS='--rounds 7 --records 2000000'
 bench-security: build
 	$(GO) build -o $(BIN)/sluice-bench $(MOD)/tools/bench
-	$(BIN)/sluice-bench security --bin $(BIN) --out $(ROOT)/bench/results $(SECURITY_BENCH_ARGS)
+	$(BIN)/sluice-bench security --bin $(BIN) --out $(BENCH_OUT) $(SECURITY_BENCH_ARGS)
 
 ## bench-connections: what idle clients cost one `sluiced --roles=all`: 5,000 idle SDK producers, 1,000 SDK
 ## consumers following a quiet topic, 1,000 idle franz-go producers, 500 franz-go consumers long-polling Fetch and
@@ -175,7 +206,7 @@ bench-security: build
 ## Extra flags: make bench-connections CONN_BENCH_ARGS='--producers 10000 --partition-steps 1000,5000'
 bench-connections: build
 	$(GO) build -o $(BIN)/sluice-bench $(MOD)/tools/bench
-	$(BIN)/sluice-bench connections --bin $(BIN) --out $(ROOT)/bench/results $(CONN_BENCH_ARGS)
+	$(BIN)/sluice-bench connections --bin $(BIN) --out $(BENCH_OUT) $(CONN_BENCH_ARGS)
 
 ## bench-groups: consumer-group benchmarks on real processes: an 11th member joining 10 on 900 partitions
 ## (classic eager, classic cooperative-sticky, consumer protocol) and catch-up reading by a group consumer

@@ -42,6 +42,10 @@ func main() {
 		err = securityMain(args)
 	case "connections":
 		err = connectionsMain(args)
+	case "summary":
+		err = summaryMain(args)
+	case "compare":
+		err = compareMain(args)
 	case "connections-crowd":
 		err = connectionsCrowd(args)
 	case "kafka-produce":
@@ -75,6 +79,8 @@ func usage() {
        sluice-bench kafka [flags]      franz-go over the Kafka listener against the SDK over gRPC
        sluice-bench security [flags]   TLS and ACLs against plaintext, over gRPC and Kafka
        sluice-bench connections [flags] idle connections and partition replicas on one node
+       sluice-bench summary --out DIR (--since TIME | REPORT...)  every goal of one make bench in one table
+       sluice-bench compare [flags] PKGDIR...  Go micro-benchmarks at a base revision against the working tree (benchstat)
        sluice-bench kafka-produce|kafka-consume [flags]
        sluice-bench limit-grpc|limit-fsync|limit-read [flags]
        sluice-bench nats-pub|nats-consume|nats-e2e [flags]`)
