@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -110,15 +111,25 @@ func TestRunAppliesAndUndoesEachStep(t *testing.T) {
 	ft := &fakeTarget{}
 	var log Log
 	require.NoError(t, Run(context.Background(), steps, ft, log.Add))
-	require.Equal(t, []string{
-		"kill p-controller", "start p-controller",
-		"pause p-storage-leader", "resume p-storage-leader",
-		"isolate p-storage-follower [a b c]", "heal p-storage-follower",
-		"clock p-any -30s", "clock p-any 0s",
-		"crash p-storage-leader true", "start p-storage-leader",
-		"move",
-		"start late-endtxn", "stop late-endtxn",
-	}, ft.calls)
+	// Steps run side by side (faults may overlap), so on a loaded machine
+	// one step's undo can come after the next step's injection: check
+	// each injection and its undo, in that order, not one global order.
+	pairs := [][2]string{
+		{"kill p-controller", "start p-controller"},
+		{"pause p-storage-leader", "resume p-storage-leader"},
+		{"isolate p-storage-follower [a b c]", "heal p-storage-follower"},
+		{"clock p-any -30s", "clock p-any 0s"},
+		{"crash p-storage-leader true", "start p-storage-leader"},
+		{"start late-endtxn", "stop late-endtxn"},
+	}
+	want := []string{"move"}
+	for _, p := range pairs {
+		want = append(want, p[0], p[1])
+	}
+	require.ElementsMatch(t, want, ft.calls)
+	for _, p := range pairs {
+		require.Less(t, slices.Index(ft.calls, p[0]), slices.Index(ft.calls, p[1]), "%q undone before it was done: %v", p[0], ft.calls)
+	}
 	faults := log.Faults()
 	require.Len(t, faults, 7)
 	require.Equal(t, "done", faults[6].Detail)
@@ -133,8 +144,9 @@ func TestRunOverlapsStepsThatOverlap(t *testing.T) {
 	ft := &fakeTarget{}
 	var log Log
 	require.NoError(t, Run(context.Background(), []Step{
-		{Kind: Kill, Target: StorageLeader, Duration: 200 * time.Millisecond},
-		{At: 50 * time.Millisecond, Kind: Kill, Target: StorageFollower, Duration: 50 * time.Millisecond},
+		// Margins of 400+ ms keep the order on a loaded machine.
+		{Kind: Kill, Target: StorageLeader, Duration: time.Second},
+		{At: 100 * time.Millisecond, Kind: Kill, Target: StorageFollower, Duration: 100 * time.Millisecond},
 	}, ft, log.Add))
 	require.Equal(t, []string{"kill p-storage-leader", "kill p-storage-follower", "start p-storage-follower", "start p-storage-leader"}, ft.calls)
 }
@@ -143,9 +155,9 @@ func TestRunPassesOverBusyProcesses(t *testing.T) {
 	ft := &fakeTarget{}
 	var log Log
 	require.NoError(t, Run(context.Background(), []Step{
-		{Kind: Partition, Target: StorageLeader, Duration: 200 * time.Millisecond, Detail: "storage"},
-		{At: 50 * time.Millisecond, Kind: Kill, Target: StorageLeader, Duration: 50 * time.Millisecond},
-		{At: 300 * time.Millisecond, Kind: Kill, Target: StorageLeader, Duration: 10 * time.Millisecond},
+		{Kind: Partition, Target: StorageLeader, Duration: time.Second, Detail: "storage"},
+		{At: 100 * time.Millisecond, Kind: Kill, Target: StorageLeader, Duration: 100 * time.Millisecond},
+		{At: 1500 * time.Millisecond, Kind: Kill, Target: StorageLeader, Duration: 10 * time.Millisecond},
 	}, ft, log.Add))
 	require.Equal(t, []string{"isolate p-storage-leader [a]", "kill p-storage-leader-2", "start p-storage-leader-2",
 		"heal p-storage-leader", "kill p-storage-leader", "start p-storage-leader"}, ft.calls)
