@@ -275,7 +275,11 @@ func TestLentResponseToAStalledClientIsReleasedAtTheRequestTimeout(t *testing.T)
 	mux.Handle(1, 4, 16, func(_ context.Context, req *kafka.Request) (kafka.Reply, error) {
 		return kafka.Reply{Msg: fetchResponse(req, lent(8<<20)), Release: rel.next(nil)}, nil
 	})
-	s := startServer(t, kafka.Config{RequestTimeout: 200 * time.Millisecond, IdleTimeout: time.Hour}, mux)
+	// The timeout leaves the listener time to read all three requests
+	// before the first response's write gives up and the connection
+	// closes (200 ms was not enough on a loaded machine: a request never
+	// read is never handed a Release).
+	s := startServer(t, kafka.Config{RequestTimeout: time.Second, IdleTimeout: time.Hour}, mux)
 	c := dial(t, s)
 	for range 3 {
 		c.send(kmsg.NewPtrFetchRequest(), 12)
