@@ -126,3 +126,144 @@ func TestProducerMovesOffDisconnectedLeader(t *testing.T) {
 	require.False(t, movedAt.IsZero(), "the controller moved the leader off the disconnected node")
 	require.Positive(t, during, "records acknowledged by the new leader while the old one was cut off")
 }
+
+// A consumer following a partition whose leader is taken off the network
+// goes on reading from the new leader while the old one is still cut off:
+// its fetch stream to the old leader is silent (follow streams send
+// nothing while there is nothing new), so it is the consumer's metadata
+// check that moves it, not the heal. So does a consumer assigned the
+// partition after the cut, which must first find its starting offset and
+// begins by asking the old leader.
+func TestConsumerMovesOffDisconnectedLeader(t *testing.T) {
+	if err := netns.Available(); err != nil {
+		if os.Getenv("SLUICE_REQUIRE_NETNS") != "" {
+			t.Fatalf("network namespaces are required here: %v", err)
+		}
+		t.Skipf("no network namespaces: %v", err)
+	}
+	const cut = 15 * time.Second
+	net := netns.New(t, 4)
+	var hosts []string
+	for _, h := range net.Hosts {
+		hosts = append(hosts, h.IP)
+	}
+	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 3, Hosts: hosts, Wrap: net.Exec})
+	cl := cluster.Client(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const topic = "disconnect-consume"
+	_, err := cl.CreateTopic(ctx, topic, 1, 3, map[string]string{"min.insync.replicas": "2"})
+	require.NoError(t, err)
+	waitFullISR(t, ctx, cl, topic)
+
+	// The consumer has a client of its own, so its metadata is its own.
+	k := cluster.Client(t, c).NewConsumer(client.ConsumerConfig{Reset: client.ResetEarliest})
+	defer k.Close()
+	k.Assign(client.TopicPartition{Topic: topic, Partition: 0})
+	var mu sync.Mutex
+	var reads []time.Time
+	pctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for pctx.Err() == nil {
+			recs, _ := k.Poll(pctx) // errors are retried inside; the gaps tell
+			now := time.Now()
+			mu.Lock()
+			for range recs {
+				reads = append(reads, now)
+			}
+			mu.Unlock()
+		}
+	})
+	p := cl.NewProducer(client.ProducerConfig{Acks: client.AcksAll})
+	wg.Go(func() {
+		// One record every 20 ms, so a stall shows as a gap between reads.
+		for seq := 0; pctx.Err() == nil; seq++ {
+			if p.Produce(pctx, &client.Record{Topic: topic, Partition: 0, Value: []byte(strconv.Itoa(seq))}, nil) != nil {
+				return
+			}
+			select {
+			case <-pctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	})
+	defer func() { stop(); wg.Wait(); _ = p.Close(context.Background()) }()
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(reads) > 50 },
+		30*time.Second, 50*time.Millisecond, "the consumer reads before the cut")
+
+	ls, eps := leaders(t, ctx, cl, topic)
+	victim := nodeByID(c, ls[0])
+	n := int(victim.NodeID - 1) // process index = host index
+	cutAt := time.Now()
+	t.Logf("disconnecting node %d (%s), leader of %s-0 in epoch %d, for %v", victim.NodeID, victim.Addr, topic, eps[0], cut)
+	net.Disconnect(n)
+	late := cluster.Client(t, c).NewConsumer(client.ConsumerConfig{Reset: client.ResetLatest})
+	defer late.Close()
+	late.Assign(client.TopicPartition{Topic: topic, Partition: 0})
+	var lateReads []time.Time
+	wg.Go(func() {
+		for pctx.Err() == nil {
+			recs, _ := late.Poll(pctx)
+			now := time.Now()
+			mu.Lock()
+			for range recs {
+				lateReads = append(lateReads, now)
+			}
+			mu.Unlock()
+		}
+	})
+
+	var movedAt time.Time
+	for time.Since(cutAt) < cut {
+		if movedAt.IsZero() {
+			if l, _ := leaders(t, ctx, cl, topic); l[0] != victim.NodeID && l[0] >= 0 {
+				movedAt = time.Now()
+				t.Logf("+%v: the controller moved the leader to node %d", movedAt.Sub(cutAt).Round(time.Millisecond), l[0])
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	healAt := time.Now()
+	net.Heal(n)
+	t.Logf("+%v: healed", healAt.Sub(cutAt).Round(time.Millisecond))
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return reads[len(reads)-1].After(healAt.Add(2 * time.Second))
+	}, 60*time.Second, 100*time.Millisecond, "the consumer reads after the heal")
+
+	mu.Lock()
+	var during, lateDuring int
+	for _, r := range lateReads {
+		if r.Before(healAt) {
+			lateDuring++
+		}
+	}
+	if len(lateReads) > 0 {
+		t.Logf("+%v: first record read by the consumer assigned after the cut", lateReads[0].Sub(cutAt).Round(time.Millisecond))
+	}
+	var firstAfter time.Time
+	var longest time.Duration
+	for i, r := range reads {
+		// The cut-off leader can send nothing, so records read once the
+		// controller moved the leader came from the new one.
+		if !movedAt.IsZero() && r.After(movedAt) && r.Before(healAt) {
+			during++
+		}
+		if firstAfter.IsZero() && r.After(cutAt.Add(time.Second)) {
+			firstAfter = r
+		}
+		if i > 0 && r.After(cutAt) {
+			longest = max(longest, r.Sub(reads[i-1]))
+		}
+	}
+	mu.Unlock()
+	if !firstAfter.IsZero() {
+		t.Logf("+%v: first record read after the cut", firstAfter.Sub(cutAt).Round(time.Millisecond))
+	}
+	t.Logf("longest gap between reads %v; %d records read during the %v cut", longest.Round(time.Millisecond), during, cut)
+	require.False(t, movedAt.IsZero(), "the controller moved the leader off the disconnected node")
+	require.Positive(t, during, "records read from the new leader while the old one was cut off")
+	require.Positive(t, lateDuring, "records read by the consumer assigned after the cut while the old leader was cut off")
+}

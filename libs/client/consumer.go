@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -103,6 +104,8 @@ type Consumer struct {
 	positions map[TopicPartition]*position
 	gen       int // bumped on every assignment change; streams of older generations stop
 	notify    chan struct{}
+	// live are the fetch streams open or being opened, for watch.
+	live map[*liveStream]struct{}
 
 	out    chan fetched
 	ended  chan streamEnd // partitions leaving fetch streams, for run
@@ -144,11 +147,14 @@ func (c *Client) NewConsumer(cfg ConsumerConfig) *Consumer {
 		c: c, cfg: cfg, md: newMetaCache(c), positions: map[TopicPartition]*position{},
 		// Up to 64 fetched chunks wait for Poll; streams pause beyond that.
 		notify: make(chan struct{}, 1), out: make(chan fetched, 64), cancel: cancel, done: make(chan struct{}),
-		ended: make(chan streamEnd),
+		ended: make(chan streamEnd), live: map[*liveStream]struct{}{},
 	}
 	go func() {
 		defer close(k.done)
+		var wg sync.WaitGroup
+		wg.Go(func() { k.watch(ctx) })
 		k.run(ctx)
+		wg.Wait()
 	}()
 	return k
 }
@@ -600,7 +606,11 @@ func (k *Consumer) resetOffset(ctx context.Context, tp TopicPartition, addr stri
 	if k.cfg.Reset == ResetEarliest {
 		spec = storagev1.OffsetSpec_OFFSET_SPEC_EARLIEST
 	}
-	conn, err := k.c.Conn(addr)
+	// The run loop waits for this call: a leader that drops packets must
+	// not hold it for gRPC's connect timeout (20 s), nor an answer for ever.
+	ctx, cancel := k.c.withTimeout(ctx)
+	defer cancel()
+	conn, err := k.c.readyConn(ctx, addr)
 	if err != nil {
 		return 0, err
 	}
@@ -627,6 +637,18 @@ func (k *Consumer) stream(ctx context.Context, gen int, addr string, parts []str
 	for _, p := range parts {
 		end.parts = append(end.parts, p.tp)
 	}
+	ls := &liveStream{addr: addr, parts: parts}
+	ctx, ls.cancel = context.WithCancelCause(ctx)
+	defer ls.cancel(nil)
+	ls.heard()
+	k.mu.Lock()
+	k.live[ls] = struct{}{}
+	k.mu.Unlock()
+	defer func() {
+		k.mu.Lock()
+		delete(k.live, ls)
+		k.mu.Unlock()
+	}()
 	conn, err := k.c.Conn(addr)
 	if err != nil {
 		end.err = err
@@ -645,11 +667,13 @@ func (k *Consumer) stream(ctx context.Context, gen int, addr string, parts []str
 		byTP[p.tp] = p
 	}
 	stream, err := storagev1.NewStorageServiceClient(conn).Fetch(ctx, req, grpc.ForceCodecV2(chunkCodec))
-	if err != nil {
-		end.err = err
-		return end
+	if err == nil {
+		err = k.receive(ctx, gen, stream, ls, byTP, &end)
 	}
-	if err := k.receive(ctx, gen, stream, byTP, &end); !errors.Is(err, io.EOF) {
+	if moved := context.Cause(ctx); ctx.Err() != nil && errs.Is(moved, errs.NotLeaderOrFollower) {
+		err = moved // watch ended the stream: place the partitions again
+	}
+	if !errors.Is(err, io.EOF) {
 		end.err = err
 	}
 	left := end.parts[:0]
@@ -664,7 +688,7 @@ func (k *Consumer) stream(ctx context.Context, gen int, addr string, parts []str
 
 // receive delivers a stream's records until it ends (io.EOF once the leader
 // has dropped every partition). Per-partition outcomes go to end.
-func (k *Consumer) receive(ctx context.Context, gen int, stream grpc.ServerStreamingClient[storagev1.FetchResponse], parts map[TopicPartition]streamPart, end *streamEnd) error {
+func (k *Consumer) receive(ctx context.Context, gen int, stream grpc.ServerStreamingClient[storagev1.FetchResponse], ls *liveStream, parts map[TopicPartition]streamPart, end *streamEnd) error {
 	var it record.Iterator
 	it.DecompressLimit = k.cfg.DecompressLimit
 	broken := map[TopicPartition]bool{} // partitions parked on an undecodable batch
@@ -673,6 +697,7 @@ func (k *Consumer) receive(ctx context.Context, gen int, stream grpc.ServerStrea
 		if err != nil {
 			return err
 		}
+		ls.heard()
 		tp := TopicPartition{resp.GetTopic(), resp.GetPartition()}
 		if broken[tp] {
 			continue // the rest of its stream lies beyond a batch it cannot read
@@ -889,4 +914,75 @@ func cloneHeaders(hs []record.Header) []record.Header {
 		out[i] = record.Header{Key: strings.Clone(h.Key), Value: cloneNil(h.Value)}
 	}
 	return out
+}
+
+// liveStream is a fetch stream, open or being opened, as watch sees it.
+type liveStream struct {
+	addr   string
+	parts  []streamPart
+	cancel context.CancelCauseFunc
+	// last is when the stream last delivered anything, or began (unix
+	// nanoseconds).
+	last atomic.Int64
+}
+
+func (ls *liveStream) heard() { ls.last.Store(time.Now().UnixNano()) }
+
+// Silent fetch streams are checked against metadata this often (each topic
+// is asked for at most once per watchRefresh).
+const (
+	watchEvery   = 500 * time.Millisecond
+	watchSilent  = time.Second
+	watchRefresh = time.Second
+)
+
+// watch ends fetch streams whose partitions metadata says have moved to
+// another leader while the stream heard nothing. A leader that is cut off
+// the network (packets dropped, not refused) leaves its streams silent,
+// as an idle partition does, and the connection's keepalive notices only
+// after 15 s; a stream still being opened to it waits for gRPC's connect
+// timeout (20 s). The old leader cannot tell the consumer that it lost the
+// partition, so the consumer asks metadata, as the producer does for
+// requests that go unanswered. An idle consumer pays for it with one
+// metadata request per topic per watchRefresh.
+func (k *Consumer) watch(ctx context.Context) {
+	tick := time.NewTicker(watchEvery)
+	defer tick.Stop()
+	asked := map[string]time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		k.mu.Lock()
+		var silent []*liveStream
+		for ls := range k.live {
+			if now.Sub(time.Unix(0, ls.last.Load())) >= watchSilent {
+				silent = append(silent, ls)
+			}
+		}
+		k.mu.Unlock()
+		for _, ls := range silent {
+			for _, p := range ls.parts {
+				tp := p.tp
+				// A newer epoch only: metadata from a node that lags must
+				// not end a stream placed by a leader hint.
+				if l, ok := k.md.leader(tp.Topic, tp.Partition); ok && l.addr != ls.addr && (p.epoch == nil || l.epoch > *p.epoch) {
+					ls.cancel(errs.New(errs.NotLeaderOrFollower, "%s-%d: metadata names %s as its leader while the fetch stream to %s is silent", tp.Topic, tp.Partition, l.addr, ls.addr))
+					break
+				}
+				if now.Sub(asked[tp.Topic]) >= watchRefresh {
+					asked[tp.Topic] = now
+					k.md.refreshSoon(tp.Topic)
+				}
+			}
+		}
+		for topic, at := range asked {
+			if now.Sub(at) >= time.Minute {
+				delete(asked, topic) // a topic no longer read
+			}
+		}
+	}
 }
