@@ -223,3 +223,31 @@ func TestProducerIdleLoopWaitsForWork(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, numbers(2, nil), f.log(0))
 }
+
+// The watchdog of a connection with nothing in flight sleeps instead of
+// looking every 250 ms, and a request sent afterwards wakes it.
+func TestProducerConnWatchSleepsWhileIdle(t *testing.T) {
+	f := newSeqNode()
+	f.holdFor = time.Second // each answer waits: the watchdog looks meanwhile
+	p, _ := startSeqNode(t, f, ProducerConfig{Linger: time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := p.ProduceSync(ctx, &Record{Topic: "t", Partition: 0, Value: []byte("0")})
+	require.NoError(t, err)
+	p.connMu.Lock()
+	require.Len(t, p.conns, 1)
+	var c *prodConn
+	for _, c = range p.conns {
+	}
+	p.connMu.Unlock()
+	// Let the pass that finds the answer in come and go.
+	time.Sleep(600 * time.Millisecond)
+	idle := c.watchPasses.Load()
+	time.Sleep(time.Second)
+	require.Equal(t, idle, c.watchPasses.Load(), "the watchdog looked while nothing was in flight")
+
+	_, err = p.ProduceSync(ctx, &Record{Topic: "t", Partition: 0, Value: []byte("1")})
+	require.NoError(t, err)
+	require.Greater(t, c.watchPasses.Load(), idle, "a request in flight woke the watchdog")
+	require.Equal(t, numbers(2, nil), f.log(0))
+}
