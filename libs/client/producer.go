@@ -1274,7 +1274,7 @@ func (c *prodConn) loop() {
 		if err != nil {
 			// The receiver fails every request in flight on this stream,
 			// this one included.
-			c.abandon(ps)
+			c.abandon(ps, nil)
 		}
 	}
 }
@@ -1325,14 +1325,26 @@ func (c *prodConn) wakeWatch() {
 	}
 }
 
-// abandon cancels a stream; its receiver then fails what was in flight.
-func (c *prodConn) abandon(ps *prodStream) {
+// abandon cancels a stream; its receiver (or open, if it was still being
+// opened) then fails what was in flight. With queuedErr set, the requests
+// queued behind it fail with that (retriable) error too: watch gives up on
+// the node, and each of them would otherwise open a stream to it in turn
+// and wait to be abandoned by itself.
+func (c *prodConn) abandon(ps *prodStream, queuedErr error) {
 	c.mu.Lock()
 	if c.cur == ps {
 		c.cur = nil
 	}
+	var queued []queuedReq
+	if queuedErr != nil {
+		queued = c.queue
+		c.queue = nil
+	}
 	c.mu.Unlock()
 	ps.cancel()
+	for _, q := range queued {
+		c.p.complete(q.group, nil, queuedErr)
+	}
 }
 
 // watch abandons a stream whose oldest request has waited longer than the
@@ -1369,9 +1381,15 @@ func (c *prodConn) watch() {
 			tick.Reset(250 * time.Millisecond)
 			continue
 		}
+		// A wake-up sent while this pass had work anyway is stale: drop it,
+		// so the sleep that follows the last answer is not cut short.
+		select {
+		case <-c.busy:
+		default:
+		}
 		age := time.Since(oldest)
 		if age > c.p.cfg.RequestTimeout {
-			c.abandon(ps)
+			c.abandon(ps, errs.New(errs.RequestTimedOut, "%s did not answer a produce request within %v", c.addr, c.p.cfg.RequestTimeout))
 			continue
 		}
 		if age < time.Second {
@@ -1385,7 +1403,7 @@ func (c *prodConn) watch() {
 			}
 		}
 		if moved {
-			c.abandon(ps)
+			c.abandon(ps, errs.New(errs.NotLeaderOrFollower, "a partition sent to %s has moved to another leader", c.addr))
 		}
 	}
 }

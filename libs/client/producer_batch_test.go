@@ -240,8 +240,9 @@ func TestProducerConnWatchSleepsWhileIdle(t *testing.T) {
 	for _, c = range p.conns {
 	}
 	p.connMu.Unlock()
-	// Let the pass that finds the answer in come and go.
-	time.Sleep(600 * time.Millisecond)
+	// Let the pass that finds the answer in come and go (within a tick
+	// of 250 ms; a wake-up left from the busy time is dropped by it).
+	time.Sleep(time.Second)
 	idle := c.watchPasses.Load()
 	time.Sleep(time.Second)
 	require.Equal(t, idle, c.watchPasses.Load(), "the watchdog looked while nothing was in flight")
