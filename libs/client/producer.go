@@ -1297,17 +1297,8 @@ func (c *prodConn) open(ps *prodStream) error {
 	}
 	c.mu.Lock()
 	if err != nil {
-		failed := ps.pending
-		ps.pending = map[uint64]inflightReq{}
-		if c.cur == ps {
-			c.cur = nil
-		}
-		c.mu.Unlock()
-		ps.cancel()
+		c.endUnlocking(ps, err)
 		close(ps.done)
-		for _, r := range failed {
-			c.p.complete(r.group, nil, err)
-		}
 		return err
 	}
 	ps.stream = stream
@@ -1322,6 +1313,22 @@ func (c *prodConn) wakeWatch() {
 	select {
 	case c.busy <- struct{}{}:
 	default:
+	}
+}
+
+// endUnlocking, called with c.mu held, ends ps: it stops being the
+// connection's stream and every request pending on it fails with err. It
+// unlocks c.mu before the callbacks run.
+func (c *prodConn) endUnlocking(ps *prodStream, err error) {
+	failed := ps.pending
+	ps.pending = map[uint64]inflightReq{}
+	if c.cur == ps {
+		c.cur = nil
+	}
+	c.mu.Unlock()
+	ps.cancel()
+	for _, r := range failed {
+		c.p.complete(r.group, nil, err)
 	}
 }
 
@@ -1416,16 +1423,7 @@ func (c *prodConn) receive(ps *prodStream) {
 		resp, err := ps.stream.Recv()
 		if err != nil {
 			c.mu.Lock()
-			failed := ps.pending
-			ps.pending = map[uint64]inflightReq{}
-			if c.cur == ps {
-				c.cur = nil
-			}
-			c.mu.Unlock()
-			ps.cancel()
-			for _, r := range failed {
-				c.p.complete(r.group, nil, err)
-			}
+			c.endUnlocking(ps, err)
 			return
 		}
 		c.mu.Lock()
