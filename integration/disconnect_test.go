@@ -25,79 +25,27 @@ import (
 // leader while the node is still cut off: the producer does not wait for
 // the heal.
 func TestProducerMovesOffDisconnectedLeader(t *testing.T) {
-	if err := netns.Available(); err != nil {
-		if os.Getenv("SLUICE_REQUIRE_NETNS") != "" {
-			t.Fatalf("network namespaces are required here: %v", err)
-		}
-		t.Skipf("no network namespaces: %v", err)
-	}
-	const cut = 20 * time.Second // the leader moves 7-10 s in: room for a slow machine
-	net := netns.New(t, 4)
-	var hosts []string
-	for _, h := range net.Hosts {
-		hosts = append(hosts, h.IP)
-	}
-	// The controller's default session timeout and heartbeats, as in a
-	// deployment.
-	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 3, Hosts: hosts, Wrap: net.Exec})
-	cl := cluster.Client(t, c)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	const topic = "disconnect"
-	_, err := cl.CreateTopic(ctx, topic, 1, 3, map[string]string{"min.insync.replicas": "2"})
-	require.NoError(t, err)
-	waitFullISR(t, ctx, cl, topic)
-
+	net, c, cl, ctx := startCutCluster(t, topic)
 	p := cl.NewProducer(client.ProducerConfig{Acks: client.AcksAll})
 	var mu sync.Mutex
 	var acks []time.Time
 	pctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		// One record every 20 ms, so a stall shows as a gap between acks.
-		for seq := 0; pctx.Err() == nil; seq++ {
-			rec := &client.Record{Topic: topic, Partition: 0, Value: []byte(strconv.Itoa(seq))}
-			err := p.Produce(pctx, rec, func(r client.Result) {
-				if r.Err == nil {
-					mu.Lock()
-					acks = append(acks, time.Now())
-					mu.Unlock()
-				}
-			})
-			if err != nil {
-				return
+		produceEvery20ms(pctx, p, topic, func(r client.Result) {
+			if r.Err == nil {
+				mu.Lock()
+				acks = append(acks, time.Now())
+				mu.Unlock()
 			}
-			select {
-			case <-pctx.Done():
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
+		})
 	})
 	defer func() { stop(); wg.Wait(); _ = p.Close(context.Background()) }()
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(acks) > 50 },
 		30*time.Second, 50*time.Millisecond, "the producer writes before the cut")
 
-	ls, eps := leaders(t, ctx, cl, topic)
-	victim := nodeByID(c, ls[0])
-	k := int(victim.NodeID - 1) // process index = host index
-	cutAt := time.Now()
-	t.Logf("disconnecting node %d (%s), leader of %s-0 in epoch %d, for %v", victim.NodeID, victim.Addr, topic, eps[0], cut)
-	net.Disconnect(k)
-
-	// Watch the controller's view until the heal: when the leader moves.
-	var movedAt time.Time
-	for time.Since(cutAt) < cut {
-		if movedAt.IsZero() {
-			if l, _ := leaders(t, ctx, cl, topic); l[0] != victim.NodeID && l[0] >= 0 {
-				movedAt = time.Now()
-				t.Logf("+%v: the controller moved the leader to node %d", movedAt.Sub(cutAt).Round(time.Millisecond), l[0])
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	healAt := time.Now()
-	net.Heal(k)
-	t.Logf("+%v: healed", healAt.Sub(cutAt).Round(time.Millisecond))
+	cutAt, movedAt, healAt := cutLeader(t, ctx, net, c, cl, topic, nil)
 	require.Eventually(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -105,27 +53,12 @@ func TestProducerMovesOffDisconnectedLeader(t *testing.T) {
 	}, 60*time.Second, 100*time.Millisecond, "the producer writes after the heal")
 
 	mu.Lock()
-	var during int
-	var firstAfter time.Time
-	var longest time.Duration
-	for i, a := range acks {
-		// Records acknowledged once the controller moved the leader were
-		// acknowledged by the new one.
-		if !movedAt.IsZero() && a.After(movedAt) && a.Before(healAt) {
-			during++
-		}
-		if firstAfter.IsZero() && a.After(cutAt.Add(time.Second)) {
-			firstAfter = a
-		}
-		if i > 0 && a.After(cutAt) {
-			longest = max(longest, a.Sub(acks[i-1]))
-		}
-	}
+	during, firstAfter, longest := gaps(acks, cutAt, movedAt, healAt)
 	mu.Unlock()
 	if !firstAfter.IsZero() {
 		t.Logf("+%v: first record acknowledged after the cut (past the ones in flight)", firstAfter.Sub(cutAt).Round(time.Millisecond))
 	}
-	t.Logf("longest stall %v; %d records acknowledged during the %v cut", longest.Round(time.Millisecond), during, cut)
+	t.Logf("longest stall %v; %d records acknowledged during the %v cut", longest.Round(time.Millisecond), during, cutDuration)
 	require.False(t, movedAt.IsZero(), "the controller moved the leader off the disconnected node")
 	require.Positive(t, during, "records acknowledged by the new leader while the old one was cut off")
 }
@@ -138,26 +71,8 @@ func TestProducerMovesOffDisconnectedLeader(t *testing.T) {
 // partition after the cut, which must first find its starting offset and
 // begins by asking the old leader.
 func TestConsumerMovesOffDisconnectedLeader(t *testing.T) {
-	if err := netns.Available(); err != nil {
-		if os.Getenv("SLUICE_REQUIRE_NETNS") != "" {
-			t.Fatalf("network namespaces are required here: %v", err)
-		}
-		t.Skipf("no network namespaces: %v", err)
-	}
-	const cut = 20 * time.Second // the leader moves 7-10 s in: room for a slow machine
-	net := netns.New(t, 4)
-	var hosts []string
-	for _, h := range net.Hosts {
-		hosts = append(hosts, h.IP)
-	}
-	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 3, Hosts: hosts, Wrap: net.Exec})
-	cl := cluster.Client(t, c)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	const topic = "disconnect-consume"
-	_, err := cl.CreateTopic(ctx, topic, 1, 3, map[string]string{"min.insync.replicas": "2"})
-	require.NoError(t, err)
-	waitFullISR(t, ctx, cl, topic)
+	net, c, cl, ctx := startCutCluster(t, topic)
 
 	// The consumer has a client of its own, so its metadata is its own.
 	k := slowKeepaliveClient(t, c).NewConsumer(client.ConsumerConfig{Reset: client.ResetEarliest})
@@ -179,57 +94,30 @@ func TestConsumerMovesOffDisconnectedLeader(t *testing.T) {
 		}
 	})
 	p := cl.NewProducer(client.ProducerConfig{Acks: client.AcksAll})
-	wg.Go(func() {
-		// One record every 20 ms, so a stall shows as a gap between reads.
-		for seq := 0; pctx.Err() == nil; seq++ {
-			if p.Produce(pctx, &client.Record{Topic: topic, Partition: 0, Value: []byte(strconv.Itoa(seq))}, nil) != nil {
-				return
-			}
-			select {
-			case <-pctx.Done():
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	})
+	wg.Go(func() { produceEvery20ms(pctx, p, topic, nil) })
 	defer func() { stop(); wg.Wait(); _ = p.Close(context.Background()) }()
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(reads) > 50 },
 		30*time.Second, 50*time.Millisecond, "the consumer reads before the cut")
 
-	ls, eps := leaders(t, ctx, cl, topic)
-	victim := nodeByID(c, ls[0])
-	n := int(victim.NodeID - 1) // process index = host index
-	cutAt := time.Now()
-	t.Logf("disconnecting node %d (%s), leader of %s-0 in epoch %d, for %v", victim.NodeID, victim.Addr, topic, eps[0], cut)
-	net.Disconnect(n)
-	late := slowKeepaliveClient(t, c).NewConsumer(client.ConsumerConfig{Reset: client.ResetLatest})
-	defer late.Close()
-	late.Assign(client.TopicPartition{Topic: topic, Partition: 0})
 	var lateReads []time.Time
-	wg.Go(func() {
-		for pctx.Err() == nil {
-			recs, _ := late.Poll(pctx)
-			now := time.Now()
-			mu.Lock()
-			for range recs {
-				lateReads = append(lateReads, now)
+	cutAt, movedAt, healAt := cutLeader(t, ctx, net, c, cl, topic, func() {
+		// Assigned once the leader is cut off: it must first find its
+		// starting offset, and begins by asking the old leader.
+		late := slowKeepaliveClient(t, c).NewConsumer(client.ConsumerConfig{Reset: client.ResetLatest})
+		t.Cleanup(late.Close)
+		late.Assign(client.TopicPartition{Topic: topic, Partition: 0})
+		wg.Go(func() {
+			for pctx.Err() == nil {
+				recs, _ := late.Poll(pctx)
+				now := time.Now()
+				mu.Lock()
+				for range recs {
+					lateReads = append(lateReads, now)
+				}
+				mu.Unlock()
 			}
-			mu.Unlock()
-		}
+		})
 	})
-
-	var movedAt time.Time
-	for time.Since(cutAt) < cut {
-		if movedAt.IsZero() {
-			if l, _ := leaders(t, ctx, cl, topic); l[0] != victim.NodeID && l[0] >= 0 {
-				movedAt = time.Now()
-				t.Logf("+%v: the controller moved the leader to node %d", movedAt.Sub(cutAt).Round(time.Millisecond), l[0])
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	healAt := time.Now()
-	net.Heal(n)
-	t.Logf("+%v: healed", healAt.Sub(cutAt).Round(time.Millisecond))
 	require.Eventually(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -237,7 +125,7 @@ func TestConsumerMovesOffDisconnectedLeader(t *testing.T) {
 	}, 60*time.Second, 100*time.Millisecond, "the consumer reads after the heal")
 
 	mu.Lock()
-	var during, lateDuring int
+	lateDuring := 0
 	for _, r := range lateReads {
 		if r.Before(healAt) {
 			lateDuring++
@@ -246,26 +134,12 @@ func TestConsumerMovesOffDisconnectedLeader(t *testing.T) {
 	if len(lateReads) > 0 {
 		t.Logf("+%v: first record read by the consumer assigned after the cut", lateReads[0].Sub(cutAt).Round(time.Millisecond))
 	}
-	var firstAfter time.Time
-	var longest time.Duration
-	for i, r := range reads {
-		// The cut-off leader can send nothing, so records read once the
-		// controller moved the leader came from the new one.
-		if !movedAt.IsZero() && r.After(movedAt) && r.Before(healAt) {
-			during++
-		}
-		if firstAfter.IsZero() && r.After(cutAt.Add(time.Second)) {
-			firstAfter = r
-		}
-		if i > 0 && r.After(cutAt) {
-			longest = max(longest, r.Sub(reads[i-1]))
-		}
-	}
+	during, firstAfter, longest := gaps(reads, cutAt, movedAt, healAt)
 	mu.Unlock()
 	if !firstAfter.IsZero() {
 		t.Logf("+%v: first record read after the cut", firstAfter.Sub(cutAt).Round(time.Millisecond))
 	}
-	t.Logf("longest gap between reads %v; %d records read during the %v cut", longest.Round(time.Millisecond), during, cut)
+	t.Logf("longest gap between reads %v; %d records read during the %v cut", longest.Round(time.Millisecond), during, cutDuration)
 	require.False(t, movedAt.IsZero(), "the controller moved the leader off the disconnected node")
 	require.Positive(t, during, "records read from the new leader while the old one was cut off")
 	require.Positive(t, lateDuring, "records read by the consumer assigned after the cut while the old leader was cut off")
@@ -283,4 +157,99 @@ func slowKeepaliveClient(t *testing.T, c *devcluster.Cluster) *client.Client {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cl.Close() })
 	return cl
+}
+
+// startCutCluster starts a controller and 3 storage nodes, each on a host
+// of its own network namespace, with the controller's default session
+// timeout and heartbeats (as in a deployment), and a one-partition RF 3
+// topic with min.insync.replicas 2 whose replicas are all in sync.
+func startCutCluster(t *testing.T, topic string) (*netns.Net, *devcluster.Cluster, *client.Client, context.Context) {
+	t.Helper()
+	if err := netns.Available(); err != nil {
+		if os.Getenv("SLUICE_REQUIRE_NETNS") != "" {
+			t.Fatalf("network namespaces are required here: %v", err)
+		}
+		t.Skipf("no network namespaces: %v", err)
+	}
+	net := netns.New(t, 4)
+	var hosts []string
+	for _, h := range net.Hosts {
+		hosts = append(hosts, h.IP)
+	}
+	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 3, Hosts: hosts, Wrap: net.Exec})
+	cl := cluster.Client(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	_, err := cl.CreateTopic(ctx, topic, 1, 3, map[string]string{"min.insync.replicas": "2"})
+	require.NoError(t, err)
+	waitFullISR(t, ctx, cl, topic)
+	return net, c, cl, ctx
+}
+
+// produceEvery20ms produces one record to the topic's partition 0 every
+// 20 ms until ctx ends, so a stall shows as a gap between acks or reads.
+func produceEvery20ms(ctx context.Context, p *client.Producer, topic string, onAck func(client.Result)) {
+	for seq := 0; ctx.Err() == nil; seq++ {
+		if p.Produce(ctx, &client.Record{Topic: topic, Partition: 0, Value: []byte(strconv.Itoa(seq))}, onAck) != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// cutDuration is how long cutLeader keeps the leader off the network: the
+// leader moves 7-10 s in, which leaves room for a slow machine.
+const cutDuration = 20 * time.Second
+
+// cutLeader drops every packet of the host of the topic's partition-0
+// leader for cutDuration, runs afterCut (if set) once the cut is made,
+// watches the controller's view for the leader moving, and heals. movedAt
+// is zero if the leader never moved.
+func cutLeader(t *testing.T, ctx context.Context, net *netns.Net, c *devcluster.Cluster, cl *client.Client, topic string, afterCut func()) (cutAt, movedAt, healAt time.Time) {
+	t.Helper()
+	ls, eps := leaders(t, ctx, cl, topic)
+	victim := nodeByID(c, ls[0])
+	host := int(victim.NodeID - 1) // process index = host index
+	cutAt = time.Now()
+	t.Logf("disconnecting node %d (%s), leader of %s-0 in epoch %d, for %v", victim.NodeID, victim.Addr, topic, eps[0], cutDuration)
+	net.Disconnect(host)
+	if afterCut != nil {
+		afterCut()
+	}
+	for time.Since(cutAt) < cutDuration {
+		if movedAt.IsZero() {
+			if l, _ := leaders(t, ctx, cl, topic); l[0] != victim.NodeID && l[0] >= 0 {
+				movedAt = time.Now()
+				t.Logf("+%v: the controller moved the leader to node %d", movedAt.Sub(cutAt).Round(time.Millisecond), l[0])
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	healAt = time.Now()
+	net.Heal(host)
+	t.Logf("+%v: healed", healAt.Sub(cutAt).Round(time.Millisecond))
+	return cutAt, movedAt, healAt
+}
+
+// gaps reads the times at which records were acknowledged or read:
+// how many came between the leader's move and the heal (from the new
+// leader, since the cut-off one can answer nothing), the first more than
+// a second after the cut (past those in flight), and the longest gap
+// after the cut.
+func gaps(times []time.Time, cutAt, movedAt, healAt time.Time) (during int, firstAfter time.Time, longest time.Duration) {
+	for i, a := range times {
+		if !movedAt.IsZero() && a.After(movedAt) && a.Before(healAt) {
+			during++
+		}
+		if firstAfter.IsZero() && a.After(cutAt.Add(time.Second)) {
+			firstAfter = a
+		}
+		if i > 0 && a.After(cutAt) {
+			longest = max(longest, a.Sub(times[i-1]))
+		}
+	}
+	return during, firstAfter, longest
 }
