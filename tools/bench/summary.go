@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -32,7 +33,6 @@ type summaryRow struct {
 	Kind, Report string // Report: the .md the row comes from, relative to the summary
 	Goal         string
 	Cond         condition
-	Derived      bool // computed here from the report's figures (its JSON has no goals)
 }
 
 func summaryMain(args []string) error {
@@ -173,7 +173,6 @@ func buildSummary(dir string, paths []string, now time.Time) (string, error) {
 	}
 	if len(rows) > 0 {
 		w("| benchmark | goal | condition | measured | result | report |\n|---|---|---|---|---|---|\n")
-		derived := false
 		for _, r := range rows {
 			val, res := "-", "not measured"
 			if r.Cond.Known {
@@ -189,14 +188,7 @@ func buildSummary(dir string, paths []string, now time.Time) (string, error) {
 				}
 				res += ", " + m
 			}
-			mark := ""
-			if r.Derived {
-				mark, derived = " (*)", true
-			}
-			w("| %s | %s%s | %s | %s | %s | [%s](%s) |\n", r.Kind, r.Goal, mark, r.Cond.Text, val, res, filepath.Base(r.Report), r.Report)
-		}
-		if derived {
-			w("\n(*) The report's JSON has no goals; this row is computed from its figures with the goal docs/performance.md states.\n")
+			w("| %s | %s | %s | %s | %s | [%s](%s) |\n", r.Kind, r.Goal, r.Cond.Text, val, res, filepath.Base(r.Report), r.Report)
 		}
 	}
 	for _, p := range benchstat {
@@ -214,27 +206,22 @@ func buildSummary(dir string, paths []string, now time.Time) (string, error) {
 	return b.String(), nil
 }
 
-// goalRows returns a report's goals, one row per condition. A report whose
-// JSON has no goals gets them from its figures, with the targets
-// docs/performance.md states.
+// goalRows returns a report's goals, one row per condition. Every
+// sub-benchmark writes its goals into its JSON; the summary only gathers
+// them.
 func goalRows(kind string, b []byte) ([]summaryRow, error) {
 	if kind == "run" {
 		var r report
 		if err := json.Unmarshal(b, &r); err != nil {
 			return nil, err
 		}
-		derived := len(r.Goals) == 0
-		if derived {
-			r.byID = map[string]*figureResult{}
-			for i := range r.Figures {
-				r.byID[r.Figures[i].ID] = &r.Figures[i]
-			}
-			r.computeRatiosAndGoals()
+		if len(r.Goals) == 0 {
+			return nil, errNoGoals
 		}
 		var rows []summaryRow
 		for _, g := range r.Goals {
 			for _, c := range g.Conditions {
-				rows = append(rows, summaryRow{Goal: g.ID + " " + g.Text, Cond: c, Derived: derived})
+				rows = append(rows, summaryRow{Goal: g.ID + " " + g.Text, Cond: c})
 			}
 		}
 		return rows, nil
@@ -245,16 +232,11 @@ func goalRows(kind string, b []byte) ([]summaryRow, error) {
 	if err := json.Unmarshal(b, &side); err != nil {
 		return nil, err
 	}
-	goals, derived := side.Goals, false
-	if len(goals) == 0 {
-		var err error
-		if goals, err = deriveGoals(kind, b); err != nil {
-			return nil, err
-		}
-		derived = true
+	if len(side.Goals) == 0 {
+		return nil, errNoGoals
 	}
-	rows := make([]summaryRow, 0, len(goals))
-	for _, c := range goals {
+	rows := make([]summaryRow, 0, len(side.Goals))
+	for _, c := range side.Goals {
 		// Side reports name the goal and its condition in one text,
 		// "<what>: <condition>".
 		what, text, ok := strings.Cut(c.Text, ": ")
@@ -262,87 +244,12 @@ func goalRows(kind string, b []byte) ([]summaryRow, error) {
 			what, text = kind, c.Text
 		}
 		c.Text = text
-		rows = append(rows, summaryRow{Goal: what, Cond: c, Derived: derived})
+		rows = append(rows, summaryRow{Goal: what, Cond: c})
 	}
 	return rows, nil
 }
 
-// deriveGoals computes the goals of a txn, kafka or security report from
-// its figures, the way the benchmark itself does.
-func deriveGoals(kind string, b []byte) ([]condition, error) {
-	switch kind {
-	case "txn":
-		var r txnReport
-		if err := json.Unmarshal(b, &r); err != nil {
-			return nil, err
-		}
-		ratio := func(id string) (float64, bool) {
-			var plain, row *txnRow
-			for i := range r.Rows {
-				switch r.Rows[i].ID {
-				case "plain":
-					plain = &r.Rows[i]
-				case id:
-					row = &r.Rows[i]
-				}
-			}
-			if row == nil {
-				return 0, false
-			}
-			if x, ok := row.RatioOfMedians["mb_per_s"]; ok {
-				return x, true
-			}
-			if plain == nil || plain.Stats["mb_per_s"].Median == 0 {
-				return 0, false
-			}
-			return row.Stats["mb_per_s"].Median / plain.Stats["mb_per_s"].Median, true
-		}
-		x1, ok1 := ratio("idempotent")
-		x2, ok2 := ratio("txn_100ms")
-		return []condition{
-			cond("idempotent: costs under 3 % (MB/s >= 0.97x plain)", x1, ok1, 0.97, true),
-			cond("transactions, 100 ms commits: cost under 5 % (MB/s >= 0.95x plain)", x2, ok2, 0.95, true),
-		}, nil
-	case "kafka":
-		var r kafkaReport
-		if err := json.Unmarshal(b, &r); err != nil {
-			return nil, err
-		}
-		med := map[string]float64{}
-		for _, row := range r.Rows {
-			med[row.ID] = row.Stats["mb_per_s"].Median
-		}
-		var gs []condition
-		// Rows come in pairs, native_<way> and kafka_<way>.
-		for _, row := range r.Rows {
-			way, ok := strings.CutPrefix(row.ID, "native_")
-			if !ok {
-				continue
-			}
-			x, known := r.Ratios[way]
-			if !known && med[row.ID] > 0 && med["kafka_"+way] > 0 {
-				x, known = med["kafka_"+way]/med[row.ID], true
-			}
-			gs = append(gs, cond(way+": Kafka at >= 90 % of the native MB/s", x, known, 0.9, true))
-		}
-		return gs, nil
-	case "security":
-		var r securityReport
-		if err := json.Unmarshal(b, &r); err != nil {
-			return nil, err
-		}
-		var gs []condition
-		for _, row := range r.Rows {
-			x, known := row.Ratio, row.Ratio > 0
-			if !known && row.Plain["mb_per_s"].Median > 0 && row.TLS["mb_per_s"].Median > 0 {
-				x, known = row.TLS["mb_per_s"].Median/row.Plain["mb_per_s"].Median, true
-			}
-			gs = append(gs, cond(row.ID+": TLS with ACLs at >= 85 % of the plaintext MB/s", x, known, 0.85, true))
-		}
-		return gs, nil
-	}
-	return nil, fmt.Errorf("no goals known for %s reports", kind)
-}
+var errNoGoals = errors.New("the report's JSON has no goals (written by an older sluice-bench?)")
 
 // benchstatChanges returns the lines of a benchstat table whose change is
 // significant: benchstat prints "~" for the others, and geomean lines carry

@@ -10,9 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Small reports as the sub-benchmarks write them: the run and security
-// reports carry goals; the txn and kafka ones have none, so the summary
-// derives theirs from the figures.
+// Small reports as the sub-benchmarks write them, each carrying its goals.
 var summaryFixtures = map[string]string{
 	// Before the invocation: must not be picked up.
 	"2026-12-02-070000Z-kafka.json": `{"goals": [{"text": "produce: Kafka at >= 90 % of the native MB/s", "value": 0.5, "target": 0.9, "at_least": true, "known": true, "met": false, "margin": "old"}]}`,
@@ -22,16 +20,12 @@ var summaryFixtures = map[string]string{
 			{"text": ">= 5x JetStream 1 KiB async publish MB/s", "value": 4.2, "target": 5, "at_least": true, "known": true, "met": false, "margin": "missed by 16% (needs 1.19x)"}]},
 		{"id": "G6", "text": "broker CPU", "met": false, "conditions": [
 			{"text": ">= 300 MB/s produced per busy core", "target": 300, "at_least": true, "known": false, "margin": "not measured"}]}]}`,
-	"2026-12-02-081500Z-txn.json": `{"variants": [
-		{"id": "plain", "stats": {"mb_per_s": {"median": 200, "n": 5}}},
-		{"id": "idempotent", "stats": {"mb_per_s": {"median": 196, "n": 5}}},
-		{"id": "txn_100ms", "stats": {"mb_per_s": {"median": 180, "n": 5}}, "ratio_of_medians_to_plain": {"mb_per_s": 0.9}}]}`,
-	"2026-12-02-082000Z-kafka.json": `{"variants": [
-		{"id": "native_produce", "stats": {"mb_per_s": {"median": 300}}},
-		{"id": "kafka_produce", "stats": {"mb_per_s": {"median": 330}}},
-		{"id": "native_consume", "stats": {"mb_per_s": {"median": 400}}},
-		{"id": "kafka_consume", "stats": {"mb_per_s": {"median": 320}}}],
-		"kafka_to_native_mb_per_s": {"produce": 1.1}}`,
+	"2026-12-02-081500Z-txn.json": `{"goals": [
+		{"text": "idempotent: costs under 3 % (MB/s >= 0.97x plain)", "value": 0.98, "target": 0.97, "at_least": true, "known": true, "met": true, "margin": "met, costs 2.0 % of plain's MB/s against a bound of 3 %"},
+		{"text": "transactions, 100 ms commits: cost under 5 % (MB/s >= 0.95x plain)", "value": 0.9, "target": 0.95, "at_least": true, "known": true, "met": false, "margin": "missed, costs 10.0 %"}]}`,
+	"2026-12-02-082000Z-kafka.json": `{"goals": [
+		{"text": "produce: Kafka at >= 90 % of the native MB/s", "value": 1.1, "target": 0.9, "at_least": true, "known": true, "met": true, "margin": "met, 1.22x the target"},
+		{"text": "consume: Kafka at >= 90 % of the native MB/s", "value": 0.8, "target": 0.9, "at_least": true, "known": true, "met": false, "margin": "missed by 11% (needs 1.12x)"}]}`,
 	"2026-12-02-082500Z-security.json": `{"goals": [{"text": "grpc_produce: TLS with ACLs at >= 85 % of the plaintext MB/s", "value": 0.87, "target": 0.85, "at_least": true, "known": true, "met": true, "margin": "met, 1.02x the target"}]}`,
 	// Not a goal report: left out of the table.
 	"2026-12-02-082600Z-connections.json": `{"date": "2026-12-02 08:26:00 UTC"}`,
@@ -85,13 +79,10 @@ func TestSummarySince(t *testing.T) {
 	require.Contains(t, row("| run | G1 produce acks=1, 1 KiB | >= 50% of the gRPC"), "| **met**, 1.22x the target | [2026-12-02-080102Z.md](2026-12-02-080102Z.md) |")
 	require.Contains(t, row("| run | G1 produce acks=1, 1 KiB | >= 5x JetStream"), "| 4.20 | missed, by 16% (needs 1.19x)")
 	require.Contains(t, row("| run | G6 broker CPU |"), "| - | not measured |")
-	// Derived from the figures: txn from its ratio of medians, or from the
-	// medians themselves where that is missing; kafka from its ratios,
-	// else from the medians of a way's two rows.
-	require.Contains(t, row("| txn | idempotent (*) |"), "| 0.980 | **met**")
-	require.Contains(t, row("| txn | transactions, 100 ms commits (*) |"), "| 0.900 | missed")
-	require.Contains(t, row("| kafka | produce (*) |"), "| 1.10 | **met**")
-	require.Contains(t, row("| kafka | consume (*) |"), "| 0.800 | missed")
+	require.Contains(t, row("| txn | idempotent |"), "| 0.980 | **met**")
+	require.Contains(t, row("| txn | transactions, 100 ms commits |"), "| 0.900 | missed")
+	require.Contains(t, row("| kafka | produce |"), "| 1.10 | **met**")
+	require.Contains(t, row("| kafka | consume |"), "| 0.800 | missed")
 	require.Contains(t, row("| security | grpc_produce |"), "| 0.870 | **met**, 1.02x the target | [2026-12-02-082500Z-security.md](2026-12-02-082500Z-security.md) |")
 	require.NotContains(t, md, "old")
 	require.NotContains(t, md, "connections")
@@ -114,4 +105,15 @@ func TestSummaryPaths(t *testing.T) {
 	// Two reports of one kind are two invocations mixed up.
 	_, err = buildSummary(dir, []string{filepath.Join(dir, "2026-12-02-070000Z-kafka.json"), filepath.Join(dir, "2026-12-02-082000Z-kafka.json")}, time.Now())
 	require.ErrorContains(t, err, "two kafka reports")
+}
+
+// A report without goals (an older sluice-bench's) is refused by name
+// rather than summarised as if it had none.
+func TestSummaryRefusesReportWithoutGoals(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "2026-12-02-081500Z-txn.json")
+	require.NoError(t, os.WriteFile(p, []byte(`{"variants": [{"id": "plain"}]}`), 0o644))
+	_, err := buildSummary(dir, []string{p}, time.Now())
+	require.ErrorIs(t, err, errNoGoals)
+	require.ErrorContains(t, err, "081500Z-txn.json")
 }
