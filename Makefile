@@ -88,13 +88,16 @@ export HELM_CONFIG_HOME ?= $(ROOT)/.cache/helm/config
 export HELM_DATA_HOME ?= $(ROOT)/.cache/helm/data
 
 ## helm-check: the Helm chart deploy/k8s/sluice without a cluster: helm lint and helm template with the
-## default values and with TLS (ci/tls-values.yaml), then tools/chartcheck, which parses the rendered
-## manifests and checks volume claims, probes, disruption budgets and that the roles' flags agree
+## default values, with TLS from secrets (ci/tls-values.yaml) and from cert-manager (ci/cert-manager-values.yaml),
+## then tools/chartcheck, which parses the rendered manifests and checks volume claims, probes, disruption
+## budgets, that the roles' flags agree, and each role's Certificate: its secret, its role and its names
 helm-check: build $(BIN)/helm
 	$(BIN)/helm lint --strict --kube-version $(HELM_KUBE_VERSION) deploy/k8s/sluice
 	$(BIN)/helm lint --strict --kube-version $(HELM_KUBE_VERSION) -f deploy/k8s/sluice/ci/tls-values.yaml deploy/k8s/sluice
+	$(BIN)/helm lint --strict --kube-version $(HELM_KUBE_VERSION) -f deploy/k8s/sluice/ci/cert-manager-values.yaml deploy/k8s/sluice
 	$(BIN)/helm template sluice deploy/k8s/sluice --kube-version $(HELM_KUBE_VERSION) >/dev/null
 	$(BIN)/helm template sluice deploy/k8s/sluice --kube-version $(HELM_KUBE_VERSION) -f deploy/k8s/sluice/ci/tls-values.yaml >/dev/null
+	$(BIN)/helm template sluice deploy/k8s/sluice --kube-version $(HELM_KUBE_VERSION) -f deploy/k8s/sluice/ci/cert-manager-values.yaml >/dev/null
 	SLUICE_HELM=$(BIN)/helm SLUICED=$(BIN)/sluiced $(GO) test -count=1 $(MOD)/tools/chartcheck
 
 ## helm-netns-check: the chart's rendered args run as processes, without Kubernetes (deploy/k8s/netns-check.sh):

@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +22,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-io/sluice/libs/tlsx"
 )
 
 const (
@@ -100,6 +105,11 @@ func TestChart(t *testing.T) {
 		require.NoError(t, check(objs, want{controllers: 3, storage: 3, replication: 2, flags: flags,
 			tlsSecret: map[string]string{"storage": "sluice-storage-tls", "": "sluice-tls"}}))
 	})
+	t.Run("cert-manager values", func(t *testing.T) {
+		objs := render(t, helm, "-f", filepath.Join(chartDir, "ci/cert-manager-values.yaml"))
+		require.NoError(t, check(objs, want{controllers: 3, storage: 3, replication: 2, flags: flags,
+			tlsSecret: certManagerSecrets, issuer: "ClusterIssuer/sluice-ca"}))
+	})
 	t.Run("scaled", func(t *testing.T) {
 		objs := render(t, helm, "--set", "controller.replicas=5,storage.replicas=6,replication.replicas=3")
 		require.NoError(t, check(objs, want{controllers: 5, storage: 6, replication: 3, flags: flags}))
@@ -110,6 +120,47 @@ func TestChart(t *testing.T) {
 		require.Error(t, err)
 		require.Contains(t, string(out), "controller.replicas must be odd")
 	})
+
+	// The certificate checks catch what they are for, on the cert-manager
+	// rendering.
+	for _, tc := range []struct {
+		name, wantErr string
+		breakIt       func(objs []obj)
+	}{
+		{"storage certificate without the pods' DNS names", `rel-sluice-storage-0.rel-sluice-storage.streams.svc.cluster.local`, func(objs []obj) {
+			spec := find(objs, "Certificate", "rel-sluice-storage").m("spec")
+			spec["dnsNames"] = slices.DeleteFunc(spec["dnsNames"].([]any), func(v any) bool { return strings.HasPrefix(fmt.Sprint(v), "*.") })
+		}},
+		{"controller certificate without its etcd name", "controller.role.sluice.invalid", func(objs []obj) {
+			spec := find(objs, "Certificate", "rel-sluice-controller").m("spec")
+			spec["dnsNames"] = slices.DeleteFunc(spec["dnsNames"].([]any), func(v any) bool { return fmt.Sprint(v) == "controller.role.sluice.invalid" })
+		}},
+		{"certificate naming two roles", "names roles [group-coordinator controller]", func(objs []obj) {
+			spec := find(objs, "Certificate", "rel-sluice-group-coordinator").m("spec")
+			spec["uris"] = append(spec["uris"].([]any), "sluice://role/controller")
+		}},
+		{"certificate writing a secret no pod mounts", "secret rel-sluice-replication-tls mounted by rel-sluice-replication", func(objs []obj) {
+			find(objs, "Certificate", "rel-sluice-replication").m("spec")["secretName"] = "other"
+		}},
+		{"certificate without the client Service's name", "rel-sluice.streams.svc", func(objs []obj) {
+			spec := find(objs, "Certificate", "rel-sluice-transaction-coordinator").m("spec")
+			spec["dnsNames"] = slices.DeleteFunc(spec["dnsNames"].([]any), func(v any) bool { return strings.HasPrefix(fmt.Sprint(v), "rel-sluice.streams.svc") })
+		}},
+		{"certificate without the probes' address", "127.0.0.1", func(objs []obj) {
+			delete(find(objs, "Certificate", "rel-sluice-controller").m("spec"), "ipAddresses")
+		}},
+		{"certificate only for servers", "client auth", func(objs []obj) {
+			find(objs, "Certificate", "rel-sluice-storage").m("spec")["usages"] = []any{"digital signature", "server auth"}
+		}},
+	} {
+		t.Run("broken: "+tc.name, func(t *testing.T) {
+			objs := render(t, helm, "-f", filepath.Join(chartDir, "ci/cert-manager-values.yaml"))
+			tc.breakIt(objs)
+			err := check(objs, want{controllers: 3, storage: 3, replication: 2, flags: flags,
+				tlsSecret: certManagerSecrets, issuer: "ClusterIssuer/sluice-ca"})
+			require.ErrorContains(t, err, tc.wantErr)
+		})
+	}
 
 	// The checks catch what they are for: each broken rendering fails.
 	for _, tc := range []struct {
@@ -249,16 +300,30 @@ type want struct {
 	// tlsSecret, when set, is the secret each role's pods mount ("" for
 	// roles not named); nil means TLS off.
 	tlsSecret map[string]string
+	// issuer, when set, is the cert-manager issuer (Kind/name) of a
+	// Certificate per role; empty means no Certificate at all.
+	issuer string
 }
 
-// The roles: their component name (the suffix of every object's name) and
-// workload kind.
-var roles = []struct{ component, kind string }{
-	{"controller", "StatefulSet"},
-	{"storage", "StatefulSet"},
-	{"replication", "StatefulSet"},
-	{"group-coordinator", "Deployment"},
-	{"transaction-coordinator", "Deployment"},
+// certManagerSecrets are the secrets of ci/cert-manager-values.yaml: each
+// role's Certificate writes its own, the storage nodes' under the name the
+// values give it.
+var certManagerSecrets = map[string]string{
+	"controller":              "rel-sluice-controller-tls",
+	"storage":                 "sluice-storage-tls",
+	"replication":             "rel-sluice-replication-tls",
+	"group-coordinator":       "rel-sluice-group-coordinator-tls",
+	"transaction-coordinator": "rel-sluice-transaction-coordinator-tls",
+}
+
+// The roles: their component name (the suffix of every object's name),
+// workload kind and role name (libs/role, the URI SAN sluice://role/<role>).
+var roles = []struct{ component, kind, role string }{
+	{"controller", "StatefulSet", "controller"},
+	{"storage", "StatefulSet", "storage-node"},
+	{"replication", "StatefulSet", "replication"},
+	{"group-coordinator", "Deployment", "group-coordinator"},
+	{"transaction-coordinator", "Deployment", "transaction-coordinator"},
 }
 
 func check(objs []obj, w want) error {
@@ -348,6 +413,7 @@ func check(objs []obj, w want) error {
 		}
 	}
 	errs = append(errs, checkFlags(objs, w)...)
+	errs = append(errs, checkCertificates(objs, w)...)
 	return errors.Join(errs...)
 }
 
@@ -535,4 +601,125 @@ func checkFlags(objs []obj, w want) []error {
 		}
 	}
 	return errs
+}
+
+// checkCertificates: with an issuer, one cert-manager Certificate per role
+// that writes the secret the role's pods mount, names that role and no
+// other, and carries every name the role's pods are dialed at: each pod's
+// advertised hosts (gRPC, Kafka, and the etcd ports of controllers), the
+// client Service and 127.0.0.1 (the probes), checked with crypto/x509's own
+// host name matching. Coordinators and replication workers advertise their
+// pod IPs, which no Certificate can name: they are checked for the client
+// Service and the probes only. Without an issuer there is no Certificate.
+func checkCertificates(objs []obj, w want) []error {
+	var errs []error
+	fail := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	fullname := release + "-sluice"
+	if w.issuer == "" {
+		for _, o := range objs {
+			if o.str("kind") == "Certificate" {
+				fail("Certificate %s rendered without tls.certManager.issuer", o.m("metadata").str("name"))
+			}
+		}
+		return errs
+	}
+	serviceNames := []string{fullname, fullname + "." + namespace, fullname + "." + namespace + ".svc",
+		fullname + "." + namespace + ".svc.cluster.local"}
+	for _, r := range roles {
+		name := fullname + "-" + r.component
+		wl := find(objs, r.kind, name)
+		crt := find(objs, "Certificate", name)
+		if wl == nil {
+			continue // reported already
+		}
+		if crt == nil {
+			fail("Certificate %s: missing", name)
+			continue
+		}
+		if crt.str("apiVersion") != "cert-manager.io/v1" {
+			fail("Certificate %s: apiVersion %s, want cert-manager.io/v1", name, crt.str("apiVersion"))
+		}
+		spec := crt.m("spec")
+		var mounted string
+		for _, v := range wl.m("spec").m("template").m("spec").list("volumes") {
+			if v.str("name") == "tls" {
+				mounted = v.m("secret").str("secretName")
+			}
+		}
+		if spec.str("secretName") != mounted || mounted != w.tlsSecret[r.component] {
+			fail("Certificate %s: writes secret %s, want the secret %s mounted by %s (%s)",
+				name, spec.str("secretName"), w.tlsSecret[r.component], name, mounted)
+		}
+		if ref := spec.m("issuerRef"); ref.str("kind")+"/"+ref.str("name") != w.issuer || ref.str("group") != "cert-manager.io" {
+			fail("Certificate %s: issuer %v, want %s of cert-manager.io", name, ref, w.issuer)
+		}
+		for _, u := range []string{"server auth", "client auth"} {
+			if !slices.Contains(spec["usages"].([]any), any(u)) {
+				fail("Certificate %s: usages %v lack %s (every process is a server and a client)", name, spec["usages"], u)
+			}
+		}
+		cert, err := certOf(spec)
+		if err != nil {
+			fail("Certificate %s: %v", name, err)
+			continue
+		}
+		if got := tlsx.RolesOf(cert); !slices.Equal(got, []string{r.role}) {
+			fail("Certificate %s: names roles %v, want only [%s]", name, got, r.role)
+		}
+		if r.role == "controller" && !tlsx.HasRoleDNSName(cert, "controller") {
+			fail("Certificate %s: no DNS SAN %s: the embedded etcd refuses the controllers' peers and clients",
+				name, tlsx.RoleDNSName("controller"))
+		}
+		hosts := append([]string{"127.0.0.1"}, serviceNames...)
+		if r.kind == "StatefulSet" {
+			n, _ := strconv.Atoi(wl.m("spec").str("replicas"))
+			for i := range n {
+				pod := fmt.Sprintf("%s-%d", name, i)
+				for _, flag := range []string{"advertise", "kafka-advertise", "controller.etcd.client-advertise", "controller.etcd.peer-advertise"} {
+					v, ok := args(container(wl))[flag]
+					if !ok {
+						continue
+					}
+					host, _, err := net.SplitHostPort(strings.ReplaceAll(v, "$(POD_NAME)", pod))
+					if err != nil {
+						fail("%s: --%s=%s is not host:port", name, flag, v)
+						continue
+					}
+					hosts = append(hosts, host)
+				}
+			}
+		}
+		for _, h := range hosts {
+			if err := cert.VerifyHostname(h); err != nil {
+				fail("Certificate %s: a caller dialing %s would refuse it: %v", name, h, err)
+			}
+		}
+	}
+	return errs
+}
+
+// certOf is the x509 certificate a Certificate spec asks for, as far as
+// names go: enough for VerifyHostname and the role SANs.
+func certOf(spec obj) (*x509.Certificate, error) {
+	cert := &x509.Certificate{}
+	for _, v := range spec["dnsNames"].([]any) {
+		cert.DNSNames = append(cert.DNSNames, fmt.Sprint(v))
+	}
+	ips, _ := spec["ipAddresses"].([]any)
+	for _, v := range ips {
+		ip := net.ParseIP(fmt.Sprint(v))
+		if ip == nil {
+			return nil, fmt.Errorf("ipAddresses: %v is not an IP address", v)
+		}
+		cert.IPAddresses = append(cert.IPAddresses, ip)
+	}
+	uris, _ := spec["uris"].([]any)
+	for _, v := range uris {
+		u, err := url.Parse(fmt.Sprint(v))
+		if err != nil {
+			return nil, fmt.Errorf("uris: %w", err)
+		}
+		cert.URIs = append(cert.URIs, u)
+	}
+	return cert, nil
 }

@@ -72,11 +72,51 @@ member name is the pod name, the URL its DNS name (https with TLS). */}}
 {{- join "," $members -}}
 {{- end -}}
 
-{{/* The TLS secret of a role: its own, else the chart's. Call with (dict "root" $ "role" .Values.storage). */}}
+{{/* The TLS secret of a role: its own, else with tls.certManager.issuer the
+one its Certificate writes (<fullname>-<component>-tls), else the chart's.
+Call with (dict "root" $ "role" .Values.storage "component" "storage"). */}}
 {{- define "sluice.tlsSecret" -}}
 {{- $own := "" -}}
 {{- if .role.tls -}}{{- $own = .role.tls.secretName | default "" -}}{{- end -}}
+{{- if and (not $own) (include "sluice.certManager" .root) -}}
+{{- $own = printf "%s-%s-tls" (include "sluice.fullname" .root) .component -}}
+{{- end -}}
 {{- $own | default .root.Values.tls.secretName -}}
+{{- end -}}
+
+{{/* "true" when the chart renders cert-manager Certificates: TLS on and an issuer named. */}}
+{{- define "sluice.certManager" -}}
+{{- $cm := .Values.tls.certManager | default dict -}}
+{{- if and .Values.tls.enabled $cm.issuer -}}true{{- end -}}
+{{- end -}}
+
+{{/* The roles: component (the suffix of object names), the key of its
+values, the role name sluiced knows (the URI SAN sluice://role/<role>), and
+whether its pods are a StatefulSet with DNS names under a headless Service. */}}
+{{- define "sluice.roles" -}}
+- {component: controller, values: controller, role: controller, stateful: true}
+- {component: storage, values: storage, role: storage-node, stateful: true}
+- {component: replication, values: replication, role: replication, stateful: true}
+- {component: group-coordinator, values: groupCoordinator, role: group-coordinator, stateful: false}
+- {component: transaction-coordinator, values: transactionCoordinator, role: transaction-coordinator, stateful: false}
+{{- end -}}
+
+{{/* DNS SANs of a role's certificate: the role's name for software that
+checks names only (etcd requires controller.role.sluice.invalid), the pods'
+DNS names under the headless Service (StatefulSets), and the client
+Service, which is in front of every pod. Call with (dict "root" $ "r" <entry of sluice.roles>). */}}
+{{- define "sluice.certDNSNames" -}}
+{{- $root := .root -}}
+{{- $full := include "sluice.fullname" $root -}}
+{{- $ns := $root.Release.Namespace -}}
+- {{ printf "%s.role.sluice.invalid" .r.role }}
+{{- if .r.stateful }}
+- {{ printf "*.%s" (include "sluice.podDomain" (dict "root" $root "component" .r.component)) | quote }}
+{{- end }}
+- {{ $full }}
+- {{ printf "%s.%s" $full $ns }}
+- {{ printf "%s.%s.svc" $full $ns }}
+- {{ printf "%s.%s.svc.%s" $full $ns $root.Values.clusterDomain }}
 {{- end -}}
 
 {{- define "sluice.tlsArgs" -}}
@@ -149,7 +189,7 @@ the TLS secret. */}}
 {{- if .root.Values.tls.enabled }}
 - name: tls
   secret:
-    secretName: {{ required "tls.enabled needs tls.secretName (or the role's tls.secretName)" (include "sluice.tlsSecret" .) }}
+    secretName: {{ required "tls.enabled needs tls.secretName, tls.certManager.issuer or the role's tls.secretName" (include "sluice.tlsSecret" .) }}
 {{- end }}
 {{- end -}}
 
