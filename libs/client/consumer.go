@@ -351,13 +351,13 @@ func (k *Consumer) run(ctx context.Context) {
 			cancelStreams = cancel
 			gen, placed, retry = cur, map[TopicPartition]bool{}, map[TopicPartition]*retryState{}
 		}
-		for addr, parts := range k.plan(sctx, gen, placed, retry) {
+		sc, g := sctx, gen
+		k.plan(sctx, gen, placed, retry, func(addr string, parts []streamPart) {
 			for _, p := range parts {
 				placed[p.tp] = true
 			}
-			sc, g := sctx, gen
 			wg.Go(func() { k.report(sc, k.stream(sc, g, addr, parts)) })
-		}
+		})
 		var wake <-chan time.Time
 		var timer *time.Timer
 		if d, ok := nextRetry(retry, placed, time.Now()); ok {
@@ -515,9 +515,16 @@ type streamPart struct {
 }
 
 // plan places the assigned partitions that are on no stream and due for a
-// try, grouped by leader address. Those it cannot place are recorded in
-// retry.
-func (k *Consumer) plan(ctx context.Context, gen int, placed map[TopicPartition]bool, retry map[TopicPartition]*retryState) map[string][]streamPart {
+// try, and hands each leader's partitions to start once they are ready.
+// Partitions with a position are ready at once. Those without one wait for
+// their starting offsets, which one ListOffsets request per leader
+// resolves; the requests to different leaders run side by side, so a
+// leader that does not answer costs its own partitions one request
+// deadline and holds back no other leader's. Those it cannot place are
+// recorded in retry. plan returns when every leader has answered or its
+// request has failed; at most one goroutine per leader runs meanwhile, and
+// only this one touches placed and retry.
+func (k *Consumer) plan(ctx context.Context, gen int, placed map[TopicPartition]bool, retry map[TopicPartition]*retryState, start func(addr string, parts []streamPart)) {
 	k.mu.Lock()
 	var tps []TopicPartition
 	for tp := range k.positions {
@@ -527,47 +534,112 @@ func (k *Consumer) plan(ctx context.Context, gen int, placed map[TopicPartition]
 	}
 	k.mu.Unlock()
 	now := time.Now()
-	out := map[string][]streamPart{}
+	byLeader := map[string]*leaderPlan{}
 	for _, tp := range tps {
 		if r, ok := retry[tp]; ok && (r.parked || now.Before(r.retryAt)) {
 			continue
 		}
-		addr, sp, err := k.place(ctx, tp)
+		addr, sp, pos, err := k.place(ctx, tp)
 		if err != nil {
 			if ctx.Err() == nil {
 				k.failed(ctx, gen, tp, err, retry)
 			}
 			continue
 		}
-		if addr != "" {
-			out[addr] = append(out[addr], sp)
+		if addr == "" {
+			continue
+		}
+		lp := byLeader[addr]
+		if lp == nil {
+			lp = &leaderPlan{addr: addr}
+			byLeader[addr] = lp
+		}
+		if pos != nil {
+			lp.unset = append(lp.unset, unsetPart{sp: sp, pos: pos})
+		} else {
+			lp.ready = append(lp.ready, sp)
 		}
 	}
-	return out
+	resolved := make(chan *leaderPlan)
+	asked := 0
+	for _, lp := range byLeader {
+		if len(lp.unset) == 0 {
+			start(lp.addr, lp.ready)
+			continue
+		}
+		asked++
+		go func() {
+			parts := make([]TopicPartition, len(lp.unset))
+			for i, u := range lp.unset {
+				parts[i] = u.sp.tp
+			}
+			lp.offsets = k.resetOffsets(ctx, lp.addr, parts)
+			resolved <- lp
+		}()
+	}
+	for ; asked > 0; asked-- {
+		lp := <-resolved
+		for i, u := range lp.unset {
+			res := lp.offsets[i]
+			if res.err != nil {
+				if ctx.Err() == nil {
+					k.failed(ctx, gen, u.sp.tp, res.err, retry)
+				}
+				continue
+			}
+			k.mu.Lock()
+			if u.pos.offset < 0 {
+				u.pos.offset = res.offset
+			}
+			u.sp.offset = u.pos.offset
+			k.mu.Unlock()
+			lp.ready = append(lp.ready, u.sp)
+		}
+		if len(lp.ready) > 0 {
+			start(lp.addr, lp.ready)
+		}
+	}
 }
 
-// place finds a partition's leader and resolves its position. An empty
-// address means the partition is no longer assigned.
-func (k *Consumer) place(ctx context.Context, tp TopicPartition) (string, streamPart, error) {
+// leaderPlan is what plan places on one leader: partitions ready to read
+// and partitions that wait for their starting offsets.
+type leaderPlan struct {
+	addr    string
+	ready   []streamPart
+	unset   []unsetPart
+	offsets []resetResult // one per unset partition, once resolved
+}
+
+// unsetPart is a partition that had no position when it was placed.
+type unsetPart struct {
+	sp  streamPart
+	pos *position
+}
+
+// place finds a partition's leader and its position. An empty address
+// means the partition is no longer assigned, or waits for a Seek. A
+// partition with no position yet comes back with its position record, to
+// be resolved by resetOffsets; pos is nil otherwise.
+func (k *Consumer) place(ctx context.Context, tp TopicPartition) (addr string, sp streamPart, pos *position, err error) {
 	n, err := k.md.partitions(ctx, tp.Topic, time.Now())
 	if err != nil {
 		if errs.Is(err, errs.UnknownTopicOrPartition) {
 			err = settled{err}
 		}
-		return "", streamPart{}, err
+		return "", streamPart{}, nil, err
 	}
 	if tp.Partition >= n || tp.Partition < 0 {
 		// The cached count may predate CreatePartitions: ask again first.
 		if err := k.md.refresh(ctx, tp.Topic); err != nil {
-			return "", streamPart{}, err
+			return "", streamPart{}, nil, err
 		}
 		if n, _ = k.md.known(tp.Topic); tp.Partition >= n || tp.Partition < 0 {
-			return "", streamPart{}, settled{errs.New(errs.UnknownTopicOrPartition, "topic %q has %d partitions; partition %d does not exist", tp.Topic, n, tp.Partition)}
+			return "", streamPart{}, nil, settled{errs.New(errs.UnknownTopicOrPartition, "topic %q has %d partitions; partition %d does not exist", tp.Topic, n, tp.Partition)}
 		}
 	}
 	l, ok := k.md.leader(tp.Topic, tp.Partition)
 	if !ok {
-		return "", streamPart{}, errs.New(errs.LeaderNotAvailable, "%s-%d has no leader at the moment", tp.Topic, tp.Partition)
+		return "", streamPart{}, nil, errs.New(errs.LeaderNotAvailable, "%s-%d has no leader at the moment", tp.Topic, tp.Partition)
 	}
 	k.mu.Lock()
 	p, ok := k.positions[tp]
@@ -579,28 +651,37 @@ func (k *Consumer) place(ctx context.Context, tp TopicPartition) (string, stream
 	undecodable := ok && p.undecodable
 	k.mu.Unlock()
 	if !ok || undecodable {
-		return "", streamPart{}, nil
+		return "", streamPart{}, nil, nil
 	}
 	if off < 0 {
-		resolved, err := k.resetOffset(ctx, tp, l.addr)
-		if err != nil {
-			return "", streamPart{}, err
-		}
-		k.mu.Lock()
-		if p.offset < 0 {
-			p.offset = resolved
-		}
-		off = p.offset
-		k.mu.Unlock()
+		pos = p
 	}
 	epoch := l.epoch
-	return l.addr, streamPart{tp: tp, offset: off, lastEpoch: last, epoch: &epoch}, nil
+	return l.addr, streamPart{tp: tp, offset: off, lastEpoch: last, epoch: &epoch}, pos, nil
 }
 
-// resetOffset finds the starting offset for the reset policy.
-func (k *Consumer) resetOffset(ctx context.Context, tp TopicPartition, addr string) (int64, error) {
+// resetResult is one partition's starting offset, or why it has none.
+type resetResult struct {
+	offset int64
+	err    error
+}
+
+// resetOffsets finds the starting offsets of partitions led by addr for
+// the reset policy, with one ListOffsets request. The result has one entry
+// per partition, in order.
+func (k *Consumer) resetOffsets(ctx context.Context, addr string, tps []TopicPartition) []resetResult {
+	out := make([]resetResult, len(tps))
+	failAll := func(err error) []resetResult {
+		for i := range out {
+			out[i].err = err
+		}
+		return out
+	}
 	if k.cfg.Reset == ResetNone {
-		return 0, errs.New(errs.OffsetOutOfRange, "%s-%d has no position and auto.offset.reset is none; Seek first", tp.Topic, tp.Partition)
+		for i, tp := range tps {
+			out[i].err = errs.New(errs.OffsetOutOfRange, "%s-%d has no position and auto.offset.reset is none; Seek first", tp.Topic, tp.Partition)
+		}
+		return out
 	}
 	spec := storagev1.OffsetSpec_OFFSET_SPEC_LATEST
 	if k.cfg.Reset == ResetEarliest {
@@ -612,20 +693,32 @@ func (k *Consumer) resetOffset(ctx context.Context, tp TopicPartition, addr stri
 	defer cancel()
 	conn, err := k.c.readyConn(ctx, addr)
 	if err != nil {
-		return 0, err
+		return failAll(err)
 	}
-	resp, err := storagev1.NewStorageServiceClient(conn).ListOffsets(ctx, &storagev1.ListOffsetsRequest{
-		Partitions:     []*storagev1.ListOffsetsPartition{{Topic: tp.Topic, Partition: tp.Partition, Spec: spec}},
-		IsolationLevel: k.isolation(),
-	})
+	req := &storagev1.ListOffsetsRequest{IsolationLevel: k.isolation()}
+	for _, tp := range tps {
+		req.Partitions = append(req.Partitions, &storagev1.ListOffsetsPartition{Topic: tp.Topic, Partition: tp.Partition, Spec: spec})
+	}
+	resp, err := storagev1.NewStorageServiceClient(conn).ListOffsets(ctx, req)
 	if err != nil {
-		return 0, err
+		return failAll(err)
 	}
-	res := resp.GetResults()[0]
-	if e := errs.FromProto(res.GetError()); e != nil {
-		return 0, e
+	byTP := make(map[TopicPartition]*storagev1.ListOffsetsResult, len(resp.GetResults()))
+	for _, r := range resp.GetResults() {
+		byTP[TopicPartition{r.GetTopic(), r.GetPartition()}] = r
 	}
-	return res.GetOffset(), nil
+	for i, tp := range tps {
+		r, ok := byTP[tp]
+		switch {
+		case !ok:
+			out[i].err = errs.New(errs.UnknownServerError, "%s-%d: the leader at %s left it out of its ListOffsets answer", tp.Topic, tp.Partition, addr)
+		case errs.FromProto(r.GetError()) != nil:
+			out[i].err = errs.FromProto(r.GetError())
+		default:
+			out[i].offset = r.GetOffset()
+		}
+	}
+	return out
 }
 
 // stream reads partitions from one leader until the stream fails or every
