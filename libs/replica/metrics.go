@@ -62,6 +62,19 @@ func (m *Manager) RegisterMetrics(mp metric.MeterProvider) error {
 		}
 		instruments = append(instruments, free, reserve)
 	}
+	var cacheBudget metric.Int64ObservableGauge
+	var cacheDropped metric.Int64ObservableCounter
+	if pc := m.cfg.Storage.PageCache; pc != nil {
+		if cacheBudget, err = meter.Int64ObservableGauge("sluice.storage.page_cache.budget", metric.WithUnit("By"),
+			metric.WithDescription("Bytes of log data this node leaves in the kernel's page cache (storage.page-cache-budget-bytes).")); err != nil {
+			return fmt.Errorf("creating metric: %w", err)
+		}
+		if cacheDropped, err = meter.Int64ObservableCounter("sluice.storage.page_cache.dropped", metric.WithUnit("By"),
+			metric.WithDescription("Bytes of durable log data dropped from the page cache to keep within the budget.")); err != nil {
+			return fmt.Errorf("creating metric: %w", err)
+		}
+		instruments = append(instruments, cacheBudget, cacheDropped)
+	}
 	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		var leaders, followers, u, b, off int64
 		for _, p := range m.Partitions() {
@@ -92,6 +105,10 @@ func (m *Manager) RegisterMetrics(mp metric.MeterProvider) error {
 				o.ObserveInt64(free, n)
 			}
 			o.ObserveInt64(reserve, g.Reserve())
+		}
+		if pc := m.cfg.Storage.PageCache; pc != nil {
+			o.ObserveInt64(cacheBudget, pc.Budget())
+			o.ObserveInt64(cacheDropped, pc.DroppedBytes())
 		}
 		return nil
 	}, instruments...)

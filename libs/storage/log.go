@@ -48,6 +48,9 @@ type Options struct {
 	// into the free-space reserve of the data directory's file system; nil
 	// admits every append.
 	Space *SpaceGuard
+	// PageCache, shared by every log of a node, bounds how much of their
+	// data stays in the kernel's page cache; nil leaves it to the kernel.
+	PageCache *PageCache
 	// OnOffline, if set, is called once each time the log goes offline,
 	// with the error that took it there, after the failure is logged.
 	OnOffline func(cause error)
@@ -145,6 +148,12 @@ type Log struct {
 	ckptAt    time.Time
 	ckptBytes int64 // log bytes below ckpt when it was written
 
+	// cacheSeg and cachePos are the page-cache drop point
+	// (Options.PageCache): the bytes before position cachePos of segment
+	// cacheSeg, and of the segments before it, were given back to the
+	// kernel. Only PageCache.Trim touches them, one at a time.
+	cacheSeg, cachePos int64
+
 	compactMu sync.Mutex // one compaction at a time
 	// unreadableCount counts the batches compaction met and could not decode
 	// (kept as they are); see UnreadableBatches.
@@ -201,6 +210,9 @@ func openDir(dir string, cfg Config, opts Options, reopening bool) (*Log, error)
 	active := l.activeSegment()
 	l.durablePos = recoveryPoint{Offset: l.leo, Segment: active.base, Position: active.size}
 	l.fl.start(l)
+	if !reopening {
+		l.opts.PageCache.register(l)
+	}
 	return l, nil
 }
 
@@ -339,6 +351,9 @@ func (l *Log) EndOffsetForEpoch(epoch int32) (int32, int64) {
 // still held by readers stay valid until released. Close on an offline log
 // closes its files without the marker.
 func (l *Log) Close() error {
+	// Before syncMu: the budget's loop may be flushing this log, and
+	// unregistering the last log waits for the loop to end.
+	l.opts.PageCache.unregister(l)
 	l.fl.stop()
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()

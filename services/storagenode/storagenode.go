@@ -38,6 +38,10 @@ type Config struct {
 	// DiskReserveBytes is the free space, on the file system of the data
 	// directory, that appends never use (storage.SpaceGuard); 0 disables.
 	DiskReserveBytes int64
+	// PageCacheBudgetBytes bounds the bytes of this node's logs left in the
+	// kernel's page cache (storage.PageCache); 0 means no bound and a
+	// negative value storage.AutoPageCacheBudget.
+	PageCacheBudgetBytes int64
 }
 
 // RegisterFlags registers the role's flags.
@@ -49,6 +53,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.DiskReserveBytes, "storage.disk-reserve-bytes", DefaultDiskReserveBytes,
 		"Free bytes kept on the data directory's file system: appends that would leave less fail with a retriable KAFKA_STORAGE_ERROR "+
 			"until space is freed, so checkpoints, DeleteRecords and an etcd member sharing the disk keep room. 0 disables.")
+	fs.Int64Var(&c.PageCacheBudgetBytes, "storage.page-cache-budget-bytes", -1,
+		"Bytes of this node's log data left in the kernel's page cache: beyond it the oldest durable bytes are dropped (never a "+
+			"log's newest 64 MiB), so writes reuse pages instead of taking fresh ones. -1 picks a quarter of memory on a VM whose "+
+			"balloon reports free pages to the host (where a fresh page costs the host a fault) and no bound elsewhere; 0 means no bound.")
 }
 
 // DefaultDiskReserveBytes is the default free-space reserve: room for the
@@ -67,6 +75,9 @@ func (c *Config) Validate() error {
 	if c.DiskReserveBytes < 0 {
 		return fmt.Errorf("storage.disk-reserve-bytes: %d is negative", c.DiskReserveBytes)
 	}
+	if c.PageCacheBudgetBytes < -1 {
+		return fmt.Errorf("storage.page-cache-budget-bytes: %d is below -1 (-1 picks the budget from the machine, 0 means no bound)", c.PageCacheBudgetBytes)
+	}
 	return nil
 }
 
@@ -74,7 +85,19 @@ func (c *Config) Validate() error {
 func (c *Config) ReplicaConfig(node config.Node) replica.Config {
 	dir := filepath.Join(node.DataDir, "logs")
 	return replica.Config{Dir: dir, LagTimeMax: c.ReplicaLagTimeMax,
-		Storage: storage.Options{Space: storage.NewSpaceGuard(storage.SpaceGuardOptions{Dir: dir, ReserveBytes: c.DiskReserveBytes})}}
+		Storage: storage.Options{
+			Space:     storage.NewSpaceGuard(storage.SpaceGuardOptions{Dir: dir, ReserveBytes: c.DiskReserveBytes}),
+			PageCache: storage.NewPageCache(storage.PageCacheOptions{BudgetBytes: c.PageCacheBudget()}),
+		}}
+}
+
+// PageCacheBudget returns the page-cache budget in bytes, resolving -1.
+func (c *Config) PageCacheBudget() int64 {
+	if c.PageCacheBudgetBytes >= 0 {
+		return c.PageCacheBudgetBytes
+	}
+	b, _ := storage.AutoPageCacheBudget()
+	return b
 }
 
 // StorageNode is the storage-node role.

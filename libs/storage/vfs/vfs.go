@@ -57,6 +57,15 @@ type File interface {
 	Map(length int) (Mapping, error)
 }
 
+// CacheDropper is implemented by the OS's files and mappings, whose pages
+// live in the kernel's page cache.
+type CacheDropper interface {
+	// DropCache releases the cached pages of [off, off+n): for a mapping,
+	// this process's references to them; for a file, the kernel's copy of
+	// those that are clean.
+	DropCache(off, n int64) error
+}
+
 // Mapping is a read-only memory map of a file.
 type Mapping interface {
 	// Bytes returns the mapped memory. It must not be used after Close.

@@ -32,6 +32,7 @@ import (
 	"github.com/sluice-io/sluice/libs/replica"
 	"github.com/sluice-io/sluice/libs/role"
 	"github.com/sluice-io/sluice/libs/service"
+	"github.com/sluice-io/sluice/libs/storage"
 	"github.com/sluice-io/sluice/libs/telemetry"
 	"github.com/sluice-io/sluice/services/controller"
 	"github.com/sluice-io/sluice/services/groupcoord"
@@ -155,7 +156,12 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 		}, n.pool.Get, n.cache, logger)
 		m.Add(n.member)
 		if cfg.Roles.Has(role.StorageNode) {
-			n.replicas = replica.NewManager(kit.replicaConfig(cfg.StorageNode.ReplicaConfig(cfg.Node)), int32(cfg.Node.ID), n.cache, n.member, n.pool, logger)
+			rc := kit.replicaConfig(cfg.StorageNode.ReplicaConfig(cfg.Node))
+			if cfg.StorageNode.PageCacheBudgetBytes < 0 {
+				_, why := storage.AutoPageCacheBudget()
+				logger.Info("page-cache budget chosen from the machine", "budget_bytes", rc.Storage.PageCache.Budget(), "why", why)
+			}
+			n.replicas = replica.NewManager(rc, int32(cfg.Node.ID), n.cache, n.member, n.pool, logger)
 		}
 		for _, r := range others {
 			m.Add(served.add(r, n.newRole(r)))
