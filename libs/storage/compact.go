@@ -648,5 +648,12 @@ func (l *Log) swapIn(g []*segment, c *segment) (bool, error) {
 	if err := l.fs.SyncDir(l.dir); err != nil {
 		return true, l.fail("syncing log directory", err)
 	}
+	// The output was written fresh and synced; below the page-cache drop
+	// point its pages count as dropped, so they are.
+	if l.opts.PageCache != nil && (base < l.cacheSeg || base == l.cacheSeg && l.cachePos > 0) {
+		if d, ok := c.log.(vfs.CacheDropper); ok {
+			_ = d.DropCache(0, c.size) // only the budget's accuracy depends on it
+		}
+	}
 	return true, l.repairCheckpointLocked()
 }

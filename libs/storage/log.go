@@ -151,7 +151,8 @@ type Log struct {
 	// cacheSeg and cachePos are the page-cache drop point
 	// (Options.PageCache): the bytes before position cachePos of segment
 	// cacheSeg, and of the segments before it, were given back to the
-	// kernel. Only PageCache.Trim touches them, one at a time.
+	// kernel. Written under syncMu and mu (PageCache.Trim moves it forward,
+	// truncation back), read under either.
 	cacheSeg, cachePos int64
 
 	compactMu sync.Mutex // one compaction at a time

@@ -188,6 +188,9 @@ func fitLevel(cached []int64, budget, keep int64) int64 {
 func (l *Log) cachedBytes() int64 {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
+	if l.closed {
+		return 0
+	}
 	var n int64
 	for _, s := range l.segs {
 		switch {
@@ -205,15 +208,14 @@ func (l *Log) cachedBytes() int64 {
 // Only bytes an fsync made durable are dropped: the kernel would keep dirty
 // pages anyway, and after a failed write-back the page cache holds the only
 // copy that Reopen rewrites. The log is flushed first when the bytes to drop
-// are not durable yet. Called by the PageCache loop only, which alone moves
-// the drop point.
+// are not durable yet. Called by PageCache.Trim only.
 func (l *Log) dropCache(n, keep int64) int64 {
 	type span struct {
 		seg      *segment
 		mp       *segMap
 		from, to int64
 	}
-	collect := func() (spans []span, short bool) {
+	collect := func(n int64) (spans []span, short bool) {
 		l.syncMu.Lock()
 		defer l.syncMu.Unlock()
 		l.mu.RLock()
@@ -279,21 +281,37 @@ func (l *Log) dropCache(n, keep int64) int64 {
 				}
 				sp.mp.release()
 			}
+			// Counted as done even if the file was closed meanwhile (the
+			// only failure): its pages go with it.
 			if d, ok := sp.seg.log.(vfs.CacheDropper); ok {
-				_ = d.DropCache(sp.from, sp.to-sp.from) // fails only for a file closed meanwhile
+				_ = d.DropCache(sp.from, sp.to-sp.from)
+				done += sp.to - sp.from
 			}
-			done += sp.to - sp.from
 		}
 		return done
 	}
-	spans, short := collect()
+	spans, short := collect(n)
 	done := drop(spans)
-	if short && done < n {
-		if err := l.Flush(); err != nil {
-			return done // the log is closed or offline: nothing more to drop
-		}
-		spans, _ = collect()
+	if short && done < n && l.flushForCache() == nil {
+		spans, _ = collect(n - done)
 		done += drop(spans)
 	}
 	return done
+}
+
+// flushForCache makes the log durable so its oldest bytes can be dropped,
+// persisting the recovery point only as often as the background flusher
+// would.
+func (l *Log) flushForCache() error {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	if l.isClosed() {
+		return errClosed
+	}
+	rp, err := l.flushLocked()
+	if err != nil {
+		return err
+	}
+	l.maybeCheckpointLocked(rp)
+	return nil
 }

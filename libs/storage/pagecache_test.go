@@ -189,3 +189,36 @@ func TestAutoPageCacheBudget(t *testing.T) {
 	b, why := autoPageCacheBudget(devices, meminfo)
 	require.Equal(t, int64(24000000<<10/4), b, why)
 }
+
+// After a truncation (a follower cut back to its new leader's log), the
+// drop point and the durable point move back with the log: what is
+// appended again is counted, and made durable before any of it is dropped.
+func TestPageCacheAfterTruncation(t *testing.T) {
+	const budget, keep = 2 << 20, 512 << 10
+	pc := NewPageCache(PageCacheOptions{BudgetBytes: budget, KeepBytes: keep, Interval: time.Hour})
+	cfg := testConfig(t, map[string]string{"segment.bytes": "1048576", "max.message.bytes": "1048576"})
+	l := openLog(t, t.TempDir(), cfg, Options{PageCache: pc})
+	defer l.Close()
+	appendMiB := func(n int) {
+		for b := 0; b < n*16; b++ { // batches of 64 KiB
+			bld := record.NewBuilder(record.CodecNone)
+			for r := 0; r < 64; r++ {
+				require.NoError(t, bld.AppendKV(1, nil, bytes.Repeat([]byte{byte(r)}, 1000)))
+			}
+			batch, err := bld.Build()
+			require.NoError(t, err)
+			_, err = l.AppendAsLeader(bytes.Clone(batch), 0, record.FromClient)
+			require.NoError(t, err)
+		}
+	}
+	appendMiB(8)
+	pc.Trim()
+	require.Equal(t, int64(budget), l.cachedBytes())
+
+	require.NoError(t, l.TruncateTo(100))
+	appendMiB(6)
+	require.Greater(t, l.cachedBytes(), int64(budget), "bytes appended after the truncation are not counted")
+	pc.Trim()
+	require.Equal(t, int64(budget), l.cachedBytes())
+	require.Equal(t, l.LogEndOffset(), l.durable.Load(), "bytes were dropped without being made durable first")
+}

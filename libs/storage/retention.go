@@ -335,6 +335,16 @@ func (l *Log) truncateLocked(offset int64) error {
 	}
 	oldLEO := l.leo
 	l.leo = newLEO
+	// The target was synced above, and a durable point past it covered
+	// everything before it: the durable point and the page-cache drop point
+	// now end at the cut at most.
+	if cut := (recoveryPoint{Offset: newLEO, Segment: target.base, Position: pos}); l.durablePos.Segment > target.base ||
+		l.durablePos.Segment == target.base && l.durablePos.Position > pos {
+		l.durablePos = cut
+	}
+	if l.cacheSeg > target.base || l.cacheSeg == target.base && l.cachePos > pos {
+		l.cacheSeg, l.cachePos = target.base, pos
+	}
 	l.epochs.truncateFromEnd(newLEO)
 	l.cleanedTo = min(l.cleanedTo, newLEO)
 	l.dirDirty = true
@@ -398,6 +408,8 @@ func (l *Log) resetLocked(offset int64) error {
 	l.producers = newProducerState(offset)
 	l.removeSnapshots(func(int64) bool { return true })
 	l.durable.Store(offset)
+	l.durablePos = recoveryPoint{Offset: offset, Segment: s.base}
+	l.cacheSeg, l.cachePos = s.base, 0
 	l.dirDirty = true
 	l.mu.Unlock()
 	l.appendMu.Unlock()
