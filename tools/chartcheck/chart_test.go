@@ -105,6 +105,14 @@ func TestChart(t *testing.T) {
 		require.NoError(t, check(objs, want{controllers: 3, storage: 3, replication: 2, flags: flags,
 			tlsSecret: map[string]string{"storage": "sluice-storage-tls", "": "sluice-tls"}}))
 	})
+	t.Run("cert-manager refuses a secret shared by two roles", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, helm, "template", release, chartDir, "--namespace", namespace, "--kube-version", kubeVersion,
+			"-f", filepath.Join(chartDir, "ci/cert-manager-values.yaml"), "--set", "groupCoordinator.tls.secretName=sluice-storage-tls").CombinedOutput()
+		require.Error(t, err, "rendered two Certificates writing one secret")
+		require.Contains(t, string(out), `the storage and group-coordinator roles both use the secret "sluice-storage-tls"`)
+	})
 	t.Run("cert-manager values", func(t *testing.T) {
 		objs := render(t, helm, "-f", filepath.Join(chartDir, "ci/cert-manager-values.yaml"))
 		require.NoError(t, check(objs, want{controllers: 3, storage: 3, replication: 2, flags: flags,
