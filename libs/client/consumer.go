@@ -102,8 +102,11 @@ type Consumer struct {
 
 	mu        sync.Mutex
 	positions map[TopicPartition]*position
-	gen       int // bumped on every assignment change; streams of older generations stop
-	notify    chan struct{}
+	// gen is bumped by every Assign and Seek. Streams of older
+	// generations are ended; until then their records are dropped and
+	// their answers move no position (owns).
+	gen    int
+	notify chan struct{}
 	// live are the fetch streams open or being opened, for watch.
 	live map[*liveStream]struct{}
 
@@ -250,6 +253,16 @@ func (k *Consumer) current(gen int) bool {
 	return gen == k.gen
 }
 
+// owns reports whether a stream or placement of generation gen, which
+// placed tp with the position record pos, may still move that position:
+// no Seek or Assign has come since, and tp's position is still pos. A
+// stream of a replaced generation keeps running until the run loop ends
+// it, and its answers (a reset, a truncation) are about a position the
+// user may have set anew meanwhile. k.mu must be held.
+func (k *Consumer) owns(gen int, tp TopicPartition, pos *position) bool {
+	return gen == k.gen && pos != nil && k.positions[tp] == pos
+}
+
 // accept drops records from streams of an older assignment (before a
 // Seek or reassignment) and records already returned, and advances
 // positions.
@@ -353,6 +366,11 @@ func (k *Consumer) run(ctx context.Context) {
 		}
 		sc, g := sctx, gen
 		k.plan(sctx, gen, placed, retry, func(addr string, parts []streamPart) {
+			if !k.current(g) {
+				// A Seek or Assign came while plan ran: the loop places
+				// the partitions again for the new generation.
+				return
+			}
 			for _, p := range parts {
 				placed[p.tp] = true
 			}
@@ -506,12 +524,14 @@ func (k *Consumer) streamEnded(ctx context.Context, gen int, e streamEnd, placed
 	}
 }
 
-// streamPart is one partition of a fetch stream, with its starting point.
+// streamPart is one partition of a fetch stream, with its starting point
+// and the position record it was placed with.
 type streamPart struct {
 	tp        TopicPartition
 	offset    int64
 	lastEpoch int32
 	epoch     *int32
+	pos       *position
 }
 
 // plan places the assigned partitions that are on no stream and due for a
@@ -539,7 +559,7 @@ func (k *Consumer) plan(ctx context.Context, gen int, placed map[TopicPartition]
 		if r, ok := retry[tp]; ok && (r.parked || now.Before(r.retryAt)) {
 			continue
 		}
-		addr, sp, pos, err := k.place(ctx, tp)
+		addr, sp, err := k.place(ctx, tp)
 		if err != nil {
 			if ctx.Err() == nil {
 				k.failed(ctx, gen, tp, err, retry)
@@ -554,8 +574,8 @@ func (k *Consumer) plan(ctx context.Context, gen int, placed map[TopicPartition]
 			lp = &leaderPlan{addr: addr}
 			byLeader[addr] = lp
 		}
-		if pos != nil {
-			lp.unset = append(lp.unset, unsetPart{sp: sp, pos: pos})
+		if sp.offset < 0 {
+			lp.unset = append(lp.unset, sp)
 		} else {
 			lp.ready = append(lp.ready, sp)
 		}
@@ -570,8 +590,8 @@ func (k *Consumer) plan(ctx context.Context, gen int, placed map[TopicPartition]
 		asked++
 		go func() {
 			parts := make([]TopicPartition, len(lp.unset))
-			for i, u := range lp.unset {
-				parts[i] = u.sp.tp
+			for i, sp := range lp.unset {
+				parts[i] = sp.tp
 			}
 			lp.offsets = k.resetOffsets(ctx, lp.addr, parts)
 			resolved <- lp
@@ -579,21 +599,26 @@ func (k *Consumer) plan(ctx context.Context, gen int, placed map[TopicPartition]
 	}
 	for ; asked > 0; asked-- {
 		lp := <-resolved
-		for i, u := range lp.unset {
+		for i, sp := range lp.unset {
 			res := lp.offsets[i]
 			if res.err != nil {
 				if ctx.Err() == nil {
-					k.failed(ctx, gen, u.sp.tp, res.err, retry)
+					k.failed(ctx, gen, sp.tp, res.err, retry)
 				}
 				continue
 			}
 			k.mu.Lock()
-			if u.pos.offset < 0 {
-				u.pos.offset = res.offset
+			owned := k.owns(gen, sp.tp, sp.pos)
+			if owned {
+				if sp.pos.offset < 0 {
+					sp.pos.offset = res.offset
+				}
+				sp.offset = sp.pos.offset
 			}
-			u.sp.offset = u.pos.offset
 			k.mu.Unlock()
-			lp.ready = append(lp.ready, u.sp)
+			if owned {
+				lp.ready = append(lp.ready, sp)
+			}
 		}
 		if len(lp.ready) > 0 {
 			start(lp.addr, lp.ready)
@@ -602,44 +627,39 @@ func (k *Consumer) plan(ctx context.Context, gen int, placed map[TopicPartition]
 }
 
 // leaderPlan is what plan places on one leader: partitions ready to read
-// and partitions that wait for their starting offsets.
+// and partitions that wait for their starting offsets (those with a
+// negative offset).
 type leaderPlan struct {
 	addr    string
 	ready   []streamPart
-	unset   []unsetPart
+	unset   []streamPart
 	offsets []resetResult // one per unset partition, once resolved
-}
-
-// unsetPart is a partition that had no position when it was placed.
-type unsetPart struct {
-	sp  streamPart
-	pos *position
 }
 
 // place finds a partition's leader and its position. An empty address
 // means the partition is no longer assigned, or waits for a Seek. A
-// partition with no position yet comes back with its position record, to
-// be resolved by resetOffsets; pos is nil otherwise.
-func (k *Consumer) place(ctx context.Context, tp TopicPartition) (addr string, sp streamPart, pos *position, err error) {
+// partition with no position yet comes back with a negative offset, to be
+// resolved by resetOffsets.
+func (k *Consumer) place(ctx context.Context, tp TopicPartition) (addr string, sp streamPart, err error) {
 	n, err := k.md.partitions(ctx, tp.Topic, time.Now())
 	if err != nil {
 		if errs.Is(err, errs.UnknownTopicOrPartition) {
 			err = settled{err}
 		}
-		return "", streamPart{}, nil, err
+		return "", streamPart{}, err
 	}
 	if tp.Partition >= n || tp.Partition < 0 {
 		// The cached count may predate CreatePartitions: ask again first.
 		if err := k.md.refresh(ctx, tp.Topic); err != nil {
-			return "", streamPart{}, nil, err
+			return "", streamPart{}, err
 		}
 		if n, _ = k.md.known(tp.Topic); tp.Partition >= n || tp.Partition < 0 {
-			return "", streamPart{}, nil, settled{errs.New(errs.UnknownTopicOrPartition, "topic %q has %d partitions; partition %d does not exist", tp.Topic, n, tp.Partition)}
+			return "", streamPart{}, settled{errs.New(errs.UnknownTopicOrPartition, "topic %q has %d partitions; partition %d does not exist", tp.Topic, n, tp.Partition)}
 		}
 	}
 	l, ok := k.md.leader(tp.Topic, tp.Partition)
 	if !ok {
-		return "", streamPart{}, nil, errs.New(errs.LeaderNotAvailable, "%s-%d has no leader at the moment", tp.Topic, tp.Partition)
+		return "", streamPart{}, errs.New(errs.LeaderNotAvailable, "%s-%d has no leader at the moment", tp.Topic, tp.Partition)
 	}
 	k.mu.Lock()
 	p, ok := k.positions[tp]
@@ -651,13 +671,10 @@ func (k *Consumer) place(ctx context.Context, tp TopicPartition) (addr string, s
 	undecodable := ok && p.undecodable
 	k.mu.Unlock()
 	if !ok || undecodable {
-		return "", streamPart{}, nil, nil
-	}
-	if off < 0 {
-		pos = p
+		return "", streamPart{}, nil
 	}
 	epoch := l.epoch
-	return l.addr, streamPart{tp: tp, offset: off, lastEpoch: last, epoch: &epoch}, pos, nil
+	return l.addr, streamPart{tp: tp, offset: off, lastEpoch: last, epoch: &epoch, pos: p}, nil
 }
 
 // resetResult is one partition's starting offset, or why it has none.
@@ -796,16 +813,17 @@ func (k *Consumer) receive(ctx context.Context, gen int, stream grpc.ServerStrea
 			continue // the rest of its stream lies beyond a batch it cannot read
 		}
 		if e := errs.FromProto(resp.GetError()); e != nil {
-			if k.drop(ctx, end, tp, k.partitionError(tp, e)) {
+			if k.drop(ctx, end, tp, k.partitionError(gen, tp, parts[tp].pos, e)) {
 				return io.EOF
 			}
 			continue
 		}
 		if d := resp.GetDivergingEpoch(); d != nil {
 			k.mu.Lock()
-			p, ok := k.positions[tp]
-			truncated := ok && d.GetEndOffset() < p.offset
-			if ok {
+			p := parts[tp].pos
+			owned := k.owns(gen, tp, p)
+			truncated := owned && d.GetEndOffset() < p.offset
+			if owned {
 				p.offset, p.lastEpoch = min(p.offset, d.GetEndOffset()), -1
 			}
 			k.mu.Unlock()
@@ -861,7 +879,7 @@ func (k *Consumer) receive(ctx context.Context, gen int, stream grpc.ServerStrea
 				return ctx.Err()
 			}
 			k.mu.Lock()
-			if p, ok := k.positions[tp]; ok {
+			if p := parts[tp].pos; k.owns(gen, tp, p) {
 				p.undecodable = true
 				if bad < 0 {
 					bad = p.offset
@@ -963,13 +981,14 @@ func (k *Consumer) drop(ctx context.Context, end *streamEnd, tp TopicPartition, 
 // record as its failure (nil: place it again at once). A position that
 // fell out of the log is reset by the reset policy, or, without one, is
 // the caller's to fix (OFFSET_OUT_OF_RANGE with the valid range); a leader
-// hint is applied at once.
-func (k *Consumer) partitionError(tp TopicPartition, e *errs.Error) error {
+// hint is applied at once. Only a stream of the current generation resets:
+// a stale one's answer is about a position a Seek may have replaced.
+func (k *Consumer) partitionError(gen int, tp TopicPartition, pos *position, e *errs.Error) error {
 	switch {
 	case e.Code == errs.OffsetOutOfRange && k.cfg.Reset != ResetNone:
 		k.mu.Lock()
-		if p, ok := k.positions[tp]; ok {
-			p.offset, p.lastEpoch = -1, -1
+		if k.owns(gen, tp, pos) {
+			pos.offset, pos.lastEpoch = -1, -1
 		}
 		k.mu.Unlock()
 		return nil
