@@ -16,12 +16,13 @@ import (
 )
 
 type perfConsumeOptions struct {
-	topic       string
-	messages    int64
-	partition   int32
-	group       string
-	fetchMax    int
-	idleTimeout time.Duration
+	topic         string
+	messages      int64
+	partition     int32
+	group         string
+	groupProtocol string
+	fetchMax      int
+	idleTimeout   time.Duration
 }
 
 func newPerfConsumeCmd(g *globals) *cobra.Command {
@@ -33,9 +34,17 @@ func newPerfConsumeCmd(g *globals) *cobra.Command {
 --topic (or of one --partition) and report records/s and MB/s, timed from the
 assignment to the last record, and how long the first record took.
 
---group is reserved for consumer-group mode, which needs the group
-coordinator; until it serves, perf consume reads assigned partitions.`,
-		Args: cobra.NoArgs,
+With --group the command joins that consumer group, subscribed to --topic,
+as kafka-consumer-perf-test does with a group: it reads the partitions the
+group assigns, from the group's committed offsets (from the earliest offset
+where the group has none). It commits as the group consumer does with
+automatic commit (enable.auto.commit): what Poll returned, every 5 s and
+when it leaves the group at the end. records/s and MB/s are then timed from
+creating the consumer, so they include the join; join_s is how long the
+first assignment took, and fetch_records_per_s and fetch_mb_per_s leave the
+join out (Kafka's fetch.MB.sec).`,
+		Args:    cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, _ []string) error { return o.validate(cmd) },
 		RunE: perfRunE(g, func(ctx context.Context, progress io.Writer) (*perfSummary, error) {
 			return runPerfConsume(ctx, g, o, progress)
 		}, func(s *perfSummary) error {
@@ -45,20 +54,59 @@ coordinator; until it serves, perf consume reads assigned partitions.`,
 	f := cmd.Flags()
 	f.StringVar(&o.topic, "topic", "", "Topic to read (required).")
 	f.Int64Var(&o.messages, "messages", 1_000_000, "Records to read.")
-	f.Int32Var(&o.partition, "partition", -1, "Read only this partition (-1: every partition).")
-	f.StringVar(&o.group, "group", "", "Consumer group (not available yet: the group coordinator does not serve joins).")
+	f.Int32Var(&o.partition, "partition", -1, "Read only this partition (-1: every partition); not with --group.")
+	f.StringVar(&o.group, "group", "", "Read as a member of this consumer group (subscribed to --topic), committing automatically.")
+	f.StringVar(&o.groupProtocol, "group-protocol", "", "With --group: the rebalance protocol, classic (default) or consumer (KIP-848).")
 	f.IntVar(&o.fetchMax, "fetch-max-bytes", 1<<20, "Largest chunk of one partition per fetch response (max.partition.fetch.bytes).")
-	f.DurationVar(&o.idleTimeout, "timeout", 30*time.Second, "Give up after this long without a record.")
+	f.DurationVar(&o.idleTimeout, "timeout", 30*time.Second, "Give up after this long without a record (with --group, the join included).")
 	return cmd
 }
 
-func runPerfConsume(ctx context.Context, g *globals, o *perfConsumeOptions, progress io.Writer) (*perfSummary, error) {
+// validate rejects flags that make no sense together before anything
+// connects.
+func (o *perfConsumeOptions) validate(cmd *cobra.Command) error {
 	if o.topic == "" {
-		return nil, errors.New("--topic is required")
+		return errors.New("--topic is required")
 	}
-	if o.group != "" {
-		return nil, errors.New("--group: consumer groups are not served yet (the group coordinator answers UNIMPLEMENTED); read partitions directly with --partition, or every partition without it")
+	if o.messages < 1 {
+		return errors.New("--messages must be at least 1")
 	}
+	if o.fetchMax < 1 {
+		return errors.New("--fetch-max-bytes must be positive")
+	}
+	if o.idleTimeout <= 0 {
+		return errors.New("--timeout must be positive")
+	}
+	if o.group == "" {
+		if cmd.Flags().Changed("group") {
+			return errors.New("--group must name a group")
+		}
+		if o.groupProtocol != "" {
+			return errors.New("--group-protocol needs --group")
+		}
+		return nil
+	}
+	if cmd.Flags().Changed("partition") {
+		return errors.New("--group reads the partitions the group assigns; it cannot be combined with --partition")
+	}
+	if _, err := client.ParseGroupProtocol(o.groupProtocol); err != nil {
+		return fmt.Errorf("--group-protocol: %w", err)
+	}
+	return nil
+}
+
+// perfReader is what perf consume reads with: the plain consumer on
+// assigned partitions, or a group consumer.
+type perfReader struct {
+	poll func(context.Context) ([]*client.ConsumedRecord, error)
+	// joined returns when the group first assigned partitions (zero
+	// before, and always for the plain consumer).
+	joined func() time.Time
+	// close leaves the group, committing; its error counts as the run's.
+	close func() error
+}
+
+func runPerfConsume(ctx context.Context, g *globals, o *perfConsumeOptions, progress io.Writer) (*perfSummary, error) {
 	c, err := g.client()
 	if err != nil {
 		return nil, err
@@ -67,12 +115,15 @@ func runPerfConsume(ctx context.Context, g *globals, o *perfConsumeOptions, prog
 	if _, err := c.Metadata(ctx, o.topic); err != nil {
 		return nil, err
 	}
-	k := c.NewConsumer(client.ConsumerConfig{Reset: client.ResetEarliest, PartitionMaxBytes: o.fetchMax})
-	defer k.Close()
+	ccfg := client.ConsumerConfig{Reset: client.ResetEarliest, PartitionMaxBytes: o.fetchMax}
 	start := time.Now()
-	if o.partition >= 0 {
-		k.Assign(client.TopicPartition{Topic: o.topic, Partition: o.partition})
-	} else if err := k.AssignTopic(ctx, o.topic); err != nil {
+	var rd perfReader
+	if o.group != "" {
+		rd, err = perfGroupReader(ctx, c, o, ccfg, g.timeout)
+	} else {
+		rd, err = perfAssignReader(ctx, c, o, ccfg)
+	}
+	if err != nil {
 		return nil, err
 	}
 	var records, bytes atomic.Int64
@@ -82,11 +133,12 @@ func runPerfConsume(ctx context.Context, g *globals, o *perfConsumeOptions, prog
 	var pollErr error
 	for records.Load() < o.messages {
 		pctx, cancel := context.WithTimeout(ctx, o.idleTimeout)
-		recs, err := k.Poll(pctx)
+		recs, err := rd.poll(pctx)
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				stopProgress()
+				_ = rd.close()
 				return nil, ctx.Err()
 			}
 			pollErr = err
@@ -104,17 +156,83 @@ func runPerfConsume(ctx context.Context, g *globals, o *perfConsumeOptions, prog
 		last = time.Now()
 	}
 	stopProgress()
+	closeErr := rd.close()
 	var nerr int64
 	var firstErr string
 	if pollErr != nil {
 		nerr, firstErr = 1, pollErr.Error()
+	}
+	if closeErr != nil {
+		if nerr == 0 {
+			firstErr = closeErr.Error()
+		}
+		nerr++
 	}
 	s := newPerfSummary("consume", o.topic, records.Load(), bytes.Load(), nerr, last.Sub(start))
 	s.FirstError = firstErr
 	fr := roundTo(first.Seconds(), 4)
 	s.FirstRecordSec = &fr
 	s.Config = map[string]any{"messages": o.messages, "partition": o.partition, "fetch_max_bytes": o.fetchMax}
+	if o.group != "" {
+		delete(s.Config, "partition")
+		s.Config["group"] = o.group
+		proto, _ := client.ParseGroupProtocol(o.groupProtocol) // validated
+		s.Config["group_protocol"] = proto.String()
+		if j := rd.joined(); !j.IsZero() {
+			js := roundTo(j.Sub(start).Seconds(), 4)
+			s.JoinSec = &js
+			if fetch := last.Sub(j).Seconds(); fetch > 0 {
+				s.FetchRecordsPerSec = roundTo(float64(records.Load())/fetch, 1)
+				s.FetchMBPerSec = roundTo(float64(bytes.Load())/fetch/1e6, 2)
+			}
+		}
+	}
 	return s, nil
+}
+
+// perfAssignReader reads every partition of the topic, or --partition,
+// from the earliest offset.
+func perfAssignReader(ctx context.Context, c *client.Client, o *perfConsumeOptions, cfg client.ConsumerConfig) (perfReader, error) {
+	k := c.NewConsumer(cfg)
+	if o.partition >= 0 {
+		k.Assign(client.TopicPartition{Topic: o.topic, Partition: o.partition})
+	} else if err := k.AssignTopic(ctx, o.topic); err != nil {
+		k.Close()
+		return perfReader{}, err
+	}
+	return perfReader{poll: k.Poll, joined: func() time.Time { return time.Time{} }, close: func() error { k.Close(); return nil }}, nil
+}
+
+// perfGroupReader joins --group subscribed to the topic, with automatic
+// commit and the earliest offset where the group has committed nothing.
+func perfGroupReader(ctx context.Context, c *client.Client, o *perfConsumeOptions, cfg client.ConsumerConfig, closeTimeout time.Duration) (perfReader, error) {
+	proto, err := client.ParseGroupProtocol(o.groupProtocol)
+	if err != nil {
+		return perfReader{}, fmt.Errorf("--group-protocol: %w", err)
+	}
+	var joined time.Time // written and read on Poll's goroutine
+	gc, err := c.NewGroupConsumer(client.GroupConsumerConfig{
+		GroupID: o.group, Topics: []string{o.topic}, Protocol: proto,
+		AutoCommit: true, Reset: client.ResetEarliest, Consumer: cfg,
+		OnAssigned: func(_ context.Context, tps []client.TopicPartition) {
+			if joined.IsZero() && len(tps) > 0 {
+				joined = time.Now()
+			}
+		},
+	})
+	if err != nil {
+		return perfReader{}, err
+	}
+	return perfReader{poll: gc.Poll, joined: func() time.Time { return joined }, close: func() error {
+		// The command's context may be canceled: the commit and the leave
+		// get a context of their own.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		defer cancel()
+		if err := gc.Close(cctx); err != nil {
+			return fmt.Errorf("leaving the group (committing what was read): %w", err)
+		}
+		return nil
+	}}, nil
 }
 
 type perfE2EOptions struct {

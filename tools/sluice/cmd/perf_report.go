@@ -135,6 +135,11 @@ type perfSummary struct {
 	AckLatency *latencySummary `json:"ack_latency_ms,omitempty"`
 	// FirstRecordSec is, for consume, how long the first record took.
 	FirstRecordSec *float64 `json:"first_record_s,omitempty"`
+	// JoinSec is, for consume with a group, how long the first assignment
+	// took; the fetch rates leave it out (Kafka's fetch.MB.sec).
+	JoinSec            *float64 `json:"join_s,omitempty"`
+	FetchRecordsPerSec float64  `json:"fetch_records_per_s,omitempty"`
+	FetchMBPerSec      float64  `json:"fetch_mb_per_s,omitempty"`
 	// Transactions are produce's commit figures with --transactional-id.
 	Transactions *txnPerfSummary `json:"transactions,omitempty"`
 	Config       map[string]any  `json:"config"`
@@ -193,6 +198,10 @@ func (s *perfSummary) text() string {
 	if t := s.Transactions; t != nil {
 		fmt.Fprintf(&b, "%d transactions committed, %.1f/s; commit latency: %s; EndTxn part: %s\n",
 			t.Commits, t.CommitsPerSec, t.CommitLatency.text(), t.EndTxnLatency.text())
+	}
+	if s.JoinSec != nil {
+		fmt.Fprintf(&b, "joined the group after %.3f s; after the join: %.1f records/s (%.2f MB/s)\n",
+			*s.JoinSec, s.FetchRecordsPerSec, s.FetchMBPerSec)
 	}
 	if s.FirstRecordSec != nil {
 		fmt.Fprintf(&b, "first record after %.3f s\n", *s.FirstRecordSec)
