@@ -4,6 +4,9 @@
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 GO ?= go
+# Every binary is static and built the same way, so the image (FROM scratch)
+# links what the tests already compiled instead of compiling it all again.
+GOBUILD = CGO_ENABLED=0 $(GO) build -trimpath
 ROOT := $(CURDIR)
 BIN := $(ROOT)/bin
 MOD := github.com/sluice-io/sluice
@@ -28,7 +31,7 @@ all: build
 
 ## build: build sluiced and sluice into bin/
 build:
-	$(GO) build -o $(BIN)/ $(MOD)/services/sluiced $(MOD)/tools/sluice
+	$(GOBUILD) -o $(BIN)/ $(MOD)/services/sluiced $(MOD)/tools/sluice
 
 ## run: build, then run every role in one process on 127.0.0.1:9090 (Kafka protocol on 9092, etcd on 9093-9094,
 ## data in ./data/run)
@@ -55,7 +58,7 @@ unit:
 	$(GO) test -race -count=1 -timeout 15m $(UNIT_PKGS)
 
 integration: build planted
-	$(GO) build -o $(BIN)/sluice-chaos $(MOD)/tools/chaos
+	$(GOBUILD) -o $(BIN)/sluice-chaos $(MOD)/tools/chaos
 	SLUICED=$(BIN)/sluiced SLUICE=$(BIN)/sluice SLUICED_PLANTED=$(BIN)/sluiced-planted SLUICE_CHAOS=$(BIN)/sluice-chaos \
 		$(GO) test -count=1 -timeout 45m $(MOD)/integration/...
 
@@ -145,7 +148,7 @@ lint: tools
 BENCH_OUT ?= $(ROOT)/bench/results
 BENCH_COMPARE ?= 1
 bench: build tools bench-tools
-	$(GO) build -o $(BIN)/sluice-bench $(MOD)/tools/bench
+	$(GOBUILD) -o $(BIN)/sluice-bench $(MOD)/tools/bench
 	@# The summary takes the reports written from here on: this invocation's.
 	@trap 'exit 130' INT TERM; since=$$(date -u +%Y-%m-%dT%H:%M:%SZ); failed=; \
 	run() { name=$$1; shift; echo "$$*"; "$$@" || failed="$$failed $$name"; }; \
@@ -173,7 +176,7 @@ BENCH_PKGS ?= $(filter-out $(BENCH_SKIP),$(patsubst %/,%,$(sort $(dir $(shell gi
 BENCH_COMPARE_CMD = $(BIN)/sluice-bench compare --repo $(ROOT) --base $(BENCH_BASE) --count $(BENCH_COUNT) \
 	--benchtime $(BENCH_TIME) --benchstat $(BIN)/benchstat --go $(GO) --out $(BENCH_OUT) $(BENCH_PKGS)
 bench-compare: bench-tools
-	$(GO) build -o $(BIN)/sluice-bench $(MOD)/tools/bench
+	$(GOBUILD) -o $(BIN)/sluice-bench $(MOD)/tools/bench
 	$(BENCH_COMPARE_CMD)
 
 ## bench-txn: what idempotence and transactions (commits every 1000, 100 and 10 ms) cost a producer of
@@ -181,7 +184,7 @@ bench-compare: bench-tools
 ## 12 s each (bench/results/<date>-txn.md and .json; see docs/performance.md, "Transactions and idempotence").
 ## Extra flags: make bench-txn TXN_BENCH_ARGS='--rounds 7 --round-seconds 15'
 bench-txn: build
-	$(GO) build -o $(BIN)/sluice-bench $(MOD)/tools/bench
+	$(GOBUILD) -o $(BIN)/sluice-bench $(MOD)/tools/bench
 	$(BIN)/sluice-bench txn --bin $(BIN) --out $(BENCH_OUT) $(TXN_BENCH_ARGS)
 
 ## bench-kafka: franz-go producing and consuming 1 KiB records through the Kafka listener against the
@@ -189,7 +192,7 @@ bench-txn: build
 ## rounds, MB/s and server CPU per GB for both
 ## (bench/results/<date>-kafka.md and .json). Extra flags: make bench-kafka KAFKA_BENCH_ARGS='--records 2000000'
 bench-kafka: build
-	$(GO) build -o $(BIN)/sluice-bench $(MOD)/tools/bench
+	$(GOBUILD) -o $(BIN)/sluice-bench $(MOD)/tools/bench
 	$(BIN)/sluice-bench kafka --bin $(BIN) --out $(BENCH_OUT) $(KAFKA_BENCH_ARGS)
 
 ## bench-security: TLS (client certificates required) with ACLs against plaintext, on two sluiced side by side:
@@ -198,7 +201,7 @@ bench-kafka: build
 ## client CPU per GB (bench/results/<date>-security.md and .json; see docs/performance.md, "TLS and ACLs against
 ## plaintext"). Extra flags: make bench-security SECURITY_BENCH_ARGS='--rounds 7 --records 2000000'
 bench-security: build
-	$(GO) build -o $(BIN)/sluice-bench $(MOD)/tools/bench
+	$(GOBUILD) -o $(BIN)/sluice-bench $(MOD)/tools/bench
 	$(BIN)/sluice-bench security --bin $(BIN) --out $(BENCH_OUT) $(SECURITY_BENCH_ARGS)
 
 ## bench-connections: what idle clients cost one `sluiced --roles=all`: 5,000 idle SDK producers, 1,000 SDK
@@ -208,7 +211,7 @@ bench-security: build
 ## partition replicas (bench/results/<date>-connections.md and .json; see docs/operations.md, "Capacity guide").
 ## Extra flags: make bench-connections CONN_BENCH_ARGS='--producers 10000 --partition-steps 1000,5000'
 bench-connections: build
-	$(GO) build -o $(BIN)/sluice-bench $(MOD)/tools/bench
+	$(GOBUILD) -o $(BIN)/sluice-bench $(MOD)/tools/bench
 	$(BIN)/sluice-bench connections --bin $(BIN) --out $(BENCH_OUT) $(CONN_BENCH_ARGS)
 
 ## bench-groups: consumer-group benchmarks on real processes: an 11th member joining 10 on 900 partitions
@@ -227,19 +230,19 @@ bench-groups: build
 ## Reports and process logs go to CHAOS_OUT (default data/chaos/<time>). Partitions need root, iproute2 and nftables.
 CHAOS_OUT ?= $(ROOT)/data/chaos/$(shell date -u +%Y%m%d-%H%M%S)
 chaos: build
-	$(GO) build -o $(BIN)/sluice-chaos $(MOD)/tools/chaos
+	$(GOBUILD) -o $(BIN)/sluice-chaos $(MOD)/tools/chaos
 	$(BIN)/sluice-chaos run --sluiced $(BIN)/sluiced --out $(CHAOS_OUT) \
 		$(if $(SEED),--seed $(SEED),$(if $(SOAK),--tier soak --duration $(SOAK),--tier pr)) $(CHAOS_ARGS)
 
 ## planted: build sluiced with the planted bugs compiled in (-tags sluice_planted) into bin/sluiced-planted;
 ## each is off unless SLUICE_PLANTED=<name> is set in its environment (libs/planted).
 planted:
-	$(GO) build -tags sluice_planted -o $(BIN)/sluiced-planted $(MOD)/services/sluiced
+	$(GOBUILD) -tags sluice_planted -o $(BIN)/sluiced-planted $(MOD)/services/sluiced
 
 ## chaos-planted: run the case built for each planted bug against bin/sluiced-planted and require the checker
 ## to catch every one with the anomaly kind it expects (about 2 minutes).
 chaos-planted: planted
-	$(GO) build -o $(BIN)/sluice-chaos $(MOD)/tools/chaos
+	$(GOBUILD) -o $(BIN)/sluice-chaos $(MOD)/tools/chaos
 	$(BIN)/sluice-chaos run --sluiced $(BIN)/sluiced-planted --out $(CHAOS_OUT) --planted $(or $(PLANTED),all) $(CHAOS_ARGS)
 
 clean:
@@ -248,7 +251,7 @@ clean:
 ## image: build the sluice container image $(IMAGE) (static binaries on scratch, from bin/image/)
 image:
 	mkdir -p $(BIN)/image/data
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/image/ $(MOD)/services/sluiced $(MOD)/tools/sluice
+	$(GOBUILD) -ldflags='-s -w' -o $(BIN)/image/ $(MOD)/services/sluiced $(MOD)/tools/sluice
 	docker build -f deploy/docker/Dockerfile -t $(IMAGE) .
 
 ## compose-up: build the image if there is none (make image rebuilds it), start the compose cluster (deploy/compose:
@@ -274,7 +277,7 @@ compose-up:
 ## cut from the network, each healed; a rolling restart of every container (sluice cluster roll); a fourth storage
 ## node added with a throttled reassignment onto it (replicas compared byte for byte), then drained and removed;
 ## no acknowledged record may be lost; prints each phase's time and longest producer stall; removes everything it
-## made. Needs Docker; about 10-15 minutes; not part of make test (docs/operations.md, "The compose cluster").
+## made. Needs Docker; about 6-10 minutes; CI runs it after make test (docs/operations.md, "The compose cluster").
 deploy-test:
 	$(ROOT)/deploy/compose/deploy-test.sh
 

@@ -166,23 +166,42 @@ log_bytes() { docker cp "$1:/data/logs/$2" - | tar -tvf - | awk '$NF ~ /\.log$/ 
 # order, concatenated (segments roll at different offsets on different
 # replicas; the batches they hold are the same bytes).
 log_sum() {
-	local d=$work/copy
-	rm -rf "$d" && mkdir "$d"
+	local d
+	d=$(mktemp -d -p "$work")
 	docker cp "$1:/data/logs/$2" - | tar -xf - -C "$d"
-	[[ -n $(find "$d/$2" -name '*.log' -size +0) ]] || { echo empty; return; }
-	find "$d/$2" -name '*.log' | sort | xargs cat | sha256sum | cut -c1-16
+	if [[ -n $(find "$d/$2" -name '*.log' -size +0) ]]; then
+		find "$d/$2" -name '*.log' | sort | xargs cat | sha256sum | cut -c1-16
+	else
+		echo empty
+	fi
+	rm -rf "$d"
 }
 
 # identical TOPIC: every replica of every partition of TOPIC holds the same
 # bytes (call it when nothing is written to TOPIC and its ISRs are full).
+# Each node's container is looked up once (docker-compose ps is slow), and
+# the copies out of the containers run side by side.
 identical() {
-	local part leader reps id sums
+	local part leader reps id sums out=$work/sums pids=() lines
+	local -A ctr=()
+	rm -rf "$out" && mkdir "$out"
+	lines=$(replicas "$1")
+	for id in $(awk '{ gsub(",", " ", $3); print $3 }' <<<"$lines" | tr ' ' '\n' | sort -u); do
+		ctr[$id]=$(storage "$id")
+	done
 	while read -r part leader reps; do
-		sums=$(for id in ${reps//,/ }; do echo "$id $(log_sum "$(storage "$id")" "$1-$part")"; done)
+		for id in ${reps//,/ }; do
+			log_sum "${ctr[$id]}" "$1-$part" >"$out/$part.$id" &
+			pids+=($!)
+		done
+	done <<<"$lines"
+	wait "${pids[@]}" # not the loaders running in the background
+	while read -r part leader reps; do
+		sums=$(for id in ${reps//,/ }; do echo "$id $(cat "$out/$part.$id")"; done)
 		[[ $(awk '{ print $2 }' <<<"$sums" | sort -u | wc -l) == 1 && $sums != *empty* ]] ||
 			fail "$1-$part: replicas differ or are empty: $(tr '\n' ' ' <<<"$sums")"
-	done < <(replicas "$1")
-	step "$1: every replica of its $(replicas "$1" | wc -l) partitions identical"
+	done <<<"$lines"
+	step "$1: every replica of its $(wc -l <<<"$lines") partitions identical"
 }
 
 # failed_since T: produce runs that failed since time T.
