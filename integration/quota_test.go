@@ -185,7 +185,13 @@ func TestQuotaProduceRate(t *testing.T) {
 		m := newAckMeter(start)
 		sc, err := client.New(client.Config{Bootstrap: c.Bootstrap(), ClientID: id})
 		require.NoError(t, err)
-		p := sc.NewProducer(client.ProducerConfig{Linger: 5 * time.Millisecond, BufferBytes: 4 << 20})
+		// Batches of 16 KiB, as the Kafka producers': by default a batch
+		// grows to 1 MiB while its partition waits out a throttle, and one
+		// such batch more or less is a tenth of the 10 MiB the measured
+		// window should hold, which this check could not tell from the
+		// quota's own error.
+		p := sc.NewProducer(client.ProducerConfig{Linger: 5 * time.Millisecond, BufferBytes: 4 << 20,
+			BatchBytes: 16 << 10, MaxBatchBytes: 16 << 10})
 		run(func() {
 			defer sc.Close()
 			defer p.Close(context.Background())
