@@ -367,7 +367,11 @@ func (l *Log) writeRecoveryCheckpointLocked(offset, segBase, pos int64) error {
 
 // Flush makes every appended batch durable and persists the recovery point,
 // so a crash right after costs no recovery scan.
-func (l *Log) Flush() error {
+func (l *Log) Flush() error { return l.flush(true) }
+
+// flush makes every appended batch durable, then persists the recovery
+// point: always, or only when the flusher's interval or byte budget is due.
+func (l *Log) flush(checkpoint bool) error {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
 	if l.isClosed() {
@@ -376,6 +380,10 @@ func (l *Log) Flush() error {
 	rp, err := l.flushLocked()
 	if err != nil {
 		return err
+	}
+	if !checkpoint {
+		l.maybeCheckpointLocked(rp)
+		return nil
 	}
 	return l.writeRecoveryCheckpointLocked(rp.Offset, rp.Segment, rp.Position)
 }

@@ -292,26 +292,10 @@ func (l *Log) dropCache(n, keep int64) int64 {
 	}
 	spans, short := collect(n)
 	done := drop(spans)
-	if short && done < n && l.flushForCache() == nil {
+	// The checkpoint is persisted only as often as the flusher would.
+	if short && done < n && l.flush(false) == nil {
 		spans, _ = collect(n - done)
 		done += drop(spans)
 	}
 	return done
-}
-
-// flushForCache makes the log durable so its oldest bytes can be dropped,
-// persisting the recovery point only as often as the background flusher
-// would.
-func (l *Log) flushForCache() error {
-	l.syncMu.Lock()
-	defer l.syncMu.Unlock()
-	if l.isClosed() {
-		return errClosed
-	}
-	rp, err := l.flushLocked()
-	if err != nil {
-		return err
-	}
-	l.maybeCheckpointLocked(rp)
-	return nil
 }
