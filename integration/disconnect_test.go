@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -165,17 +164,7 @@ func slowKeepaliveClient(t *testing.T, c *devcluster.Cluster) *client.Client {
 // topic with min.insync.replicas 2 whose replicas are all in sync.
 func startCutCluster(t *testing.T, topic string) (*netns.Net, *devcluster.Cluster, *client.Client, context.Context) {
 	t.Helper()
-	if err := netns.Available(); err != nil {
-		if os.Getenv("SLUICE_REQUIRE_NETNS") != "" {
-			t.Fatalf("network namespaces are required here: %v", err)
-		}
-		t.Skipf("no network namespaces: %v", err)
-	}
-	net := netns.New(t, 4)
-	var hosts []string
-	for _, h := range net.Hosts {
-		hosts = append(hosts, h.IP)
-	}
+	net, hosts := namespaces(t, 4)
 	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 3, Hosts: hosts, Wrap: net.Exec})
 	cl := cluster.Client(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

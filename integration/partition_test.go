@@ -20,17 +20,7 @@ import (
 // After the partition heals, every record that was acknowledged is read
 // back, and the replicas agree byte for byte.
 func TestIsolatedNodeNeverAcknowledges(t *testing.T) {
-	if err := netns.Available(); err != nil {
-		if os.Getenv("SLUICE_REQUIRE_NETNS") != "" {
-			t.Fatalf("network namespaces are required here: %v", err)
-		}
-		t.Skipf("no network namespaces: %v", err)
-	}
-	net := netns.New(t, 4)
-	var hosts []string
-	for _, h := range net.Hosts {
-		hosts = append(hosts, h.IP)
-	}
+	net, hosts := namespaces(t, 4)
 	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 3, ExtraArgs: fastSessions, Hosts: hosts, Wrap: net.Exec})
 	cl := cluster.Client(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -87,4 +77,23 @@ func TestIsolatedNodeNeverAcknowledges(t *testing.T) {
 	}
 	t.Logf("%d acknowledged records all read back (%d duplicates from retries)", len(acked), dups)
 	checkReplicasIdentical(t, ctx, c, cl, topic, partitions)
+}
+
+// namespaces gives n hosts, each a network namespace of its own, and their
+// addresses; it skips the test where namespaces cannot be made, unless
+// SLUICE_REQUIRE_NETNS says they must.
+func namespaces(t *testing.T, n int) (*netns.Net, []string) {
+	t.Helper()
+	if err := netns.Available(); err != nil {
+		if os.Getenv("SLUICE_REQUIRE_NETNS") != "" {
+			t.Fatalf("network namespaces are required here: %v", err)
+		}
+		t.Skipf("no network namespaces: %v", err)
+	}
+	net := netns.New(t, n)
+	hosts := make([]string, 0, n)
+	for _, h := range net.Hosts {
+		hosts = append(hosts, h.IP)
+	}
+	return net, hosts
 }

@@ -37,6 +37,21 @@ func TestFitLevel(t *testing.T) {
 	}
 }
 
+// appendValues appends one batch of n records with the values value(i).
+func appendValues(t *testing.T, l *Log, n int, value func(i int) []byte) {
+	t.Helper()
+	bld := record.NewBuilder(record.CodecNone)
+	for i := 0; i < n; i++ {
+		require.NoError(t, bld.AppendKV(1, nil, value(i)))
+	}
+	batch, err := bld.Build()
+	require.NoError(t, err)
+	_, err = l.AppendAsLeader(bytes.Clone(batch), 0, record.FromClient)
+	require.NoError(t, err)
+}
+
+func kibValue(i int) []byte { return bytes.Repeat([]byte{byte(i)}, 1000) }
+
 // residentPages counts the pages of [from, to) of a file that are in the
 // page cache.
 func residentPages(t *testing.T, path string, from, to int64) int {
@@ -80,16 +95,11 @@ func TestPageCacheDropsOldestBytes(t *testing.T) {
 	value := bytes.Repeat([]byte("v"), 1000)
 	var want []string
 	for b := 0; b < 256; b++ { // 256 batches of 64 records: about 16.5 MiB
-		bld := record.NewBuilder(record.CodecNone)
-		for i := 0; i < 64; i++ {
+		appendValues(t, l, 64, func(i int) []byte {
 			v := append([]byte{byte(b), byte(i)}, value...)
-			require.NoError(t, bld.AppendKV(int64(b), nil, v))
 			want = append(want, string(v))
-		}
-		batch, err := bld.Build()
-		require.NoError(t, err)
-		_, err = l.AppendAsLeader(bytes.Clone(batch), 0, record.FromClient)
-		require.NoError(t, err)
+			return v
+		})
 	}
 	// A reader maps every page: the kernel keeps mapped pages cached.
 	_, values := readAll(t, l, 0, l.LogEndOffset())
@@ -151,14 +161,7 @@ func TestPageCacheKeepsEachLogsTail(t *testing.T) {
 		l := openLog(t, t.TempDir(), cfg, Options{PageCache: pc})
 		defer l.Close()
 		for b := 0; b < 4; b++ {
-			bld := record.NewBuilder(record.CodecNone)
-			for r := 0; r < 100; r++ {
-				require.NoError(t, bld.AppendKV(1, nil, bytes.Repeat([]byte{byte(r)}, 1000)))
-			}
-			batch, err := bld.Build()
-			require.NoError(t, err)
-			_, err = l.AppendAsLeader(bytes.Clone(batch), 0, record.FromClient)
-			require.NoError(t, err)
+			appendValues(t, l, 100, kibValue)
 		}
 		logs = append(logs, l)
 	}
@@ -201,14 +204,7 @@ func TestPageCacheAfterTruncation(t *testing.T) {
 	defer l.Close()
 	appendMiB := func(n int) {
 		for b := 0; b < n*16; b++ { // batches of 64 KiB
-			bld := record.NewBuilder(record.CodecNone)
-			for r := 0; r < 64; r++ {
-				require.NoError(t, bld.AppendKV(1, nil, bytes.Repeat([]byte{byte(r)}, 1000)))
-			}
-			batch, err := bld.Build()
-			require.NoError(t, err)
-			_, err = l.AppendAsLeader(bytes.Clone(batch), 0, record.FromClient)
-			require.NoError(t, err)
+			appendValues(t, l, 64, kibValue)
 		}
 	}
 	appendMiB(8)
