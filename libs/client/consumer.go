@@ -347,6 +347,10 @@ func (k *Consumer) run(ctx context.Context) {
 		gen           = -1
 		placed        map[TopicPartition]bool
 		retry         map[TopicPartition]*retryState
+		// resolved brings back a leader's starting offsets; only this
+		// loop receives, and a generation's lookups all end (or are
+		// received) before the next generation begins.
+		resolved = make(chan *leaderPlan)
 	)
 	defer func() {
 		cancelStreams()
@@ -365,16 +369,25 @@ func (k *Consumer) run(ctx context.Context) {
 			gen, placed, retry = cur, map[TopicPartition]bool{}, map[TopicPartition]*retryState{}
 		}
 		sc, g := sctx, gen
-		k.plan(sctx, gen, placed, retry, func(addr string, parts []streamPart) {
+		start := func(addr string, parts []streamPart) {
 			if !k.current(g) {
-				// A Seek or Assign came while plan ran: the loop places
-				// the partitions again for the new generation.
+				// A Seek or Assign came meanwhile: the loop places the
+				// partitions again for the new generation.
 				return
 			}
 			for _, p := range parts {
 				placed[p.tp] = true
 			}
 			wg.Go(func() { k.report(sc, k.stream(sc, g, addr, parts)) })
+		}
+		k.plan(sctx, gen, placed, retry, start, func(lp *leaderPlan) {
+			wg.Go(func() {
+				lp.offsets = k.resetOffsets(sc, lp.addr, lp.unsetPartitions())
+				select {
+				case resolved <- lp:
+				case <-sc.Done():
+				}
+			})
 		})
 		var wake <-chan time.Time
 		var timer *time.Timer
@@ -388,6 +401,8 @@ func (k *Consumer) run(ctx context.Context) {
 		case <-k.notify:
 		case e := <-k.ended:
 			k.streamEnded(sctx, gen, e, placed, retry)
+		case lp := <-resolved:
+			k.settle(sctx, gen, lp, placed, retry, start)
 		case <-wake:
 		}
 		if timer != nil {
@@ -535,16 +550,18 @@ type streamPart struct {
 }
 
 // plan places the assigned partitions that are on no stream and due for a
-// try, and hands each leader's partitions to start once they are ready.
-// Partitions with a position are ready at once. Those without one wait for
-// their starting offsets, which one ListOffsets request per leader
-// resolves; the requests to different leaders run side by side, so a
-// leader that does not answer costs its own partitions one request
-// deadline and holds back no other leader's. Those it cannot place are
-// recorded in retry. plan returns when every leader has answered or its
-// request has failed; at most one goroutine per leader runs meanwhile, and
-// only this one touches placed and retry.
-func (k *Consumer) plan(ctx context.Context, gen int, placed map[TopicPartition]bool, retry map[TopicPartition]*retryState, start func(addr string, parts []streamPart)) {
+// try. Partitions with a position go to start at once, one stream per
+// leader. Those without one need their starting offsets, which one
+// ListOffsets request per leader resolves: plan hands each such leader to
+// lookup, which runs the request in the background, and settle finishes
+// the placement when it answers. plan never waits on a leader, so one that
+// does not answer costs only its own partitions a request deadline, and
+// the run loop goes on handling Seeks, ended streams and retries. A
+// partition waiting for its offset counts as placed, so it is not placed
+// twice. Those it cannot place are recorded in retry. Only the run loop
+// touches placed and retry.
+func (k *Consumer) plan(ctx context.Context, gen int, placed map[TopicPartition]bool, retry map[TopicPartition]*retryState,
+	start func(addr string, parts []streamPart), lookup func(*leaderPlan)) {
 	k.mu.Lock()
 	var tps []TopicPartition
 	for tp := range k.positions {
@@ -580,49 +597,50 @@ func (k *Consumer) plan(ctx context.Context, gen int, placed map[TopicPartition]
 			lp.ready = append(lp.ready, sp)
 		}
 	}
-	resolved := make(chan *leaderPlan)
-	asked := 0
 	for _, lp := range byLeader {
-		if len(lp.unset) == 0 {
-			start(lp.addr, lp.ready)
-			continue
-		}
-		asked++
-		go func() {
-			parts := make([]TopicPartition, len(lp.unset))
-			for i, sp := range lp.unset {
-				parts[i] = sp.tp
-			}
-			lp.offsets = k.resetOffsets(ctx, lp.addr, parts)
-			resolved <- lp
-		}()
-	}
-	for ; asked > 0; asked-- {
-		lp := <-resolved
-		for i, sp := range lp.unset {
-			res := lp.offsets[i]
-			if res.err != nil {
-				if ctx.Err() == nil {
-					k.failed(ctx, gen, sp.tp, res.err, retry)
-				}
-				continue
-			}
-			k.mu.Lock()
-			owned := k.owns(gen, sp.tp, sp.pos)
-			if owned {
-				if sp.pos.offset < 0 {
-					sp.pos.offset = res.offset
-				}
-				sp.offset = sp.pos.offset
-			}
-			k.mu.Unlock()
-			if owned {
-				lp.ready = append(lp.ready, sp)
-			}
-		}
 		if len(lp.ready) > 0 {
 			start(lp.addr, lp.ready)
+			lp.ready = nil
 		}
+		if len(lp.unset) > 0 {
+			for _, sp := range lp.unset {
+				placed[sp.tp] = true
+			}
+			lookup(lp)
+		}
+	}
+}
+
+// settle places a leader's partitions once their starting offsets are
+// known: each still assigned and unmoved (no Seek or Assign since) starts
+// from the offset found, unless its position was set meanwhile; each whose
+// lookup failed is retried.
+func (k *Consumer) settle(ctx context.Context, gen int, lp *leaderPlan, placed map[TopicPartition]bool, retry map[TopicPartition]*retryState, start func(addr string, parts []streamPart)) {
+	var ready []streamPart
+	for i, sp := range lp.unset {
+		delete(placed, sp.tp)
+		res := lp.offsets[i]
+		if res.err != nil {
+			if ctx.Err() == nil {
+				k.failed(ctx, gen, sp.tp, res.err, retry)
+			}
+			continue
+		}
+		k.mu.Lock()
+		owned := k.owns(gen, sp.tp, sp.pos)
+		if owned {
+			if sp.pos.offset < 0 {
+				sp.pos.offset = res.offset
+			}
+			sp.offset = sp.pos.offset
+		}
+		k.mu.Unlock()
+		if owned {
+			ready = append(ready, sp)
+		}
+	}
+	if len(ready) > 0 {
+		start(lp.addr, ready)
 	}
 }
 
@@ -634,6 +652,14 @@ type leaderPlan struct {
 	ready   []streamPart
 	unset   []streamPart
 	offsets []resetResult // one per unset partition, once resolved
+}
+
+func (lp *leaderPlan) unsetPartitions() []TopicPartition {
+	out := make([]TopicPartition, len(lp.unset))
+	for i, sp := range lp.unset {
+		out[i] = sp.tp
+	}
+	return out
 }
 
 // place finds a partition's leader and its position. An empty address
@@ -704,8 +730,8 @@ func (k *Consumer) resetOffsets(ctx context.Context, addr string, tps []TopicPar
 	if k.cfg.Reset == ResetEarliest {
 		spec = storagev1.OffsetSpec_OFFSET_SPEC_EARLIEST
 	}
-	// The run loop waits for this call: a leader that drops packets must
-	// not hold it for gRPC's connect timeout (20 s), nor an answer for ever.
+	// The partitions wait for this call: a leader that drops packets must
+	// not hold them for gRPC's connect timeout (20 s), nor for ever.
 	ctx, cancel := k.c.withTimeout(ctx)
 	defer cancel()
 	conn, err := k.c.readyConn(ctx, addr)

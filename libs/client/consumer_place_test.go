@@ -86,7 +86,10 @@ func (f *placeFake) Fetch(req *storagev1.FetchRequest, stream grpc.ServerStreami
 	<-stream.Context().Done()
 	f.mu.Lock()
 	for _, p := range req.GetPartitions() {
-		delete(f.fetching, TopicPartition{p.GetTopic(), p.GetPartition()})
+		// A stream that replaced this one may have noted its own offset.
+		if tp := (TopicPartition{p.GetTopic(), p.GetPartition()}); f.fetching[tp] == p.GetFetchOffset() {
+			delete(f.fetching, tp)
+		}
 	}
 	f.mu.Unlock()
 	return nil
@@ -183,6 +186,25 @@ func TestConsumerReadsHealthyLeadersWhileAnotherHangs(t *testing.T) {
 		require.EqualValues(t, -1, k.Position(TopicPartition{"m", p}), "node2 never answered")
 	}
 	require.EqualValues(t, 1, f.listings.Load())
+}
+
+// While one leader's starting offsets are being looked up (its dial
+// hangs), the consumer goes on serving the others: a Seek on a partition
+// of a healthy leader moves its stream at once.
+func TestConsumerSeeksWhileAnotherLeaderHangs(t *testing.T) {
+	f := &placeFake{leaders: []int32{2, 1}}
+	c := startPlaceFake(t, f)
+	k := c.NewConsumer(ConsumerConfig{})
+	defer k.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, k.AssignTopic(ctx, "m"))
+	tp := TopicPartition{"m", 1}
+	require.Eventually(t, func() bool { return f.fetchingNow()[tp] == 101 }, 20*time.Second, 5*time.Millisecond)
+	k.Seek(tp, 7)
+	require.Eventually(t, func() bool { return f.fetchingNow()[tp] == 7 }, 20*time.Second, 5*time.Millisecond,
+		"the partition is fetched from the Seek's offset while node2 hangs")
+	require.EqualValues(t, -1, k.Position(TopicPartition{"m", 0}), "node2 never answered")
 }
 
 // With auto.offset.reset none a partition without a position fails with
