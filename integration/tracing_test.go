@@ -100,17 +100,12 @@ func (c *collector) services() map[string]int {
 // the leader's produce and replicate spans, and each follower's append; a
 // consumer's span links to it through the record's headers.
 func TestProduceTraceSpansClientLeaderAndFollowers(t *testing.T) {
-	col := &collector{}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := grpc.NewServer()
-	collectorv1.RegisterTraceServiceServer(srv, col)
-	go func() { _ = srv.Serve(lis) }()
-	defer srv.Stop()
-	endpoint := "http://" + lis.Addr().String()
-
+	// The collector outlives the cluster, whose nodes flush their spans
+	// to it when they stop.
+	col, endpoint := startCollector(t)
 	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 3,
 		Env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + endpoint, "OTEL_BSP_SCHEDULE_DELAY=100"}})
+	started := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 
@@ -150,12 +145,24 @@ func TestProduceTraceSpansClientLeaderAndFollowers(t *testing.T) {
 	inTrace := func(service, name string) func(recvSpan) bool {
 		return func(s recvSpan) bool { return s.traceID == traceID && s.service == service && s.name == name }
 	}
-	require.Eventually(t, func() bool {
+	t.Logf("produced and consumed %v after the cluster started", time.Since(started).Round(time.Millisecond))
+	waitFrom := time.Now()
+	complete := func() bool {
 		return len(col.find(inTrace("sluice-client", "produce"))) == 1 &&
 			len(col.find(inTrace("sluice-storage-node", "produce"))) == 1 &&
 			len(col.find(inTrace("sluice-storage-node", "replicate"))) == 1 &&
 			len(col.find(inTrace("sluice-replication", "replica append"))) >= 1
-	}, 30*time.Second, 100*time.Millisecond, "spans of the produce's trace: %+v", col.find(func(s recvSpan) bool { return s.traceID == traceID }))
+	}
+	for !complete() {
+		if time.Since(waitFrom) > 60*time.Second {
+			// What did arrive tells an exporter that sent nothing from one
+			// that sent the spans of another trace.
+			t.Fatalf("spans of the produce's trace: %+v; spans per service: %v",
+				col.find(func(s recvSpan) bool { return s.traceID == traceID }), col.services())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("the servers' spans arrived %v after the client's", time.Since(waitFrom).Round(time.Millisecond))
 	consume := col.find(func(s recvSpan) bool { return s.service == "sluice-client" && s.name == "consume" })
 	require.NotEmpty(t, consume)
 	require.Contains(t, consume[0].links, traceID, "the consumer's span links to the producer's trace")

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel"
 
 	metadatav1 "github.com/sluice-io/sluice/gen/go/sluice/metadata/v1"
 	"github.com/sluice-io/sluice/libs/authz"
@@ -67,6 +68,10 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Spans that fail to export (a collector down or refusing) are dropped
+	// by the SDK; say so in the node's log, not on bare stderr.
+	tlog := logger.With(log.Component("telemetry"))
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { tlog.Warn("telemetry export failed", "err", err) }))
 	// The metadata cache is made first: the password verifier of both
 	// listeners reads users' SCRAM credentials from it.
 	cache := metadata.NewCache()
