@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	edpb "github.com/sluice-io/sluice/gen/go/sluice/errordetails/v1"
 	"github.com/sluice-io/sluice/libs/client/errs"
@@ -357,29 +359,47 @@ const (
 // it fails, before appending anything, when the ISR is below
 // min.insync.replicas.
 func (p *Partition) Append(batches []byte, acks Acks, callerEpoch *int32, origin record.Origin) (storage.AppendResult, int32, error) {
+	res, epoch, _, err := p.append(batches, acks, callerEpoch, origin, nil, nil)
+	return res, epoch, err
+}
+
+// AppendTraced is Append for a traced produce: span (the append's
+// "replicate" span, whose context carrier holds) is registered before any
+// follower is woken for the new records, so the chunk that carries them
+// carries the trace too. done is to be called when the wait for the
+// acknowledgement is over.
+func (p *Partition) AppendTraced(batches []byte, acks Acks, callerEpoch *int32, origin record.Origin, span trace.Span, carrier map[string]string) (res storage.AppendResult, epoch int32, done func(), err error) {
+	return p.append(batches, acks, callerEpoch, origin, span, carrier)
+}
+
+func (p *Partition) append(batches []byte, acks Acks, callerEpoch *int32, origin record.Origin, span trace.Span, carrier map[string]string) (storage.AppendResult, int32, func(), error) {
 	p.mu.Lock()
 	if err := p.checkLeaderLocked(callerEpoch); err != nil {
 		p.mu.Unlock()
-		return storage.AppendResult{}, 0, err
+		return storage.AppendResult{}, 0, nil, err
 	}
 	epoch := p.leaderEpoch
 	if acks == AcksAll && len(p.isr) < p.minISR {
 		n, minISR := len(p.isr), p.minISR
 		p.mu.Unlock()
-		return storage.AppendResult{}, 0, errs.New(errs.NotEnoughReplicas, "%s has %d in-sync replicas, below min.insync.replicas=%d; nothing was appended", p.tp, n, minISR)
+		return storage.AppendResult{}, 0, nil, errs.New(errs.NotEnoughReplicas, "%s has %d in-sync replicas, below min.insync.replicas=%d; nothing was appended", p.tp, n, minISR)
 	}
 	p.mu.Unlock()
 
 	res, err := p.log.AppendAsLeader(batches, epoch, origin)
 	if err != nil {
-		return res, epoch, err
+		return res, epoch, nil, err
 	}
+	done := func() {}
 	p.mu.Lock()
+	if span != nil {
+		done = p.traceAppendLocked(res.LastOffset, span, carrier)
+	}
 	p.tryAdvanceHWLocked()
 	p.advanceDurableLocked()
 	p.wakeLocked()
 	p.mu.Unlock()
-	return res, epoch, nil
+	return res, epoch, done, nil
 }
 
 // AwaitAck waits until an append made in epoch reaches the acknowledgement

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	controllerv1 "github.com/sluice-io/sluice/gen/go/sluice/controller/v1"
@@ -173,4 +174,27 @@ func TestFsyncBeforeAckAcksLeaderRecordsBecomeVisible(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(15), data.NextOffset)
 	data.Release()
+}
+
+// A traced append is registered before any follower is woken for it: a
+// follower that reads the new records at once sends them on with the
+// produce's trace context (otherwise its append is missing from the trace).
+func TestTracedAppendIsRegisteredBeforeFollowersWake(t *testing.T) {
+	_, p := newLeader(t, []int32{1, 2, 3}, "2")
+	p.mu.Lock()
+	woken := p.notify
+	p.mu.Unlock()
+	seen := make(chan map[string]string, 1)
+	go func() {
+		<-woken
+		seen <- p.traceContextFor(0, 5)
+	}()
+	carrier := map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+	span := trace.SpanFromContext(context.Background())
+	res, _, done, err := p.AppendTraced(batchOf(t, 5), AcksAll, nil, record.FromClient, span, carrier)
+	require.NoError(t, err)
+	require.EqualValues(t, 4, res.LastOffset)
+	require.Equal(t, carrier, <-seen, "the trace context of the records a woken follower reads")
+	done()
+	require.Nil(t, p.traceContextFor(0, 5), "unregistered once the wait is over")
 }

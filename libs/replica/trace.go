@@ -20,9 +20,15 @@ type tracedAppend struct {
 
 // TraceAppend registers a traced append that ends at offset last. The
 // caller ends the span, and calls the returned function when done waiting.
+// A follower woken before it is registered sends the records without the
+// trace: AppendTraced registers as it appends.
 func (p *Partition) TraceAppend(last int64, span trace.Span, carrier map[string]string) func() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.traceAppendLocked(last, span, carrier)
+}
+
+func (p *Partition) traceAppendLocked(last int64, span trace.Span, carrier map[string]string) func() {
 	t := &tracedAppend{last: last, span: span, carrier: carrier, notified: map[int32]bool{}}
 	p.traced = append(p.traced, t)
 	if len(p.traced) > maxTraced {

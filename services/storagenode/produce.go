@@ -160,6 +160,20 @@ type pending struct {
 	part   *replica.Partition
 	append storage.AppendResult
 	epoch  int32
+	// span is the "replicate" span of a traced append, registered as it
+	// was appended; done unregisters it.
+	span trace.Span
+	done func()
+}
+
+// abandon ends the spans of appends nobody will wait for.
+func abandon(waits []pending) {
+	for _, w := range waits {
+		if w.span != nil {
+			w.done()
+			w.span.End()
+		}
+	}
 }
 
 // appendAll appends every partition of a request in order and returns
@@ -169,6 +183,7 @@ func (r *StorageNode) appendAll(ctx context.Context, req *storagev1.ProduceReque
 	out := &storagev1.ProduceResponse{Results: make([]*storagev1.ProducePartitionResult, len(req.GetPartitions()))}
 	var waits []pending
 	span := trace.SpanFromContext(ctx)
+	traced := r.tracesReplication(ctx, acks)
 	topics := authz.NewMemo(ctx, r.deps.Authorizer(), authz.Write, authz.Topic)
 	for i, pp := range req.GetPartitions() {
 		res := &storagev1.ProducePartitionResult{Topic: pp.GetTopic(), Partition: pp.GetPartition(), BaseOffset: -1, LogAppendTimeMs: -1}
@@ -177,6 +192,7 @@ func (r *StorageNode) appendAll(ctx context.Context, req *storagev1.ProduceReque
 		// access learns nothing about which topics exist.
 		err := r.authorizeProduceTopic(ctx, &topics, pp.GetTopic())
 		var part *replica.Partition
+		var w pending
 		if err == nil {
 			part, err = r.partition(pp.GetTopic(), pp.GetPartition())
 		}
@@ -188,7 +204,20 @@ func (r *StorageNode) appendAll(ctx context.Context, req *storagev1.ProduceReque
 				if metadata.CoordinatorRole(pp.GetTopic()) != "" {
 					ar, epoch, err = r.appendInternal(ctx, part, pp, req.GetCoordinator(), batches, acks)
 				} else if err = r.verifyTxn(ctx, part, pp, req.GetTransactionalId(), batches); err == nil {
-					ar, epoch, err = part.Append(batches, acks, pp.CurrentLeaderEpoch, record.FromClient)
+					if traced {
+						var sctx context.Context
+						sctx, w.span = r.startReplicateSpan(ctx, pp.GetTopic(), pp.GetPartition())
+						carrier := propagation.MapCarrier{}
+						r.deps.Telemetry.Propagator.Inject(sctx, carrier)
+						ar, epoch, w.done, err = part.AppendTraced(batches, acks, pp.CurrentLeaderEpoch, record.FromClient, w.span, carrier)
+						if err != nil {
+							w.span.SetStatus(otelcodes.Error, err.Error())
+							w.span.End()
+							w.span = nil
+						}
+					} else {
+						ar, epoch, err = part.Append(batches, acks, pp.CurrentLeaderEpoch, record.FromClient)
+					}
 				}
 				if err == nil && ar.Duplicate {
 					r.duplicateBatches.Add(ctx, 1)
@@ -202,7 +231,11 @@ func (r *StorageNode) appendAll(ctx context.Context, req *storagev1.ProduceReque
 							attribute.Int("partition", int(pp.GetPartition())), attribute.Int64("offset", ar.FirstOffset),
 							attribute.Int("records", int(ar.Records)), attribute.Int("leader_epoch", int(epoch))))
 					}
-					waits = append(waits, pending{res: res, part: part, append: ar, epoch: epoch})
+					w.res, w.part, w.append, w.epoch = res, part, ar, epoch
+					if w.span != nil {
+						w.span.SetAttributes(attribute.Int64("last_offset", ar.LastOffset))
+					}
+					waits = append(waits, w)
 				}
 			}
 		}
@@ -226,16 +259,25 @@ func (r *StorageNode) awaitAll(ctx context.Context, acks replica.Acks, waits []p
 	if len(waits) == 0 {
 		return
 	}
-	traced := acks == replica.AcksAll && r.deps.Telemetry != nil && r.deps.Telemetry.Exporting() &&
-		trace.SpanFromContext(ctx).SpanContext().IsSampled()
+	traced := r.tracesReplication(ctx, acks)
 	var wg sync.WaitGroup
 	for i, w := range waits {
 		one := func() {
 			wctx := ctx
-			if traced {
+			switch {
+			case w.span != nil:
+				// The request's context, which the caller may have
+				// replaced since appending, with the span the append began.
+				wctx = trace.ContextWithSpan(ctx, w.span)
+				defer func() {
+					w.done()
+					w.span.End()
+				}()
+			case traced:
+				// Appends to internal topics register after the append.
 				var span trace.Span
-				wctx, span = r.tracer.Start(ctx, "replicate", trace.WithAttributes(attribute.String("topic", w.res.GetTopic()),
-					attribute.Int("partition", int(w.res.GetPartition())), attribute.Int64("last_offset", w.append.LastOffset)))
+				wctx, span = r.startReplicateSpan(ctx, w.res.GetTopic(), w.res.GetPartition())
+				span.SetAttributes(attribute.Int64("last_offset", w.append.LastOffset))
 				carrier := propagation.MapCarrier{}
 				r.deps.Telemetry.Propagator.Inject(wctx, carrier)
 				done := w.part.TraceAppend(w.append.LastOffset, span, carrier)
@@ -256,6 +298,17 @@ func (r *StorageNode) awaitAll(ctx context.Context, acks replica.Acks, waits []p
 		wg.Go(one)
 	}
 	wg.Wait()
+}
+
+// tracesReplication reports whether an append of a request in ctx gets a
+// "replicate" span: acks=all, spans exported, and the request sampled.
+func (r *StorageNode) tracesReplication(ctx context.Context, acks replica.Acks) bool {
+	return acks == replica.AcksAll && r.deps.Telemetry != nil && r.deps.Telemetry.Exporting() &&
+		trace.SpanFromContext(ctx).SpanContext().IsSampled()
+}
+
+func (r *StorageNode) startReplicateSpan(ctx context.Context, topic string, partition int32) (context.Context, trace.Span) {
+	return r.tracer.Start(ctx, "replicate", trace.WithAttributes(attribute.String("topic", topic), attribute.Int("partition", int(partition))))
 }
 
 // requestSpan starts the span of one produce request, continuing the
@@ -458,6 +511,7 @@ func (r *StorageNode) ProduceStream(stream grpc.BidiStreamingServer[storagev1.Pr
 		in.Release() // the batches are in the log now
 		f := &streamFuture{id: id, resp: resp}
 		if err := answers.add(f); err != nil {
+			abandon(waits)
 			span.End()
 			cancel()
 			return err
