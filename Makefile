@@ -60,7 +60,7 @@ unit:
 integration: build planted
 	$(GOBUILD) -o $(BIN)/sluice-chaos $(MOD)/tools/chaos
 	SLUICED=$(BIN)/sluiced SLUICE=$(BIN)/sluice SLUICED_PLANTED=$(BIN)/sluiced-planted SLUICE_CHAOS=$(BIN)/sluice-chaos \
-		$(GO) test -count=1 -timeout 45m $(MOD)/integration/...
+		$(GO) test -count=1 -timeout 45m -parallel 3 $(MOD)/integration/...
 
 # Build tools come from tools/buildtools (kept out of go.work so their
 # dependencies never reach the runtime build). Rebuilt when its go.mod changes.

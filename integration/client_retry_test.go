@@ -72,6 +72,7 @@ func consumeAll(ctx context.Context, cl *client.Client, topic string, want map[s
 // partitions reads every acknowledged record: the dead leader's partitions
 // wait for their new leaders while the others are read.
 func TestConsumerStartedRightAfterLeaderKill(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 3})
 	cl := cluster.Client(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -97,6 +98,7 @@ func TestConsumerStartedRightAfterLeaderKill(t *testing.T) {
 // (every role) restarts succeed: the node refusing connections, then
 // answering NODE_NOT_READY, are retried.
 func TestClientsStartedRightAfterRestart(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{Combined: true})
 	cl := cluster.Client(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -167,6 +169,7 @@ func TestCLIConsumeShowsNonRetriableErrors(t *testing.T) {
 // address, commands go through the next address instead of waiting on the
 // first.
 func TestCLIBootstrapSkipsSilentAddresses(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{Controllers: 3, StorageNodes: 1})
 	cl := cluster.Client(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -240,6 +243,7 @@ func TestProduceToDeletedTopicFailsWithUnknownTopic(t *testing.T) {
 // whose session expired while it was paused is fenced when it resumes, says
 // NOT_SERVING until the controller unfences it, then SERVING again.
 func TestStorageNodeHealthFollowsFencing(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 1, ExtraArgs: fastSessions})
 	node := c.StorageNodes()[0]
 	require.NoError(t, node.Pause())

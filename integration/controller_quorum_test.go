@@ -209,6 +209,7 @@ func activeAndStandbys(t *testing.T, ctx context.Context, c *devcluster.Cluster,
 // A dead controller stays in the cluster description, as unreachable, also
 // after its presence in etcd expired: quorum health is visible.
 func TestClusterDescribeListsUnreachableController(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{Controllers: 3})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

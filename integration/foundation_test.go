@@ -21,6 +21,7 @@ import (
 // bad input refused with InvalidArgument and the offending field, and an RPC
 // that is not built yet answers Unimplemented.
 func TestAllRolesInOneProcess(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{Combined: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -77,6 +78,7 @@ func TestAllRolesInOneProcess(t *testing.T) {
 // three storage nodes run as their own processes. The harness can kill and
 // restart any process.
 func TestThreeControllersThreeStorageNodes(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{Controllers: 3, StorageNodes: 3})
 	require.Len(t, c.Processes(), 6)
 	pids := map[int]bool{}

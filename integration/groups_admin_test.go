@@ -255,6 +255,7 @@ func TestGroupsAdmin(t *testing.T) {
 // client that cached it find the new coordinator on their own and see the
 // offsets committed before the kill (the new coordinator replayed them).
 func TestGroupAdminFollowsCoordinatorMove(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 3})
 	cl := cluster.Client(t, c)
 	ctx := context.Background()

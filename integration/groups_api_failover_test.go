@@ -26,6 +26,7 @@ import (
 // __consumer_offsets (RF 3) serves the same offsets and the same group, and
 // the members carry on in their generation without rejoining.
 func TestGroupAPICoordinatorFailover(t *testing.T) {
+	sideBySide(t)
 	e := gapiStart(t, 3, fastSessions...)
 	_, err := e.cl.CreateTopic(e.ctx, "orders", 2, 3, nil)
 	require.NoError(t, err)
@@ -257,6 +258,7 @@ func gapiReadOffsetsTopic(t *testing.T, e *gapiEnv, partitions ...int32) gapiOff
 // process and commits straight to it: the deposed coordinator must not
 // acknowledge the commit, and the group keeps the new coordinator's offset.
 func TestGroupAPIDeposedCoordinator(t *testing.T) {
+	sideBySide(t)
 	e := gapiStart(t, 3, fastSessions...)
 	_, err := e.cl.CreateTopic(e.ctx, "orders", 1, 3, nil)
 	require.NoError(t, err)
@@ -362,6 +364,7 @@ func TestGroupAPIDeposedCoordinator(t *testing.T) {
 // record is stored, and reverts the id if storing fails) must be known
 // there, with the old id fenced.
 func TestGroupAPIStaticRejoinIsDurable(t *testing.T) {
+	sideBySide(t)
 	e := gapiStart(t, 3)
 	_, err := e.cl.CreateTopic(e.ctx, "orders", 2, 3, nil)
 	require.NoError(t, err)

@@ -293,6 +293,7 @@ func consumeCLI(t *testing.T, c *devcluster.Cluster, args ...string) []string {
 // --timeout or on Ctrl-C; --from-beginning applies only where nothing is
 // committed.
 func TestConsumeCLIGroupCommitsWhatItPrinted(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{Combined: true, ExtraArgs: groupArgs})
 	cl := cluster.Client(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -419,6 +420,7 @@ func (l *lockedBuffer) lines() int { return strings.Count(l.String(), "\n") }
 // automatic commits too rare to help (one a minute), every record is still
 // returned exactly once, for each rebalance protocol.
 func TestGroupConsumersJoinOneByOne(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{Combined: true, ExtraArgs: groupArgs})
 	cl := cluster.Client(t, c)
 	for _, v := range groupVariants {
@@ -492,6 +494,7 @@ func TestGroupConsumerTopicPattern(t *testing.T) {
 // consumer protocol's coordinator on its own; records produced to them are
 // read, once.
 func TestGroupConsumersFollowNewPartitions(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{Combined: true, ExtraArgs: groupArgs})
 	cl := cluster.Client(t, c)
 	for _, v := range groupVariants {
@@ -534,6 +537,7 @@ func TestGroupConsumersFollowNewPartitions(t *testing.T) {
 // partitions; when it polls again it reports them lost (not revoked: they
 // may have been read by others already) and joins again.
 func TestGroupMemberThatStopsPollingLeaves(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{Combined: true, ExtraArgs: groupArgs})
 	cl := cluster.Client(t, c)
 	for _, v := range []groupVariant{groupVariants[1], groupVariants[2]} {

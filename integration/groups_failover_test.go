@@ -281,6 +281,7 @@ func gfoPlacement(t *testing.T, ctx context.Context, cl *client.Client, groups [
 // checks that in the end every group's committed offset of every partition
 // is the last one acknowledged, or a later one that was sent.
 func TestGroupCoordinatorFailover(t *testing.T) {
+	sideBySide(t)
 	const (
 		topic  = "fo-t"
 		kills  = 10
@@ -577,6 +578,7 @@ func (m *gfoConsumer) pollErrors() (int, string) {
 // offsets stay intact. A classic group consumer whose coordinator is the
 // killed process consumes every record produced before, during and after.
 func TestGroupCoordinatorsAsOwnProcesses(t *testing.T) {
+	sideBySide(t)
 	const (
 		topic    = "own-t"
 		parts    = 6
@@ -822,6 +824,7 @@ func gfoCommittedInLog(t *testing.T, ctx context.Context, cl *client.Client, par
 // and then resumed acknowledges no commit, and the new coordinator's
 // commit is what the group has and what the log ends with.
 func TestInternalTopicWritesAreFenced(t *testing.T) {
+	sideBySide(t)
 	const topic = "fence-t"
 	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 3, GroupCoordinators: 2, ExtraArgs: gfoArgs})
 	cl := cluster.Client(t, c)

@@ -53,8 +53,10 @@ const (
 	faultTopic      = "gf-orders"
 	faultPartitions = int32(12)
 	faultGroup      = "gf-group"
-	// faultMinAcked is how many acknowledged records production waits for.
-	faultMinAcked = 200_000
+	// faultMinAcked is how many acknowledged records production waits for:
+	// at faultRate, 30 s, a few seconds past the group's recovery from the
+	// last fault (about +27 s).
+	faultMinAcked = 150_000
 	// faultRate paces production (records/s): the faults fit in the time
 	// the minimum takes, and the two cores keep up with consuming too.
 	faultRate = 5000

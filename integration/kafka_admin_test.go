@@ -507,6 +507,7 @@ func containsInt32(s []int32, x int32) bool {
 // CreateTopics succeeds within its timeout; DescribeCluster names a node
 // with a Kafka listener throughout.
 func TestKafkaAdminAcrossControllerFailover(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{Controllers: 3, StorageNodes: 1})
 	sdk := cluster.Client(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

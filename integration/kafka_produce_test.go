@@ -199,6 +199,7 @@ func kpRawKafka(t *testing.T, k *kgo.Client, leader int32, topic string, partiti
 // bytes the gRPC fetch does; read_committed; ListOffsets; a leader killed
 // while franz-go produces.
 func TestKafkaProduceConsume(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{StorageNodes: 3})
 	sdk := cluster.Client(t, c)
 	bootstrap := c.KafkaBootstrap()

@@ -162,6 +162,7 @@ func saramaCheck(t *testing.T, c *devcluster.Cluster, cl *client.Client, cfg *sa
 // modern protocol version and at sarama's default one; each codec; and
 // sarama's default configuration.
 func TestKafkaSarama(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 3})
 	cl := cluster.Client(t, c)
 	require.NotEmpty(t, c.KafkaBootstrap())

@@ -30,6 +30,7 @@ import (
 // cluster: a controller and one storage node that coordinates groups and
 // transactions.
 func TestKafkaTransactions(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{StorageNodes: 1})
 	cl := cluster.Client(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -302,6 +303,7 @@ func (w *kafkaCopier) stop() {
 // read_committed reader of the output sees every input record exactly
 // once.
 func TestKafkaTransactSessionCopySurvivesKills(t *testing.T) {
+	sideBySide(t)
 	const n = 20_000
 	c := cluster.Start(t, cluster.Options{StorageNodes: 1})
 	cl := cluster.Client(t, c)

@@ -91,6 +91,7 @@ func cliTxns(t *testing.T, c *devcluster.Cluster, args ...string) map[string]cli
 // producer with nothing open; `txn abort ID` ends the rest at the
 // coordinator, which fences the producer.
 func TestTxnAdminCLI(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{StorageNodes: 1, TransactionCoordinators: 2})
 	cl := cluster.Client(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -267,6 +268,7 @@ func TestTxnAdminCLI(t *testing.T) {
 // the last stable offset moves past it and read_committed readers get the
 // records written after it.
 func TestTxnAbortWithoutCoordinator(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{StorageNodes: 1, TransactionCoordinators: 1})
 	cl := cluster.Client(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

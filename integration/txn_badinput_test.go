@@ -21,6 +21,7 @@ import (
 // and changes nothing: the transaction's state and the partition's log are
 // as before.
 func TestTransactionBadInput(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{StorageNodes: 1})
 	cl := cluster.Client(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

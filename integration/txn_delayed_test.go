@@ -213,6 +213,7 @@ func delayedWorkload(t *testing.T, c *cluster.Options, seed uint64, txns int, pc
 // next transaction, which the producer then aborts, and the checker must
 // find the anomalies, which shows it can.
 func TestDelayedEndTxnCannotTouchTheNextTransaction(t *testing.T) {
+	sideBySide(t)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	t.Run("kip-890", func(t *testing.T) {

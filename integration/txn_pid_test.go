@@ -17,6 +17,7 @@ import (
 // counter of allocated blocks in etcd. More ids than one block holds (1000)
 // are drawn, so blocks are fetched before and after both restarts.
 func TestInitProducerIDNeverReusesAnID(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{StorageNodes: 1})
 	cl := cluster.Client(t, c)
 	seen := map[int64]bool{}

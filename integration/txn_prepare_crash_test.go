@@ -28,6 +28,7 @@ import (
 // reaches the high watermark, read_committed readers see the whole
 // transaction, and both replicas hold the same producer state.
 func TestPrepareCommitSurvivesCoordinatorAndReplicaKills(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{StorageNodes: 3, ExtraArgs: []string{"--group.transaction-state-topic-replication-factor=1"}})
 	cl := cluster.Client(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

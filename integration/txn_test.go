@@ -163,6 +163,7 @@ func txnValues(prefix string, n int) []string {
 // (its markers, then CompleteCommit) and serves the id, where a new
 // producer fences the old one.
 func TestTransactionsAcrossCoordinatorKill(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{StorageNodes: 1, TransactionCoordinators: 2})
 	cl := cluster.Client(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -253,6 +254,7 @@ func TestTransactionsAcrossCoordinatorKill(t *testing.T) {
 // last stable offset advance, and the records written after the hanging
 // transaction become visible.
 func TestHangingTransactionIsAbortedAfterItsTimeout(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{StorageNodes: 1})
 	cl := cluster.Client(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -311,6 +313,7 @@ func TestHangingTransactionIsAbortedAfterItsTimeout(t *testing.T) {
 // back, writes the markers and completes the commit: read_committed readers
 // then see the transaction, whole.
 func TestCoordinatorCrashBetweenPrepareAndMarkers(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{StorageNodes: 2, TransactionCoordinators: 2,
 		ExtraArgs: []string{"--group.transaction-state-topic-replication-factor=1"}})
 	cl := cluster.Client(t, c)
@@ -377,6 +380,7 @@ func TestCoordinatorCrashBetweenPrepareAndMarkers(t *testing.T) {
 // next transaction nor becomes visible; a late EndTxn of the first
 // transaction does not end the second.
 func TestLateWritesOfAnEndedTransactionAreRefused(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{StorageNodes: 1})
 	cl := cluster.Client(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -485,6 +489,7 @@ func (c *connCache) close() {
 // the id; every transaction the producer saw committed is read exactly
 // once by read_committed readers, and nothing of an aborted one is.
 func TestTransactionsAcrossStateLeaderKills(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{StorageNodes: 3})
 	cl := cluster.Client(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)

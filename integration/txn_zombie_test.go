@@ -52,6 +52,7 @@ func requireExactlyOnce(t *testing.T, cl *client.Client, n int) int {
 // PRODUCER_FENCED (it exits with status 3) and nothing it wrote becomes
 // visible to read_committed readers.
 func TestZombieCopierIsFenced(t *testing.T) {
+	sideBySide(t)
 	const n = 3000
 	c := cluster.Start(t, cluster.Options{StorageNodes: 3})
 	cl := cluster.Client(t, c)
@@ -139,6 +140,7 @@ func openTxnStarts(t *testing.T, ctx context.Context, cl *client.Client) (open i
 // transaction timeout aborts it and the LSO catches up with the high
 // watermark; with a long timeout, `sluice txn abort` ends one on demand.
 func TestHangingTransactionIsAborted(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{StorageNodes: 3})
 	cl := cluster.Client(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

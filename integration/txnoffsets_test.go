@@ -30,6 +30,7 @@ import (
 // leaders of three storage nodes (the kill takes the leader too; the new
 // leader's coordinator replays its local replica).
 func TestTxnOffsetsAcrossGroupCoordinatorKill(t *testing.T) {
+	sideBySide(t)
 	for _, v := range []struct {
 		name string
 		opts cluster.Options

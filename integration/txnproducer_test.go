@@ -56,6 +56,7 @@ func consumeValues(t *testing.T, cl *client.Client, topic string, readCommitted 
 // producer with the same transactional id fences the first, whose open
 // transaction is aborted and whose commit fails with PRODUCER_FENCED.
 func TestTransactionalProducer(t *testing.T) {
+	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{StorageNodes: 3})
 	cl := cluster.Client(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
