@@ -169,7 +169,6 @@ func TestCLIConsumeShowsNonRetriableErrors(t *testing.T) {
 // address, commands go through the next address instead of waiting on the
 // first.
 func TestCLIBootstrapSkipsSilentAddresses(t *testing.T) {
-	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{Controllers: 3, StorageNodes: 1})
 	cl := cluster.Client(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

@@ -271,7 +271,6 @@ var metaModel = porcupine.NondeterministicModel{
 // are sent once, without retries, so every outcome is either known or
 // marked indeterminate.
 func TestMetadataOperationsLinearizableUnderFailover(t *testing.T) {
-	sideBySide(t)
 	c := cluster.Start(t, cluster.Options{Controllers: 3, StorageNodes: 1})
 	cl := cluster.Client(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -744,7 +744,6 @@ func TestGroupAPIBadInput(t *testing.T) {
 // SyncGroup, REBALANCE_IN_PROGRESS, protocol selection, static members
 // (KIP-345) and session expiry.
 func TestGroupAPIClassicProtocol(t *testing.T) {
-	sideBySide(t)
 	e := gapiStart(t, 1, "--group.min-session-timeout=1s")
 	_, err := e.cl.CreateTopic(e.ctx, "orders", 3, 1, nil)
 	require.NoError(t, err)

@@ -30,7 +30,6 @@ import (
 // identical and no acknowledged record is lost. Then a node is drained
 // and holds no replica.
 func TestScaleOutThrottledAndDrain(t *testing.T) {
-	sideBySide(t)
 	began := time.Now()
 	c := cluster.Start(t, cluster.Options{Controllers: 1, StorageNodes: 4})
 	cl := cluster.Client(t, c)

@@ -551,7 +551,8 @@ type streamPart struct {
 
 // plan places the assigned partitions that are on no stream and due for a
 // try. Partitions with a position go to start at once, one stream per
-// leader. Those without one need their starting offsets, which one
+// leader; those without one get a stream of their own when their offsets
+// are known. Their starting offsets come from one
 // ListOffsets request per leader resolves: plan hands each such leader to
 // lookup, which runs the request in the background, and settle finishes
 // the placement when it answers. plan never waits on a leader, so one that

@@ -384,14 +384,22 @@ func (p *Partition) append(batches []byte, acks Acks, callerEpoch *int32, origin
 		p.mu.Unlock()
 		return storage.AppendResult{}, 0, nil, errs.New(errs.NotEnoughReplicas, "%s has %d in-sync replicas, below min.insync.replicas=%d; nothing was appended", p.tp, n, minISR)
 	}
-	p.mu.Unlock()
-
+	// A traced append keeps the lock across the write: followers take the
+	// log end under it, so none reads these records before their trace is
+	// registered (a follower's fetch may run at any time, not only when
+	// this append wakes it).
+	if span == nil {
+		p.mu.Unlock()
+	}
 	res, err := p.log.AppendAsLeader(batches, epoch, origin)
+	if span == nil {
+		p.mu.Lock()
+	}
 	if err != nil {
+		p.mu.Unlock()
 		return res, epoch, nil, err
 	}
 	done := func() {}
-	p.mu.Lock()
 	if span != nil {
 		done = p.traceAppendLocked(res.LastOffset, span, carrier)
 	}

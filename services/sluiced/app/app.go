@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -42,6 +43,9 @@ import (
 	"github.com/sluice-io/sluice/services/txncoord"
 )
 
+// otelErrorsOnce sets the process's OpenTelemetry error handler once.
+var otelErrorsOnce sync.Once
+
 // Run starts the configured roles and blocks until ctx ends or a component
 // fails; then it stops everything in order. Logs go to logOut.
 func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
@@ -69,9 +73,12 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 		return err
 	}
 	// Spans that fail to export (a collector down or refusing) are dropped
-	// by the SDK; say so in the node's log, not on bare stderr.
-	tlog := logger.With(log.Component("telemetry"))
-	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { tlog.Warn("telemetry export failed", "err", err) }))
+	// by the SDK; say so in the log, not on bare stderr. The handler is
+	// the process's: the first node of a process sets it.
+	otelErrorsOnce.Do(func() {
+		tlog := logger.With(log.Component("telemetry"))
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { tlog.Warn("OpenTelemetry error", "err", err) }))
+	})
 	// The metadata cache is made first: the password verifier of both
 	// listeners reads users' SCRAM credentials from it.
 	cache := metadata.NewCache()
