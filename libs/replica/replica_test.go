@@ -176,25 +176,43 @@ func TestFsyncBeforeAckAcksLeaderRecordsBecomeVisible(t *testing.T) {
 	data.Release()
 }
 
-// A traced append is registered before any follower is woken for it: a
-// follower that reads the new records at once sends them on with the
-// produce's trace context (otherwise its append is missing from the trace).
-func TestTracedAppendIsRegisteredBeforeFollowersWake(t *testing.T) {
+// A traced append is registered before any follower can read it: a
+// follower that reads the new records at once, woken by the append or
+// fetching on its own, sends them on with the produce's trace context
+// (otherwise its append is missing from the trace). One follower waits to
+// be woken; another fetches in a loop, as one busy with other data would.
+func TestTracedAppendIsRegisteredBeforeFollowersRead(t *testing.T) {
 	_, p := newLeader(t, []int32{1, 2, 3}, "2")
 	p.mu.Lock()
 	woken := p.notify
 	p.mu.Unlock()
-	seen := make(chan map[string]string, 1)
+	seen := make(chan map[string]string, 2)
 	go func() {
 		<-woken
 		seen <- p.traceContextFor(0, 5)
+	}()
+	go func() {
+		epoch := int32(3)
+		for {
+			data, _, _, err := p.ReadForFollower(3, 0, -1, &epoch, 1<<20)
+			if err != nil {
+				seen <- map[string]string{"error": err.Error()}
+				return
+			}
+			if data != nil && data.NextOffset > 0 {
+				data.Release()
+				seen <- p.traceContextFor(0, data.NextOffset)
+				return
+			}
+		}
 	}()
 	carrier := map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
 	span := trace.SpanFromContext(context.Background())
 	res, _, done, err := p.AppendTraced(batchOf(t, 5), AcksAll, nil, record.FromClient, span, carrier)
 	require.NoError(t, err)
 	require.EqualValues(t, 4, res.LastOffset)
-	require.Equal(t, carrier, <-seen, "the trace context of the records a woken follower reads")
+	require.Equal(t, carrier, <-seen, "the trace context of the records a follower reads first")
+	require.Equal(t, carrier, <-seen, "the trace context of the records a follower reads first")
 	done()
 	require.Nil(t, p.traceContextFor(0, 5), "unregistered once the wait is over")
 }
