@@ -236,8 +236,7 @@ func TestClusterRollingRestart(t *testing.T) {
 	}
 	plan, err := roll("--dry-run")
 	require.NoError(t, err)
-	active, err := activeController(ctx, c, cl)
-	require.NoError(t, err)
+	active := awaitActiveController(t, ctx, c, cl, nil)
 	require.Regexp(t, `(?s)1\. storage-node .*2\. storage-node .*3\. storage-node .*4\. controller .*5\. controller .*6\. controller\s+node `+
 		strconv.Itoa(int(active.NodeID))+` .*active controller`, plan)
 	require.Empty(t, hook.order, "a dry run restarts nothing")

@@ -36,6 +36,28 @@ func activeController(ctx context.Context, c *devcluster.Cluster, cl *client.Cli
 	return nil, fmt.Errorf("no active controller (id %d)", resp.GetControllerId())
 }
 
+// awaitActiveController waits for an active controller other than not (nil
+// for any). A controller passes its health check before it has won the
+// election, and one just restarted may answer before it has learnt who won,
+// so a test that is about to act on the active controller waits for one.
+func awaitActiveController(t *testing.T, ctx context.Context, c *devcluster.Cluster, cl *client.Client, not *devcluster.Process) *devcluster.Process {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		p, err := activeController(ctx, c, cl)
+		if err == nil && p == not {
+			err = fmt.Errorf("controller %d is still reported active", p.NodeID)
+		}
+		if err == nil {
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no active controller after 30 s: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // SIGKILL the active controller ten times in a row while topics are being
 // created: a new controller is active within 5 s each time, no acknowledged
 // topic creation is lost, and the etcd history shows that no two controllers
@@ -75,8 +97,7 @@ func TestActiveControllerKilledTenTimes(t *testing.T) {
 
 	var failovers []time.Duration
 	for round := range 10 {
-		old, err := activeController(ctx, c, cl)
-		require.NoError(t, err)
+		old := awaitActiveController(t, ctx, c, cl, nil)
 		require.NoError(t, old.Kill())
 		start := time.Now()
 		var elapsed time.Duration
@@ -315,8 +336,7 @@ func TestMetadataOperationsLinearizableUnderFailover(t *testing.T) {
 	// Kill the active controller three times during the run.
 	for range 3 {
 		time.Sleep(5 * time.Second)
-		p, err := activeController(ctx, c, cl)
-		require.NoError(t, err)
+		p := awaitActiveController(t, ctx, c, cl, nil)
 		require.NoError(t, p.Kill())
 		require.NoError(t, p.Start())
 		require.NoError(t, p.WaitHealthy(ctx, 60*time.Second))

@@ -523,15 +523,13 @@ func TestKafkaAdminAcrossControllerFailover(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, r.Err, r.ErrMessage)
 
-	active, err := activeController(ctx, c, sdk)
-	require.NoError(t, err)
+	active := awaitActiveController(t, ctx, c, sdk, nil)
 	require.NoError(t, active.Kill())
 
 	r, err = adm.CreateTopic(ctx, 1, 1, nil, "after")
 	require.NoError(t, err)
 	require.NoError(t, r.Err, r.ErrMessage)
-	now, err := activeController(ctx, c, sdk)
-	require.NoError(t, err)
+	now := awaitActiveController(t, ctx, c, sdk, active)
 	require.NotEqual(t, active.NodeID, now.NodeID)
 
 	md, err := adm.Metadata(kadm.WithAuthorizedOps(ctx), "before", "after")
