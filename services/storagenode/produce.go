@@ -205,10 +205,8 @@ func (r *StorageNode) appendAll(ctx context.Context, req *storagev1.ProduceReque
 					ar, epoch, err = r.appendInternal(ctx, part, pp, req.GetCoordinator(), batches, acks)
 				} else if err = r.verifyTxn(ctx, part, pp, req.GetTransactionalId(), batches); err == nil {
 					if traced {
-						var sctx context.Context
-						sctx, w.span = r.startReplicateSpan(ctx, pp.GetTopic(), pp.GetPartition())
-						carrier := propagation.MapCarrier{}
-						r.deps.Telemetry.Propagator.Inject(sctx, carrier)
+						var carrier propagation.MapCarrier
+						_, w.span, carrier = r.startReplicateSpan(ctx, pp.GetTopic(), pp.GetPartition())
 						ar, epoch, w.done, err = part.AppendTraced(batches, acks, pp.CurrentLeaderEpoch, record.FromClient, w.span, carrier)
 						if err != nil {
 							w.span.SetStatus(otelcodes.Error, err.Error())
@@ -276,10 +274,9 @@ func (r *StorageNode) awaitAll(ctx context.Context, acks replica.Acks, waits []p
 			case traced:
 				// Appends to internal topics register after the append.
 				var span trace.Span
-				wctx, span = r.startReplicateSpan(ctx, w.res.GetTopic(), w.res.GetPartition())
+				var carrier propagation.MapCarrier
+				wctx, span, carrier = r.startReplicateSpan(ctx, w.res.GetTopic(), w.res.GetPartition())
 				span.SetAttributes(attribute.Int64("last_offset", w.append.LastOffset))
-				carrier := propagation.MapCarrier{}
-				r.deps.Telemetry.Propagator.Inject(wctx, carrier)
 				done := w.part.TraceAppend(w.append.LastOffset, span, carrier)
 				defer func() {
 					done()
@@ -307,8 +304,13 @@ func (r *StorageNode) tracesReplication(ctx context.Context, acks replica.Acks) 
 		trace.SpanFromContext(ctx).SpanContext().IsSampled()
 }
 
-func (r *StorageNode) startReplicateSpan(ctx context.Context, topic string, partition int32) (context.Context, trace.Span) {
-	return r.tracer.Start(ctx, "replicate", trace.WithAttributes(attribute.String("topic", topic), attribute.Int("partition", int(partition))))
+// It also returns the span's context as a carrier, which followers'
+// appends of the traced offsets continue.
+func (r *StorageNode) startReplicateSpan(ctx context.Context, topic string, partition int32) (context.Context, trace.Span, propagation.MapCarrier) {
+	ctx, span := r.tracer.Start(ctx, "replicate", trace.WithAttributes(attribute.String("topic", topic), attribute.Int("partition", int(partition))))
+	carrier := propagation.MapCarrier{}
+	r.deps.Telemetry.Propagator.Inject(ctx, carrier)
+	return ctx, span, carrier
 }
 
 // requestSpan starts the span of one produce request, continuing the
