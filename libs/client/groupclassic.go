@@ -95,11 +95,15 @@ func (m *classicMember) generation() int32 {
 }
 
 // fenced makes the member rejoin after a commit said its generation is
-// stale.
-func (m *classicMember) fenced(code errs.Code) {
+// stale. The answer to a commit of an earlier generation says nothing of
+// the current one: the member has joined again since it was sent.
+func (m *classicMember) fenced(code errs.Code, gen int32) {
 	m.mu.Lock()
-	inJoin := m.inJoin
+	inJoin, current := m.inJoin, m.gen
 	m.mu.Unlock()
+	if gen != current {
+		return
+	}
 	if inJoin && (code == errs.RebalanceInProgress || code == errs.IllegalGeneration) {
 		return
 	}
@@ -180,6 +184,31 @@ func (m *classicMember) ensure(ctx context.Context) error {
 		m.retry = backoff{}
 		m.joined(ctx, r)
 	}
+}
+
+// settle waits for a join in flight and applies its result. Only a
+// cooperative member has one outside Poll: it went on reading while it
+// rejoined.
+func (m *classicMember) settle(ctx context.Context) bool {
+	if m.joining == nil {
+		return false
+	}
+	var r joinResult
+	select {
+	case r = <-m.joining:
+	case <-ctx.Done():
+		return false
+	}
+	m.joining = nil
+	m.mu.Lock()
+	m.inJoin = false
+	m.mu.Unlock()
+	if r.err != nil {
+		return false
+	}
+	m.retry = backoff{}
+	m.joined(ctx, r)
+	return true
 }
 
 // needsJoin says whether the member must (re)join: it is in no generation,
@@ -322,11 +351,14 @@ func (m *classicMember) joined(ctx context.Context, r joinResult) {
 	}
 	revoked := diffTPs(owned, r.assignment)
 	added := diffTPs(r.assignment, owned)
+	// The session is kept while the revoked partitions are committed and
+	// handed back: a slow commit must not expire the member, whose
+	// partitions would then move without it.
+	m.startHeartbeat(r.id, r.gen)
 	m.g.revokePartitions(ctx, revoked)
 	if len(revoked) > 0 && m.cooperative {
 		m.requestRejoin("revoked partitions for their new owners")
 	}
-	m.startHeartbeat(r.id, r.gen)
 	m.g.gainPartitions(ctx, added)
 	m.g.tel.rebalanced(ctx, m.joinStart)
 }

@@ -216,7 +216,7 @@ func (g *GroupConsumer) commitOnce(ctx context.Context, offsets map[TopicPartiti
 		return nil, nil
 	})
 	if err != nil {
-		g.member.fenced(errs.CodeOf(err))
+		g.member.fenced(errs.CodeOf(err), epoch)
 		return nil, fmt.Errorf("committing offsets of group %q: %w", g.cfg.GroupID, err)
 	}
 	var failed []error
@@ -225,7 +225,7 @@ func (g *GroupConsumer) commitOnce(ctx context.Context, offsets map[TopicPartiti
 	for _, res := range resp.GetResults() {
 		tp := TopicPartition{res.GetTopic(), res.GetPartition()}
 		if e := errs.FromProto(res.GetError()); e != nil {
-			g.member.fenced(e.Code)
+			g.member.fenced(e.Code, epoch)
 			failed = append(failed, fmt.Errorf("%s-%d: %w", tp.Topic, tp.Partition, e))
 			if o, found := offsets[tp]; found && e.Code == errs.StaleMemberEpoch {
 				stale[tp] = o
@@ -300,6 +300,8 @@ func (g *GroupConsumer) fetchCommitted(ctx context.Context, tps []TopicPartition
 			continue // the heartbeat answer with the new epoch is on its way
 		}
 		if err != nil {
+			// A consumer-protocol member fenced meanwhile rejoins.
+			g.member.fenced(errs.CodeOf(err), req.MemberEpoch)
 			return nil, fmt.Errorf("fetching committed offsets of group %q: %w", g.cfg.GroupID, err)
 		}
 		out := map[TopicPartition]committedOffset{}

@@ -274,9 +274,13 @@ type groupMember interface {
 	// fence returns what commits carry: member id, instance id, and the
 	// generation or member epoch.
 	fence() (memberID, instanceID string, epoch int32)
-	// fenced tells the member a commit was refused with code, so it
-	// rejoins when the code says its membership is stale.
-	fenced(code errs.Code)
+	// fenced tells the member a commit sent with epoch was refused with
+	// code, so it rejoins when the code says its membership is stale.
+	fenced(code errs.Code, epoch int32)
+	// settle waits, within ctx, for a rebalance the member has begun
+	// and applies it; it reports whether the member moved to a new
+	// generation (so a commit refused in the old one may be sent again).
+	settle(ctx context.Context) bool
 	// generation returns the generation or member epoch, -1 outside a
 	// group.
 	generation() int32
@@ -383,6 +387,12 @@ func (g *GroupConsumer) Poll(ctx context.Context) ([]*ConsumedRecord, error) {
 			// only an error no retry can cure goes to the caller.
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
+			}
+			if errs.Is(err, errs.FencedMemberEpoch) || errs.Is(err, errs.UnknownMemberID) {
+				// Out of the group: its partitions were dropped as lost,
+				// and the next ensure joins again.
+				g.logWarn("fetching committed offsets found the member fenced; joining again", err)
+				continue
 			}
 			if !errs.IsRetriable(err) && !errs.Is(err, errs.RequestTimedOut) {
 				return nil, err
@@ -623,7 +633,15 @@ func (g *GroupConsumer) Close(ctx context.Context) error {
 	var errList []error
 	g.flushCommits(ctx)
 	if g.cfg.AutoCommit && g.member.generation() >= 0 {
-		if err := g.commitDue(ctx); err != nil {
+		err := g.commitDue(ctx)
+		// A cooperative member keeps reading while it rejoins, so its last
+		// commit may meet the rebalance it is part of: finish the join and
+		// commit in the new generation, rather than leave the next owner to
+		// read the records again.
+		if err != nil && g.member.settle(ctx) {
+			err = g.commitDue(ctx)
+		}
+		if err != nil {
 			errList = append(errList, err)
 		}
 	}

@@ -46,11 +46,26 @@ type groupFake struct {
 	committed  map[TopicPartition]int64
 	commits    []*groupv1.OffsetCommitRequest
 	heartbeats int
+	// holdJoin, when set, holds the next rejoin until it is closed;
+	// joinPending is true meanwhile. strictCommits refuses commits as the
+	// coordinator does: REBALANCE_IN_PROGRESS during a join,
+	// ILLEGAL_GENERATION for another generation.
+	holdJoin      chan struct{}
+	joinPending   bool
+	strictCommits bool
+	// holdCommit holds the next commit until it is closed; commitPending
+	// is true meanwhile. syncAssign, when set, is the assignment (of "t")
+	// every SyncGroup hands out, whatever the leader sent.
+	holdCommit    chan struct{}
+	commitPending bool
+	syncAssign    []int32
 	// Consumer protocol.
 	cghb   []*groupv1.ConsumerGroupHeartbeatRequest
 	epoch  int32
 	target []int32 // partitions of "t" to hand out with the next heartbeat
 	fence  bool    // answer the next heartbeat with FENCED_MEMBER_EPOCH
+	// fetchFence answers the next OffsetFetch with FENCED_MEMBER_EPOCH.
+	fetchFence bool
 }
 
 func (f *groupFake) GetMetadata(_ context.Context, req *metadatav1.GetMetadataRequest) (*metadatav1.GetMetadataResponse, error) {
@@ -91,8 +106,18 @@ func (f *groupFake) FindCoordinator(_ context.Context, req *groupv1.FindCoordina
 
 // JoinGroup answers a first join with MEMBER_ID_REQUIRED (KIP-394) and
 // makes every other join a new generation led by the joining member.
-func (f *groupFake) JoinGroup(_ context.Context, req *groupv1.JoinGroupRequest) (*groupv1.JoinGroupResponse, error) {
+func (f *groupFake) JoinGroup(ctx context.Context, req *groupv1.JoinGroupRequest) (*groupv1.JoinGroupResponse, error) {
 	f.mu.Lock()
+	if hold := f.holdJoin; hold != nil && req.GetMemberId() != "" {
+		f.holdJoin, f.joinPending = nil, true
+		f.mu.Unlock()
+		select {
+		case <-hold:
+		case <-ctx.Done():
+		}
+		f.mu.Lock()
+		f.joinPending = false
+	}
 	defer f.mu.Unlock()
 	f.joins = append(f.joins, proto.Clone(req).(*groupv1.JoinGroupRequest))
 	if req.GetMemberId() == "" {
@@ -110,6 +135,10 @@ func (f *groupFake) SyncGroup(_ context.Context, req *groupv1.SyncGroupRequest) 
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.syncs = append(f.syncs, proto.Clone(req).(*groupv1.SyncGroupRequest))
+	if f.syncAssign != nil {
+		return &groupv1.SyncGroupResponse{ProtocolType: "consumer", ProtocolName: req.GetProtocolName(),
+			Assignment: assign.EncodeAssignment(map[string][]int32{"t": f.syncAssign}, nil)}, nil
+	}
 	for _, a := range req.GetAssignments() {
 		if a.GetMemberId() == req.GetMemberId() {
 			return &groupv1.SyncGroupResponse{ProtocolType: "consumer", ProtocolName: req.GetProtocolName(), Assignment: a.GetAssignment()}, nil
@@ -138,6 +167,10 @@ func (f *groupFake) LeaveGroup(_ context.Context, req *groupv1.LeaveGroupRequest
 func (f *groupFake) OffsetFetch(_ context.Context, req *groupv1.OffsetFetchRequest) (*groupv1.OffsetFetchResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.fetchFence {
+		f.fetchFence = false
+		return &groupv1.OffsetFetchResponse{Error: errs.New(errs.FencedMemberEpoch, "scripted").Proto()}, nil
+	}
 	resp := &groupv1.OffsetFetchResponse{}
 	for _, p := range req.GetPartitions() {
 		off, ok := f.committed[TopicPartition{p.GetTopic(), p.GetPartition()}]
@@ -149,12 +182,33 @@ func (f *groupFake) OffsetFetch(_ context.Context, req *groupv1.OffsetFetchReque
 	return resp, nil
 }
 
-func (f *groupFake) OffsetCommit(_ context.Context, req *groupv1.OffsetCommitRequest) (*groupv1.OffsetCommitResponse, error) {
+func (f *groupFake) OffsetCommit(ctx context.Context, req *groupv1.OffsetCommitRequest) (*groupv1.OffsetCommitResponse, error) {
 	f.mu.Lock()
+	if hold := f.holdCommit; hold != nil {
+		f.holdCommit, f.commitPending = nil, true
+		f.mu.Unlock()
+		select {
+		case <-hold:
+		case <-ctx.Done():
+		}
+		f.mu.Lock()
+		f.commitPending = false
+	}
 	defer f.mu.Unlock()
 	f.commits = append(f.commits, req)
 	resp := &groupv1.OffsetCommitResponse{}
+	var refuse *errs.Error
+	switch {
+	case f.strictCommits && f.joinPending:
+		refuse = errs.New(errs.RebalanceInProgress, "the group is rebalancing")
+	case f.strictCommits && req.GetGenerationIdOrMemberEpoch() != f.gen:
+		refuse = errs.New(errs.IllegalGeneration, "generation %d is not %d", req.GetGenerationIdOrMemberEpoch(), f.gen)
+	}
 	for _, p := range req.GetPartitions() {
+		if refuse != nil {
+			resp.Results = append(resp.Results, &groupv1.OffsetCommitResult{Topic: p.GetTopic(), Partition: p.GetPartition(), Error: refuse.Proto()})
+			continue
+		}
 		f.committed[TopicPartition{p.GetTopic(), p.GetPartition()}] = p.GetOffset()
 		resp.Results = append(resp.Results, &groupv1.OffsetCommitResult{Topic: p.GetTopic(), Partition: p.GetPartition()})
 	}
@@ -326,6 +380,104 @@ func TestClassicMemberLifecycle(t *testing.T) {
 	require.ErrorContains(t, err, "closed")
 }
 
+// A cooperative member goes on reading while it rejoins. Closed before
+// its join is answered, it finishes the join and makes its last commit in
+// the new generation, which the coordinator takes; its commit in the old
+// one was refused as the group was rebalancing.
+func TestCooperativeMemberClosedMidJoinCommitsInTheNewGeneration(t *testing.T) {
+	f, c := startGroupFake(t)
+	g, err := c.NewGroupConsumer(GroupConsumerConfig{
+		GroupID: "g", Topics: []string{"t"}, Assignors: []assign.Assignor{assign.CooperativeSticky()},
+		HeartbeatInterval: 20 * time.Millisecond, SessionTimeout: time.Second,
+		AutoCommit: true, AutoCommitInterval: time.Hour, Reset: ResetEarliest,
+	})
+	require.NoError(t, err)
+	pollUntil(t, g, "the first assignment", func() bool { return len(g.Assignment()) == 2 })
+	pollUntil(t, g, "the reset positions", func() bool {
+		return g.k.Position(TopicPartition{"t", 0}) == 0 && g.k.Position(TopicPartition{"t", 1}) == 0
+	})
+	hold := make(chan struct{})
+	f.with(func() { f.strictCommits, f.holdJoin, f.heartbeat = true, hold, errs.RebalanceInProgress })
+	pollUntil(t, g, "the rejoin in flight", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.joinPending
+	})
+	require.Len(t, g.Assignment(), 2, "a cooperative member keeps its partitions while it rejoins")
+	release := time.AfterFunc(200*time.Millisecond, func() { close(hold) })
+	defer release.Stop()
+	require.NoError(t, g.Close(context.Background()))
+	f.with(func() {
+		last := f.commits[len(f.commits)-1]
+		require.Equal(t, int32(2), last.GetGenerationIdOrMemberEpoch())
+		require.Len(t, last.GetPartitions(), 2)
+		require.Equal(t, map[TopicPartition]int64{{"t", 0}: 0, {"t", 1}: 0}, f.committed)
+		require.Len(t, f.leaves, 1)
+	})
+}
+
+// A cooperative member keeps its session while it commits the partitions
+// a rebalance takes from it: a commit slower than the session must not
+// expire the member (its partitions would move on without it).
+func TestCooperativeMemberHeartbeatsWhileItCommitsRevokedPartitions(t *testing.T) {
+	f, c := startGroupFake(t)
+	g, err := c.NewGroupConsumer(GroupConsumerConfig{
+		GroupID: "g", Topics: []string{"t"}, Assignors: []assign.Assignor{assign.CooperativeSticky()},
+		HeartbeatInterval: 20 * time.Millisecond, SessionTimeout: time.Second,
+		AutoCommit: true, AutoCommitInterval: time.Hour, Reset: ResetEarliest,
+	})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, g.Close(context.Background())) }()
+	pollUntil(t, g, "the first assignment", func() bool { return len(g.Assignment()) == 2 })
+	pollUntil(t, g, "the reset positions", func() bool {
+		return g.k.Position(TopicPartition{"t", 0}) == 0 && g.k.Position(TopicPartition{"t", 1}) == 0
+	})
+	hold := make(chan struct{})
+	f.with(func() { f.syncAssign, f.holdCommit, f.heartbeat = []int32{1}, hold, errs.RebalanceInProgress })
+	beats := make(chan int, 1)
+	go func() {
+		for !func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.commitPending }() {
+			time.Sleep(5 * time.Millisecond)
+		}
+		var before int
+		f.with(func() { before = f.heartbeats })
+		time.Sleep(300 * time.Millisecond)
+		f.with(func() { beats <- f.heartbeats - before })
+		close(hold)
+	}()
+	pollUntil(t, g, "t-0 revoked", func() bool { return len(g.Assignment()) == 1 })
+	require.GreaterOrEqual(t, <-beats, 5, "heartbeats every 20 ms while the revocation's commit took 300 ms")
+}
+
+// A refused commit of an earlier generation does not cost the member the
+// partitions of its current one.
+func TestClassicMemberIgnoresRefusalsOfAnOlderGeneration(t *testing.T) {
+	f, c := startGroupFake(t)
+	var log callbackLog
+	g, err := c.NewGroupConsumer(GroupConsumerConfig{GroupID: "g", Topics: []string{"t"},
+		HeartbeatInterval: 20 * time.Millisecond, SessionTimeout: time.Second,
+		OnAssigned: log.hook("assigned"), OnRevoked: log.hook("revoked"), OnLost: log.hook("lost")})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, g.Close(context.Background())) }()
+	pollUntil(t, g, "the first generation", func() bool { return g.Generation() == 1 })
+	f.with(func() { f.heartbeat = errs.RebalanceInProgress })
+	pollUntil(t, g, "the second generation", func() bool { return g.Generation() == 2 })
+	events := log.list()
+
+	g.member.fenced(errs.IllegalGeneration, 1)
+	for range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		_, _ = g.Poll(ctx)
+		cancel()
+	}
+	require.Equal(t, int32(2), g.Generation())
+	require.Equal(t, events, log.list(), "nothing revoked or lost")
+
+	g.member.fenced(errs.IllegalGeneration, 2)
+	pollUntil(t, g, "the rejoin of a fenced member", func() bool { return g.Generation() == 3 })
+	require.Equal(t, "lost "+bothT, log.list()[len(events)])
+}
+
 // A static member (group.instance.id) does not leave the group on Close,
 // so a restart within the session keeps its partitions (KIP-345).
 func TestStaticClassicMemberDoesNotLeave(t *testing.T) {
@@ -402,6 +554,25 @@ func TestConsumerProtocolMemberReconciles(t *testing.T) {
 
 	require.NoError(t, g.Close(context.Background()))
 	f.with(func() { require.Equal(t, int32(-1), f.cghb[len(f.cghb)-1].GetMemberEpoch()) })
+}
+
+// A consumer-protocol member whose committed-offset fetch finds it fenced
+// (its session expired meanwhile) joins again; Poll does not fail.
+func TestConsumerProtocolMemberFencedAtOffsetFetchRejoins(t *testing.T) {
+	f, c := startGroupFake(t)
+	var log callbackLog
+	f.with(func() { f.fetchFence = true })
+	g, err := c.NewGroupConsumer(GroupConsumerConfig{
+		GroupID: "g", Topics: []string{"t"}, Protocol: GroupProtocolConsumer,
+		OnAssigned: log.hook("assigned"), OnRevoked: log.hook("revoked"), OnLost: log.hook("lost"),
+	})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, g.Close(context.Background())) }()
+	pollUntil(t, g, "the assignment after the rejoin", func() bool { return g.Generation() == 2 && len(g.Assignment()) == 2 })
+	pollUntil(t, g, "the positions", func() bool {
+		return g.k.Position(TopicPartition{"t", 0}) == 0 && g.k.Position(TopicPartition{"t", 1}) == 0
+	})
+	require.Equal(t, []string{"assigned " + bothT, "lost " + bothT, "assigned " + bothT}, log.list())
 }
 
 // spanRecorder is a TracerProvider (OTel API only) that records the names

@@ -85,7 +85,7 @@ func (m *nextMember) generation() int32 {
 
 // fenced drops the member's partitions after a commit found its epoch
 // fenced; a stale epoch only means the next heartbeat brings a newer one.
-func (m *nextMember) fenced(code errs.Code) {
+func (m *nextMember) fenced(code errs.Code, _ int32) {
 	switch code {
 	case errs.FencedMemberEpoch, errs.UnknownMemberID:
 		m.markLost(code)
@@ -428,6 +428,10 @@ func (m *nextMember) sendLeave(ctx context.Context) error {
 }
 
 // leave stops the heartbeat loop and leaves the group.
+// settle has nothing to wait for: the coordinator takes a commit of an
+// older epoch for partitions the member still owns.
+func (m *nextMember) settle(context.Context) bool { return false }
+
 func (m *nextMember) leave(ctx context.Context) error {
 	if m.cancel != nil {
 		m.cancel()

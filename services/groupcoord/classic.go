@@ -670,8 +670,13 @@ func (r *GroupCoordinator) SyncGroup(ctx context.Context, req *groupv1.SyncGroup
 				s.prepareRebalanceLocked(g, r.now(), "the assignment could not be stored: "+err.Message)
 				return
 			}
-			c.transition(stateStable, r.now())
+			now := r.now()
+			c.transition(stateStable, now)
 			for _, mm := range c.members {
+				// A member's session runs from the moment it has its
+				// assignment: a follower that waited in SyncGroup for a
+				// slow leader was not heartbeating meanwhile.
+				mm.deadline = now.Add(mm.sessionTimeout)
 				if mm.syncWait != nil {
 					mm.syncWait <- &groupv1.SyncGroupResponse{ProtocolType: c.protocolType, ProtocolName: c.protocol, Assignment: mm.assignment}
 					mm.syncWait = nil
