@@ -146,7 +146,9 @@ func awaitGroup(t *testing.T, timeout time.Duration, what string, members []*gro
 		for _, m := range members {
 			require.NoError(t, m.failed(), "a member stopped while waiting for %s", what)
 		}
-		require.True(t, time.Now().Before(deadline), "timed out after %v waiting for %s", timeout, what)
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s; members:\n%s", timeout, what, assignments(members))
+		}
 		time.Sleep(50 * time.Millisecond) // polling interval of a condition with a deadline
 	}
 }
@@ -444,11 +446,11 @@ func TestGroupConsumersJoinOneByOne(t *testing.T) {
 				awaitGroup(t, time.Minute, fmt.Sprintf("%d records with %d members", (k+1)*per, k+1), members,
 					func() bool { return led.distinct() >= (k+1)*per })
 			}
-			awaitGroup(t, 30*time.Second, "an even split", members, func() bool { return split(members, parts) })
+			awaitGroup(t, time.Minute, "an even split", members, func() bool { return split(members, parts) })
 			produceSpread(t, ctx, cl, topic, parts, n*per, (n+1)*per)
 			awaitGroup(t, time.Minute, "the last records", members, func() bool { return led.distinct() >= (n+1)*per })
-			for _, m := range members {
-				require.NoError(t, m.close())
+			for i, m := range members {
+				require.NoError(t, m.close(), "closing member %d", i)
 			}
 			require.Empty(t, led.duplicates(), "records returned twice")
 			require.Equal(t, (n+1)*per, led.distinct())
