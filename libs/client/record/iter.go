@@ -162,6 +162,10 @@ func (it *Iterator) decodeOne() bool {
 	return true
 }
 
+// Left returns how many records of the current batch follow the current
+// one.
+func (it *Iterator) Left() int { return int(it.left) }
+
 // Record returns the current record. Its slices alias the buffer or the
 // iterator's decompression buffer: they are valid until the next call to
 // Next, NextBatch or Reset. Copy what must outlive that.
