@@ -638,8 +638,14 @@ func (g *GroupConsumer) Close(ctx context.Context) error {
 		// commit may meet the rebalance it is part of: finish the join and
 		// commit in the new generation, rather than leave the next owner to
 		// read the records again.
-		if err != nil && g.member.settle(ctx) {
-			err = g.commitDue(ctx)
+		// The wait is bounded by a session timeout: a join held up by a
+		// slow member (up to the rebalance timeout) does not hold Close.
+		if err != nil {
+			sctx, cancel := context.WithTimeout(ctx, g.cfg.SessionTimeout)
+			if g.member.settle(sctx) {
+				err = g.commitDue(ctx)
+			}
+			cancel()
 		}
 		if err != nil {
 			errList = append(errList, err)
