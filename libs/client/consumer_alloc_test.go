@@ -2,17 +2,13 @@ package client
 
 import (
 	"context"
-	"net"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 
 	metadatav1 "github.com/sluice-io/sluice/gen/go/sluice/metadata/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
@@ -47,21 +43,9 @@ func TestTailingConsumerAllocatesPerRecordNotPerBlock(t *testing.T) {
 		f.chunks = append(f.chunks, &storagev1.FetchResponse{Topic: "m", Partition: 0,
 			Batches: txnTestBatch(t, -1, o, false, value), HighWatermark: o + 1, NextOffset: o + 1})
 	}
-	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer()
-	metadatav1.RegisterMetadataServiceServer(srv, f)
-	storagev1.RegisterStorageServiceServer(srv, f)
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = srv.Serve(lis) })
-	c, err := New(Config{Bootstrap: []string{"node1:1"}, RequestTimeout: time.Minute, DialOptions: []grpc.DialOption{
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-	}})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = c.Close()
-		srv.Stop()
-		wg.Wait()
+	c := bufconnClient(t, time.Minute, func(srv *grpc.Server) {
+		metadatav1.RegisterMetadataServiceServer(srv, f)
+		storagev1.RegisterStorageServiceServer(srv, f)
 	})
 	k := c.NewConsumer(ConsumerConfig{Reset: ResetEarliest})
 	defer k.Close()

@@ -104,19 +104,30 @@ func (f *groupFake) FindCoordinator(_ context.Context, req *groupv1.FindCoordina
 	return &groupv1.FindCoordinatorResponse{Coordinators: []*groupv1.Coordinator{{Key: req.GetKeys()[0], NodeId: 1, Address: "node1:1"}}}, nil
 }
 
+// holdLocked waits, with f.mu released, until *hold (when set) is
+// closed, with *pending true meanwhile; *hold is cleared, so it holds one
+// call.
+func (f *groupFake) holdLocked(ctx context.Context, hold *chan struct{}, pending *bool) {
+	h := *hold
+	if h == nil {
+		return
+	}
+	*hold, *pending = nil, true
+	f.mu.Unlock()
+	select {
+	case <-h:
+	case <-ctx.Done():
+	}
+	f.mu.Lock()
+	*pending = false
+}
+
 // JoinGroup answers a first join with MEMBER_ID_REQUIRED (KIP-394) and
 // makes every other join a new generation led by the joining member.
 func (f *groupFake) JoinGroup(ctx context.Context, req *groupv1.JoinGroupRequest) (*groupv1.JoinGroupResponse, error) {
 	f.mu.Lock()
-	if hold := f.holdJoin; hold != nil && req.GetMemberId() != "" {
-		f.holdJoin, f.joinPending = nil, true
-		f.mu.Unlock()
-		select {
-		case <-hold:
-		case <-ctx.Done():
-		}
-		f.mu.Lock()
-		f.joinPending = false
+	if req.GetMemberId() != "" {
+		f.holdLocked(ctx, &f.holdJoin, &f.joinPending)
 	}
 	defer f.mu.Unlock()
 	f.joins = append(f.joins, proto.Clone(req).(*groupv1.JoinGroupRequest))
@@ -184,16 +195,7 @@ func (f *groupFake) OffsetFetch(_ context.Context, req *groupv1.OffsetFetchReque
 
 func (f *groupFake) OffsetCommit(ctx context.Context, req *groupv1.OffsetCommitRequest) (*groupv1.OffsetCommitResponse, error) {
 	f.mu.Lock()
-	if hold := f.holdCommit; hold != nil {
-		f.holdCommit, f.commitPending = nil, true
-		f.mu.Unlock()
-		select {
-		case <-hold:
-		case <-ctx.Done():
-		}
-		f.mu.Lock()
-		f.commitPending = false
-	}
+	f.holdLocked(ctx, &f.holdCommit, &f.commitPending)
 	defer f.mu.Unlock()
 	f.commits = append(f.commits, req)
 	resp := &groupv1.OffsetCommitResponse{}
@@ -250,14 +252,24 @@ func (f *groupFake) with(fn func()) {
 func startGroupFake(t *testing.T) (*groupFake, *Client) {
 	t.Helper()
 	f := &groupFake{committed: map[TopicPartition]int64{}}
+	c := bufconnClient(t, 5*time.Second, func(srv *grpc.Server) {
+		metadatav1.RegisterMetadataServiceServer(srv, f)
+		storagev1.RegisterStorageServiceServer(srv, f)
+		groupv1.RegisterGroupCoordinatorServiceServer(srv, f)
+	})
+	return f, c
+}
+
+// bufconnClient serves what register adds on an in-process listener and
+// returns a client of it (bootstrap "node1:1"; every address dials it).
+func bufconnClient(t *testing.T, requestTimeout time.Duration, register func(*grpc.Server)) *Client {
+	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer()
-	metadatav1.RegisterMetadataServiceServer(srv, f)
-	storagev1.RegisterStorageServiceServer(srv, f)
-	groupv1.RegisterGroupCoordinatorServiceServer(srv, f)
+	register(srv)
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = srv.Serve(lis) })
-	c, err := New(Config{Bootstrap: []string{"node1:1"}, RequestTimeout: 5 * time.Second, DialOptions: []grpc.DialOption{
+	c, err := New(Config{Bootstrap: []string{"node1:1"}, RequestTimeout: requestTimeout, DialOptions: []grpc.DialOption{
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 	}})
@@ -267,7 +279,7 @@ func startGroupFake(t *testing.T) (*groupFake, *Client) {
 		srv.Stop()
 		wg.Wait()
 	})
-	return f, c
+	return c
 }
 
 // callbackLog records rebalance callbacks in order.
