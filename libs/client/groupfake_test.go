@@ -53,6 +53,7 @@ type groupFake struct {
 	holdJoin      chan struct{}
 	joinPending   bool
 	strictCommits bool
+	refused       int // commits refused by strictCommits
 	// holdCommit holds the next commit until it is closed; commitPending
 	// is true meanwhile. syncAssign, when set, is the assignment (of "t")
 	// every SyncGroup hands out, whatever the leader sent.
@@ -205,6 +206,9 @@ func (f *groupFake) OffsetCommit(ctx context.Context, req *groupv1.OffsetCommitR
 		refuse = errs.New(errs.RebalanceInProgress, "the group is rebalancing")
 	case f.strictCommits && req.GetGenerationIdOrMemberEpoch() != f.gen:
 		refuse = errs.New(errs.IllegalGeneration, "generation %d is not %d", req.GetGenerationIdOrMemberEpoch(), f.gen)
+	}
+	if refuse != nil {
+		f.refused++
 	}
 	for _, p := range req.GetPartitions() {
 		if refuse != nil {
@@ -392,12 +396,10 @@ func TestClassicMemberLifecycle(t *testing.T) {
 	require.ErrorContains(t, err, "closed")
 }
 
-// A cooperative member goes on reading while it rejoins. Closed before
-// its join is answered, it finishes the join and makes its last commit in
-// the new generation, which the coordinator takes; its commit in the old
-// one was refused as the group was rebalancing.
-func TestCooperativeMemberClosedMidJoinCommitsInTheNewGeneration(t *testing.T) {
-	f, c := startGroupFake(t)
+// startCooperativeMember starts an auto-committing cooperative member and
+// polls until it owns both partitions of "t" at their reset positions.
+func startCooperativeMember(t *testing.T, c *Client) *GroupConsumer {
+	t.Helper()
 	g, err := c.NewGroupConsumer(GroupConsumerConfig{
 		GroupID: "g", Topics: []string{"t"}, Assignors: []assign.Assignor{assign.CooperativeSticky()},
 		HeartbeatInterval: 20 * time.Millisecond, SessionTimeout: time.Second,
@@ -408,6 +410,16 @@ func TestCooperativeMemberClosedMidJoinCommitsInTheNewGeneration(t *testing.T) {
 	pollUntil(t, g, "the reset positions", func() bool {
 		return g.k.Position(TopicPartition{"t", 0}) == 0 && g.k.Position(TopicPartition{"t", 1}) == 0
 	})
+	return g
+}
+
+// A cooperative member goes on reading while it rejoins. Closed before
+// its join is answered, it finishes the join and makes its last commit in
+// the new generation, which the coordinator takes; its commit in the old
+// one was refused as the group was rebalancing.
+func TestCooperativeMemberClosedMidJoinCommitsInTheNewGeneration(t *testing.T) {
+	f, c := startGroupFake(t)
+	g := startCooperativeMember(t, c)
 	hold := make(chan struct{})
 	f.with(func() { f.strictCommits, f.holdJoin, f.heartbeat = true, hold, errs.RebalanceInProgress })
 	pollUntil(t, g, "the rejoin in flight", func() bool {
@@ -416,8 +428,14 @@ func TestCooperativeMemberClosedMidJoinCommitsInTheNewGeneration(t *testing.T) {
 		return f.joinPending
 	})
 	require.Len(t, g.Assignment(), 2, "a cooperative member keeps its partitions while it rejoins")
-	release := time.AfterFunc(200*time.Millisecond, func() { close(hold) })
-	defer release.Stop()
+	// The join is answered once Close's commit in the old generation
+	// was refused.
+	go func() {
+		for !func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.refused > 0 }() {
+			time.Sleep(5 * time.Millisecond)
+		}
+		close(hold)
+	}()
 	require.NoError(t, g.Close(context.Background()))
 	f.with(func() {
 		last := f.commits[len(f.commits)-1]
@@ -433,17 +451,8 @@ func TestCooperativeMemberClosedMidJoinCommitsInTheNewGeneration(t *testing.T) {
 // expire the member (its partitions would move on without it).
 func TestCooperativeMemberHeartbeatsWhileItCommitsRevokedPartitions(t *testing.T) {
 	f, c := startGroupFake(t)
-	g, err := c.NewGroupConsumer(GroupConsumerConfig{
-		GroupID: "g", Topics: []string{"t"}, Assignors: []assign.Assignor{assign.CooperativeSticky()},
-		HeartbeatInterval: 20 * time.Millisecond, SessionTimeout: time.Second,
-		AutoCommit: true, AutoCommitInterval: time.Hour, Reset: ResetEarliest,
-	})
-	require.NoError(t, err)
+	g := startCooperativeMember(t, c)
 	defer func() { require.NoError(t, g.Close(context.Background())) }()
-	pollUntil(t, g, "the first assignment", func() bool { return len(g.Assignment()) == 2 })
-	pollUntil(t, g, "the reset positions", func() bool {
-		return g.k.Position(TopicPartition{"t", 0}) == 0 && g.k.Position(TopicPartition{"t", 1}) == 0
-	})
 	hold := make(chan struct{})
 	f.with(func() { f.syncAssign, f.holdCommit, f.heartbeat = []int32{1}, hold, errs.RebalanceInProgress })
 	beats := make(chan int, 1)
