@@ -65,8 +65,8 @@ type groupFake struct {
 	epoch  int32
 	target []int32 // partitions of "t" to hand out with the next heartbeat
 	fence  bool    // answer the next heartbeat with FENCED_MEMBER_EPOCH
-	// fetchFence answers the next OffsetFetch with FENCED_MEMBER_EPOCH.
-	fetchFence bool
+	// fetchErrors answer the next OffsetFetches, one each.
+	fetchErrors []errs.Code
 }
 
 func (f *groupFake) GetMetadata(_ context.Context, req *metadatav1.GetMetadataRequest) (*metadatav1.GetMetadataResponse, error) {
@@ -179,9 +179,10 @@ func (f *groupFake) LeaveGroup(_ context.Context, req *groupv1.LeaveGroupRequest
 func (f *groupFake) OffsetFetch(_ context.Context, req *groupv1.OffsetFetchRequest) (*groupv1.OffsetFetchResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.fetchFence {
-		f.fetchFence = false
-		return &groupv1.OffsetFetchResponse{Error: errs.New(errs.FencedMemberEpoch, "scripted").Proto()}, nil
+	if len(f.fetchErrors) > 0 {
+		code := f.fetchErrors[0]
+		f.fetchErrors = f.fetchErrors[1:]
+		return &groupv1.OffsetFetchResponse{Error: errs.New(code, "scripted").Proto()}, nil
 	}
 	resp := &groupv1.OffsetFetchResponse{}
 	for _, p := range req.GetPartitions() {
@@ -578,11 +579,13 @@ func TestConsumerProtocolMemberReconciles(t *testing.T) {
 }
 
 // A consumer-protocol member whose committed-offset fetch finds it fenced
-// (its session expired meanwhile) joins again; Poll does not fail.
+// (its session expired meanwhile) joins again; Poll does not fail. The
+// first fetch (on assignment) fails otherwise, so the fence is met by
+// Poll's retry.
 func TestConsumerProtocolMemberFencedAtOffsetFetchRejoins(t *testing.T) {
 	f, c := startGroupFake(t)
 	var log callbackLog
-	f.with(func() { f.fetchFence = true })
+	f.with(func() { f.fetchErrors = []errs.Code{errs.GroupAuthorizationFailed, errs.FencedMemberEpoch} })
 	g, err := c.NewGroupConsumer(GroupConsumerConfig{
 		GroupID: "g", Topics: []string{"t"}, Protocol: GroupProtocolConsumer,
 		OnAssigned: log.hook("assigned"), OnRevoked: log.hook("revoked"), OnLost: log.hook("lost"),
