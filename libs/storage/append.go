@@ -198,6 +198,10 @@ func (l *Log) appendLocked(batches []byte, sum *record.Summary, res AppendResult
 			return res, l.fail("writing time index", err)
 		}
 	}
+	if wb := l.opts.WriteBehindBytes; wb > 0 && (seg.size-seg.wbKicked >= wb || seg.size < seg.wbKicked) && !l.conf().FsyncBeforeAck {
+		seg.wbKicked = seg.size
+		flushNow = true
+	}
 	if flushNow {
 		l.fl.kick()
 	}

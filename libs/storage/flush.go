@@ -177,6 +177,13 @@ func (f *flusher) run() {
 		case <-timer.C:
 		}
 		ws := f.take()
+		if l.opts.WriteBehindBytes > 0 && !l.conf().FsyncBeforeAck {
+			// A failure takes the log offline; the round below then
+			// fails its waiters.
+			l.syncMu.Lock()
+			_ = l.writeBehindLocked()
+			l.syncMu.Unlock()
+		}
 		if len(ws) == 0 && !l.flushDue() {
 			f.finish(ws, nil)
 			continue
@@ -230,6 +237,48 @@ func (l *Log) flushDue() bool {
 	}
 	return l.conf().FlushMs <= int64(24*time.Hour/time.Millisecond) &&
 		time.Since(l.oldestDirt) >= time.Duration(l.conf().FlushMs)*time.Millisecond
+}
+
+// writeBehindLocked starts the writeback of the active segment's bytes
+// appended since the last one, after waiting for the range started before: at most two ranges of
+// dirt per log, and one in flight. A failed wait is a failed fsync (the
+// error is consumed and the next fdatasync would not see it), so the log
+// goes offline. syncMu must be held.
+func (l *Log) writeBehindLocked() error {
+	if err := l.check(); err != nil {
+		return nil
+	}
+	l.mu.RLock()
+	if l.closed {
+		l.mu.RUnlock()
+		return nil
+	}
+	seg := l.activeSegment()
+	size := seg.size
+	l.mu.RUnlock()
+	wb, ok := seg.log.(vfs.Writebacker)
+	if !ok {
+		return nil
+	}
+	if size < seg.wbStarted { // truncated since
+		seg.wbStarted, seg.wbDone = size, min(seg.wbDone, size)
+	}
+	// Appends wake the flusher every WriteBehindBytes; a flusher that ran
+	// late took some of the next range already, so half a range will do.
+	if size-seg.wbStarted < l.opts.WriteBehindBytes/2 {
+		return nil
+	}
+	if seg.wbStarted > seg.wbDone {
+		if err := wb.AwaitWriteback(seg.wbDone, seg.wbStarted-seg.wbDone); err != nil {
+			return l.fail("write-behind", err)
+		}
+		seg.wbDone = seg.wbStarted
+	}
+	if err := wb.StartWriteback(seg.wbStarted, size-seg.wbStarted); err != nil {
+		return l.fail("write-behind", err)
+	}
+	seg.wbStarted = size
+	return nil
 }
 
 // flushLocked makes everything appended so far durable and returns the

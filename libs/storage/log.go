@@ -51,6 +51,15 @@ type Options struct {
 	// PageCache, shared by every log of a node, bounds how much of their
 	// data stays in the kernel's page cache; nil leaves it to the kernel.
 	PageCache *PageCache
+	// WriteBehindBytes, for a log that does not fsync before acknowledging,
+	// starts the writeback of every this many appended bytes at once
+	// (sync_file_range) and waits for the range before it, so the log
+	// keeps about twice this much dirty data instead of gigabytes. That
+	// dirt is what another log's fsync waits for on ext4 (see
+	// vfs.Writebacker): a transaction coordinator's state write stalled for
+	// up to 1.6 s behind a busy partition. The writeback runs in the log's
+	// flusher, never in an append. 0 leaves writeback to the kernel.
+	WriteBehindBytes int64
 	// OnOffline, if set, is called once each time the log goes offline,
 	// with the error that took it there, after the failure is logged.
 	OnOffline func(cause error)

@@ -94,6 +94,11 @@ type segment struct {
 	created  time.Time
 	sealed   bool
 	mapHint  int // map length to use for the active segment
+	// wbKicked is where the last append that woke the flusher for
+	// write-behind left the segment (guarded by appendMu); wbStarted and
+	// wbDone are where the flusher's started and finished writebacks
+	// end (guarded by syncMu).
+	wbKicked, wbStarted, wbDone int64
 
 	mapMu sync.Mutex
 	mp    *segMap

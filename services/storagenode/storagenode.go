@@ -42,6 +42,8 @@ type Config struct {
 	// kernel's page cache (storage.PageCache); 0 means no bound and a
 	// negative value storage.AutoPageCacheBudget.
 	PageCacheBudgetBytes int64
+	// WriteBehindBytes is storage.Options.WriteBehindBytes.
+	WriteBehindBytes int64
 }
 
 // RegisterFlags registers the role's flags.
@@ -57,6 +59,12 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"Bytes of this node's log data left in the kernel's page cache: beyond it the oldest durable bytes are dropped (never a "+
 			"log's newest 64 MiB), so writes reuse pages instead of taking fresh ones. -1 picks a quarter of memory on a VM whose "+
 			"balloon reports free pages to the host (where a fresh page costs the host a fault) and no bound elsewhere; 0 means no bound.")
+	fs.Int64Var(&c.WriteBehindBytes, "storage.write-behind-bytes", 0,
+		"For partitions that do not fsync before acknowledging: start writing every this many appended bytes to the disk at once "+
+			"(4194304 is a good value), waiting for the previous range, so a log keeps little dirty data and an fsync elsewhere on the "+
+			"file system (a transaction's state, a topic that fsyncs) does not wait behind gigabytes of it on ext4. It costs produce "+
+			"bursts CPU the kernel would spend later (about 12 % of a 1 GiB acks=1 burst on a 2-core VM). 0, the default, leaves "+
+			"writeback to the kernel.")
 }
 
 // DefaultDiskReserveBytes is the default free-space reserve: room for the
@@ -75,6 +83,9 @@ func (c *Config) Validate() error {
 	if c.DiskReserveBytes < 0 {
 		return fmt.Errorf("storage.disk-reserve-bytes: %d is negative", c.DiskReserveBytes)
 	}
+	if c.WriteBehindBytes < 0 {
+		return fmt.Errorf("storage.write-behind-bytes: %d is negative (0 turns write-behind off)", c.WriteBehindBytes)
+	}
 	if c.PageCacheBudgetBytes < -1 {
 		return fmt.Errorf("storage.page-cache-budget-bytes: %d is below -1 (-1 picks the budget from the machine, 0 means no bound)", c.PageCacheBudgetBytes)
 	}
@@ -86,8 +97,9 @@ func (c *Config) ReplicaConfig(node config.Node) replica.Config {
 	dir := filepath.Join(node.DataDir, "logs")
 	return replica.Config{Dir: dir, LagTimeMax: c.ReplicaLagTimeMax,
 		Storage: storage.Options{
-			Space:     storage.NewSpaceGuard(storage.SpaceGuardOptions{Dir: dir, ReserveBytes: c.DiskReserveBytes}),
-			PageCache: storage.NewPageCache(storage.PageCacheOptions{BudgetBytes: c.PageCacheBudget()}),
+			Space:            storage.NewSpaceGuard(storage.SpaceGuardOptions{Dir: dir, ReserveBytes: c.DiskReserveBytes}),
+			PageCache:        storage.NewPageCache(storage.PageCacheOptions{BudgetBytes: c.PageCacheBudget()}),
+			WriteBehindBytes: c.WriteBehindBytes,
 		}}
 }
 

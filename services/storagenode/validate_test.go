@@ -1,6 +1,7 @@
 package storagenode
 
 import (
+	"flag"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -8,6 +9,7 @@ import (
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
 	"github.com/sluice-io/sluice/libs/client/errs"
+	"github.com/sluice-io/sluice/libs/config"
 )
 
 func violations(t *testing.T, err error) map[string]string {
@@ -66,4 +68,22 @@ func TestValidateDeleteRecordsAndEpochs(t *testing.T) {
 	require.NoError(t, validateDeleteRecords(&storagev1.DeleteRecordsRequest{Partitions: []*storagev1.DeleteRecordsPartition{{Topic: "t", Offset: -1}}}))
 	v = violations(t, validateOffsetForLeaderEpoch(&storagev1.OffsetForLeaderEpochRequest{Partitions: []*storagev1.OffsetForLeaderEpochPartition{{Topic: "t", LeaderEpoch: -1}}}))
 	require.Contains(t, v["partitions[0].leader_epoch"], "got -1")
+}
+
+// The role's flags come from the command line: a negative write-behind
+// range is refused with the flag's name, and the default leaves writeback
+// to the kernel.
+func TestConfigWriteBehind(t *testing.T) {
+	var c Config
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	c.RegisterFlags(fs)
+	require.NoError(t, fs.Parse(nil))
+	require.NoError(t, c.Validate())
+	require.Zero(t, c.ReplicaConfig(config.Node{DataDir: t.TempDir()}).Storage.WriteBehindBytes)
+
+	require.NoError(t, fs.Parse([]string{"--storage.write-behind-bytes=4194304"}))
+	require.Equal(t, int64(4<<20), c.ReplicaConfig(config.Node{DataDir: t.TempDir()}).Storage.WriteBehindBytes)
+
+	require.NoError(t, fs.Parse([]string{"--storage.write-behind-bytes=-1"}))
+	require.ErrorContains(t, c.Validate(), "storage.write-behind-bytes")
 }

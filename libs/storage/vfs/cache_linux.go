@@ -40,3 +40,37 @@ func (m osMapping) DropCache(off, n int64) error {
 	}
 	return unix.Madvise(m[from:to], unix.MADV_DONTNEED)
 }
+
+// StartWriteback starts the writeback of [off, off+n) (sync_file_range).
+func (f osFile) StartWriteback(off, n int64) error {
+	return f.syncFileRange("starting writeback", off, n, unix.SYNC_FILE_RANGE_WRITE)
+}
+
+// AwaitWriteback writes back [off, off+n) and waits for it (sync_file_range
+// with both waits).
+func (f osFile) AwaitWriteback(off, n int64) error {
+	return f.syncFileRange("writing back", off, n,
+		unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER)
+}
+
+func (f osFile) syncFileRange(op string, off, n int64, flags int) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		for {
+			serr = unix.SyncFileRange(int(fd), off, n, flags)
+			if serr != unix.EINTR {
+				return
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return &os.PathError{Op: op, Path: f.Name(), Err: serr}
+	}
+	return nil
+}

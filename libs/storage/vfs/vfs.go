@@ -66,6 +66,24 @@ type CacheDropper interface {
 	DropCache(off, n int64) error
 }
 
+// Writebacker is implemented by the OS's files: it moves a range of dirty
+// pages to the disk ahead of the kernel's own writeback. It makes nothing
+// durable (no metadata, no cache flush); a log that does not fsync before
+// acknowledging uses it to keep its dirty pages few, because on ext4 an
+// fsync of any other file commits the journal, and the commit first writes
+// the ordered data of every file whose new blocks are in it: gigabytes of
+// another log's dirt make a small fsync wait for seconds.
+type Writebacker interface {
+	// StartWriteback starts writing the dirty pages of [off, off+n) and
+	// returns without waiting for them.
+	StartWriteback(off, n int64) error
+	// AwaitWriteback writes whatever of [off, off+n) is still dirty and
+	// waits until the whole range is on the disk. An error is a write
+	// error the next Sync may no longer report, so the caller must treat
+	// it as a failed Sync.
+	AwaitWriteback(off, n int64) error
+}
+
 // Mapping is a read-only memory map of a file.
 type Mapping interface {
 	// Bytes returns the mapped memory. It must not be used after Close.
