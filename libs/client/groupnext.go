@@ -59,6 +59,10 @@ type nextMember struct {
 	// lost is set when the coordinator fenced the member: Poll drops every
 	// partition before the loop joins again with epoch 0.
 	lost bool
+	// fences counts markLost calls: a heartbeat answer to a request sent
+	// before the latest fence belongs to the old membership and is dropped
+	// (Poll may already have cleared lost when it arrives).
+	fences int
 	// fatal is an error the coordinator answered that retrying cannot cure;
 	// the next Poll returns it.
 	fatal error
@@ -96,6 +100,7 @@ func (m *nextMember) markLost(code errs.Code) {
 	m.mu.Lock()
 	m.lost, m.inGroup, m.pending, m.target = true, false, false, nil
 	m.epoch = epochJoin
+	m.fences++
 	if code == errs.UnknownMemberID {
 		m.id = ""
 	}
@@ -253,7 +258,7 @@ func (m *nextMember) reportedLocked() []TopicPartition {
 // beat sends one heartbeat and returns how long to wait before the next.
 func (m *nextMember) beat(ctx context.Context, b *backoff) time.Duration {
 	m.mu.Lock()
-	epoch := m.epoch
+	epoch, fences := m.epoch, m.fences
 	m.mu.Unlock()
 	req := m.request(epoch)
 	start := time.Now()
@@ -273,8 +278,10 @@ func (m *nextMember) beat(ctx context.Context, b *backoff) time.Duration {
 		*b = backoff{}
 		changed := resp.Assignment != nil
 		m.mu.Lock()
-		if m.lost {
-			// A fence found by a commit meanwhile wins.
+		if m.lost || m.fences != fences {
+			// A fence found by a commit or an offset fetch meanwhile wins,
+			// even when Poll has already dropped the partitions: this
+			// answer is the old membership's.
 			m.mu.Unlock()
 			return 0
 		}
@@ -304,6 +311,12 @@ func (m *nextMember) beat(ctx context.Context, b *backoff) time.Duration {
 		}
 		return max(interval-time.Since(start), 0)
 	case code == errs.FencedMemberEpoch || code == errs.UnknownMemberID:
+		m.mu.Lock()
+		stale := m.fences != fences
+		m.mu.Unlock()
+		if stale {
+			return 0 // the old membership's fence; the member is joining again
+		}
 		m.traceHeartbeat(ctx, start, req, epoch, errs.Name(code))
 		m.markLost(code)
 		return 0
