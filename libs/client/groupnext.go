@@ -98,14 +98,33 @@ func (m *nextMember) fenced(code errs.Code, _ int32) {
 
 func (m *nextMember) markLost(code errs.Code) {
 	m.mu.Lock()
+	m.markLostLocked(code)
+	m.mu.Unlock()
+	m.g.wake()
+}
+
+// markLostSince marks the member lost unless a fence came after the one
+// counted in fences: a heartbeat's fence then belongs to the membership
+// the member has already left. It says whether it marked.
+func (m *nextMember) markLostSince(fences int, code errs.Code) bool {
+	m.mu.Lock()
+	if m.fences != fences {
+		m.mu.Unlock()
+		return false
+	}
+	m.markLostLocked(code)
+	m.mu.Unlock()
+	m.g.wake()
+	return true
+}
+
+func (m *nextMember) markLostLocked(code errs.Code) {
 	m.lost, m.inGroup, m.pending, m.target = true, false, false, nil
 	m.epoch = epochJoin
 	m.fences++
 	if code == errs.UnknownMemberID {
 		m.id = ""
 	}
-	m.mu.Unlock()
-	m.g.wake()
 }
 
 func (m *nextMember) kick() {
@@ -311,14 +330,9 @@ func (m *nextMember) beat(ctx context.Context, b *backoff) time.Duration {
 		}
 		return max(interval-time.Since(start), 0)
 	case code == errs.FencedMemberEpoch || code == errs.UnknownMemberID:
-		m.mu.Lock()
-		stale := m.fences != fences
-		m.mu.Unlock()
-		if stale {
-			return 0 // the old membership's fence; the member is joining again
+		if m.markLostSince(fences, code) {
+			m.traceHeartbeat(ctx, start, req, epoch, errs.Name(code))
 		}
-		m.traceHeartbeat(ctx, start, req, epoch, errs.Name(code))
-		m.markLost(code)
 		return 0
 	case errs.IsRetriable(err) || code == errs.RequestTimedOut || code == errs.UnknownServerError:
 		return b.next()
