@@ -836,8 +836,8 @@ func (p *Producer) runCallbacks() {
 // run is the sender loop: it seals batches whose linger expired and sends
 // ready batches to their leaders.
 func (p *Producer) run(ctx context.Context) {
-	timer := time.NewTimer(p.cfg.Linger)
-	defer timer.Stop()
+	timer := newWakeTimer()
+	defer timer.Close()
 	for {
 		if next := p.sendReady(ctx); next > 0 {
 			timer.Reset(next)
