@@ -2,6 +2,7 @@ package client
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -22,6 +23,11 @@ type wakeTimer struct {
 
 	os osTimer // nil: the time.Timer fallback
 
+	// deadline is when the armed OS timer fires (UnixNano), 0 when it is
+	// not armed: a pass that asks for the deadline already set (a batch's
+	// linger, looked at again and again under load) costs no system call.
+	deadline atomic.Int64
+
 	mu sync.Mutex
 	t  *time.Timer
 }
@@ -33,6 +39,7 @@ func newWakeTimer() *wakeTimer {
 }
 
 func (w *wakeTimer) fire() {
+	w.deadline.Store(0)
 	select {
 	case w.C <- struct{}{}:
 	default:
@@ -42,8 +49,18 @@ func (w *wakeTimer) fire() {
 // Reset makes the timer fire once, d from now, replacing any earlier
 // deadline.
 func (w *wakeTimer) Reset(d time.Duration) {
-	if w.os != nil && w.os.reset(d) {
-		return
+	if w.os != nil {
+		at := time.Now().Add(d).UnixNano()
+		if prev := w.deadline.Load(); prev != 0 && at >= prev-int64(sameDeadline) && at <= prev+int64(sameDeadline) {
+			return
+		}
+		// Stored before arming, so the expiry's fire clears it (an
+		// earlier expiry clearing it too only costs a system call).
+		w.deadline.Store(at)
+		if w.os.reset(d) {
+			return
+		}
+		w.deadline.Store(0)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -57,6 +74,7 @@ func (w *wakeTimer) Reset(d time.Duration) {
 // Stop cancels the deadline.
 func (w *wakeTimer) Stop() {
 	if w.os != nil {
+		w.deadline.Store(0)
 		w.os.stop()
 	}
 	w.mu.Lock()
@@ -81,3 +99,8 @@ type osTimer interface {
 	stop()
 	close()
 }
+
+// sameDeadline is how close a new deadline must be to the armed one to
+// leave the timer as it is: well under the poller's millisecond, and
+// about what waking the loop costs.
+const sameDeadline = 20 * time.Microsecond
