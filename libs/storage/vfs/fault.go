@@ -80,7 +80,9 @@ type CrashOptions struct {
 
 // FaultFS wraps an FS (normally OS on a temporary directory), tracks which
 // bytes of each file are durable, and injects faults. Its model: data
-// written with WriteAt is durable only after Sync of that file; size
+// written with WriteAt is durable only after Sync of that file (bytes
+// written over durable ones read as zeros after a crash until then, which
+// is exactly right for blocks pre-written with zeros); size
 // reductions (Truncate), renames, creations and removals are durable at
 // once. A crash (Crash) cuts every file back to its durable size (or a
 // random point beyond it) and kills every open handle, so the code under
@@ -109,6 +111,10 @@ type fileState struct {
 	// does not write them, and a crash loses them unless they were written
 	// again since ("fsyncgate").
 	lost []span
+	// over are ranges written over durable bytes since the last sync
+	// began, oldest first: a crash turns them to zeros (or, with
+	// KeepSomeUnsynced, keeps some).
+	over []span
 }
 
 // span is a byte range [from, to).
@@ -339,6 +345,9 @@ func (f *FaultFS) Crash(opts CrashOptions) error {
 		if err := f.dropLost(st, min(size, st.synced)); err != nil {
 			errs = append(errs, err)
 		}
+		if err := f.dropOverwritten(st, min(size, st.synced), opts.KeepSomeUnsynced); err != nil {
+			errs = append(errs, err)
+		}
 		if size <= st.synced {
 			st.synced = size
 			continue
@@ -388,6 +397,34 @@ func (f *FaultFS) dropLost(st *fileState, end int64) error {
 			_, err := h.WriteAt(make([]byte, to-r.from), r.from)
 			errs = append(errs, err)
 		}
+	}
+	errs = append(errs, h.Close())
+	return errors.Join(errs...)
+}
+
+// dropOverwritten zeros, below end, the ranges written over durable bytes
+// and not synced since, keeping each with even odds when keepSome. f.mu
+// must be held.
+func (f *FaultFS) dropOverwritten(st *fileState, end int64, keepSome bool) error {
+	over := st.over
+	st.over = nil
+	var zero []span
+	for _, r := range over {
+		if to := min(r.to, end); to > r.from && !(keepSome && f.rng.IntN(2) == 0) {
+			zero = append(zero, span{r.from, to})
+		}
+	}
+	if len(zero) == 0 {
+		return nil
+	}
+	h, err := f.inner.OpenFile(st.path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, r := range zero {
+		_, err := h.WriteAt(make([]byte, r.to-r.from), r.from)
+		errs = append(errs, err)
 	}
 	errs = append(errs, h.Close())
 	return errors.Join(errs...)
@@ -488,8 +525,13 @@ func (h *faultFile) rewritten(off int64, n int) {
 		return
 	}
 	h.fs.mu.Lock()
-	if h.gen == h.fs.gen && len(h.st.lost) > 0 {
-		h.st.cut(off, off+int64(n))
+	if h.gen == h.fs.gen {
+		if len(h.st.lost) > 0 {
+			h.st.cut(off, off+int64(n))
+		}
+		if off < h.st.synced {
+			h.st.over = append(h.st.over, span{off, min(off+int64(n), h.st.synced)})
+		}
 	}
 	h.fs.mu.Unlock()
 }
@@ -503,6 +545,10 @@ func (h *faultFile) Sync() error {
 			if h.gen == h.fs.gen && size > h.st.synced {
 				h.st.lost = append(h.st.lost, span{h.st.synced, size})
 			}
+			if h.gen == h.fs.gen {
+				h.st.lost = append(h.st.lost, h.st.over...)
+				h.st.over = nil
+			}
 			h.fs.mu.Unlock()
 		}
 		return err
@@ -512,6 +558,9 @@ func (h *faultFile) Sync() error {
 	if err != nil {
 		return err
 	}
+	h.fs.mu.Lock()
+	covered := len(h.st.over)
+	h.fs.mu.Unlock()
 	if err := h.inner.Sync(); err != nil {
 		return err
 	}
@@ -521,6 +570,7 @@ func (h *faultFile) Sync() error {
 			size = min(size, cur)
 		}
 		h.st.synced = max(h.st.synced, size)
+		h.st.over = h.st.over[min(covered, len(h.st.over)):]
 	}
 	h.fs.mu.Unlock()
 	return nil
@@ -536,6 +586,9 @@ func (h *faultFile) Truncate(size int64) error {
 	h.fs.mu.Lock()
 	h.st.synced = min(h.st.synced, size)
 	h.st.cut(size, 1<<62)
+	for i := range h.st.over {
+		h.st.over[i].to = min(h.st.over[i].to, size) // emptied ranges are skipped
+	}
 	h.fs.mu.Unlock()
 	return nil
 }

@@ -37,6 +37,30 @@ func TestFaultFSDropsUnsyncedBytes(t *testing.T) {
 	require.Equal(t, "durable", string(data))
 }
 
+// Bytes written over durable ones are as lost in a crash as appended
+// ones until the file is synced (a write in place, such as over blocks
+// pre-written with zeros, is no more durable than an append).
+func TestFaultFSOverwriteIsLostUntilSynced(t *testing.T) {
+	dir := t.TempDir()
+	fs := NewFaultFS(OS, 1)
+	f, err := fs.OpenFile(filepath.Join(dir, "f"), os.O_CREATE|os.O_RDWR, 0o644)
+	require.NoError(t, err)
+	_, err = f.WriteAt(make([]byte, 8192), 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	_, err = f.WriteAt([]byte("synced"), 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	_, err = f.WriteAt([]byte("lost"), 4096)
+	require.NoError(t, err)
+	require.NoError(t, fs.Crash(CrashOptions{}))
+	b, err := os.ReadFile(filepath.Join(dir, "f"))
+	require.NoError(t, err)
+	require.Len(t, b, 8192)
+	require.Equal(t, "synced", string(b[:6]))
+	require.Equal(t, make([]byte, 4), b[4096:4100], "an unsynced overwrite survived the crash")
+}
+
 func TestFaultFSTornWritesAndRenames(t *testing.T) {
 	dir := t.TempDir()
 	fs := NewFaultFS(OS, 2)
