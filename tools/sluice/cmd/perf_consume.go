@@ -23,6 +23,7 @@ type perfConsumeOptions struct {
 	groupProtocol string
 	fetchMax      int
 	idleTimeout   time.Duration
+	reuseBuffers  bool
 }
 
 func newPerfConsumeCmd(g *globals) *cobra.Command {
@@ -59,6 +60,9 @@ join out (Kafka's fetch.MB.sec).`,
 	f.StringVar(&o.groupProtocol, "group-protocol", "", "With --group: the rebalance protocol, classic (default) or consumer (KIP-848).")
 	f.IntVar(&o.fetchMax, "fetch-max-bytes", 1<<20, "Largest chunk of one partition per fetch response (max.partition.fetch.bytes).")
 	f.DurationVar(&o.idleTimeout, "timeout", 30*time.Second, "Give up after this long without a record (with --group, the join included).")
+	f.BoolVar(&o.reuseBuffers, "reuse-fetch-buffers", false,
+		"Let the consumer reuse the memory records arrive in (ConsumerConfig.RecordsValidUntilNextPoll): a record is valid until the next poll, "+
+			"and fetched bytes need no fresh memory.")
 	return cmd
 }
 
@@ -115,7 +119,7 @@ func runPerfConsume(ctx context.Context, g *globals, o *perfConsumeOptions, prog
 	if _, err := c.Metadata(ctx, o.topic); err != nil {
 		return nil, err
 	}
-	ccfg := client.ConsumerConfig{Reset: client.ResetEarliest, PartitionMaxBytes: o.fetchMax}
+	ccfg := client.ConsumerConfig{Reset: client.ResetEarliest, PartitionMaxBytes: o.fetchMax, RecordsValidUntilNextPoll: o.reuseBuffers}
 	start := time.Now()
 	var rd perfReader
 	if o.group != "" {
