@@ -384,47 +384,38 @@ func (f *FaultFS) Crash(opts CrashOptions) error {
 func (f *FaultFS) dropLost(st *fileState, end int64) error {
 	lost := st.lost
 	st.lost = nil
-	if len(lost) == 0 {
-		return nil
-	}
-	h, err := f.inner.OpenFile(st.path, os.O_RDWR, 0)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, r := range lost {
-		if to := min(r.to, end); to > r.from {
-			_, err := h.WriteAt(make([]byte, to-r.from), r.from)
-			errs = append(errs, err)
-		}
-	}
-	errs = append(errs, h.Close())
-	return errors.Join(errs...)
+	return f.zero(st.path, lost, end)
 }
 
 // dropOverwritten zeros, below end, the ranges written over durable bytes
 // and not synced since, keeping each with even odds when keepSome. f.mu
 // must be held.
 func (f *FaultFS) dropOverwritten(st *fileState, end int64, keepSome bool) error {
-	over := st.over
-	st.over = nil
-	var zero []span
-	for _, r := range over {
-		if to := min(r.to, end); to > r.from && !(keepSome && f.rng.IntN(2) == 0) {
-			zero = append(zero, span{r.from, to})
+	var drop []span
+	for _, r := range st.over {
+		if !keepSome || f.rng.IntN(2) == 0 {
+			drop = append(drop, r)
 		}
 	}
-	if len(zero) == 0 {
+	st.over = nil
+	return f.zero(st.path, drop, end)
+}
+
+// zero overwrites the parts of spans below end with zeros.
+func (f *FaultFS) zero(path string, spans []span, end int64) error {
+	if len(spans) == 0 {
 		return nil
 	}
-	h, err := f.inner.OpenFile(st.path, os.O_RDWR, 0)
+	h, err := f.inner.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return err
 	}
 	var errs []error
-	for _, r := range zero {
-		_, err := h.WriteAt(make([]byte, r.to-r.from), r.from)
-		errs = append(errs, err)
+	for _, r := range spans {
+		if to := min(r.to, end); to > r.from {
+			_, err := h.WriteAt(make([]byte, to-r.from), r.from)
+			errs = append(errs, err)
+		}
 	}
 	errs = append(errs, h.Close())
 	return errors.Join(errs...)
