@@ -44,6 +44,10 @@ type Config struct {
 	PageCacheBudgetBytes int64
 	// WriteBehindBytes is storage.Options.WriteBehindBytes.
 	WriteBehindBytes int64
+	// FetchCopyBudgetBytes bounds the memory of fetched chunks copied out
+	// of the page cache and not yet written to their sockets; beyond it
+	// chunks are sent by reference to the segment's map. 0 never copies.
+	FetchCopyBudgetBytes int64
 }
 
 // RegisterFlags registers the role's flags.
@@ -59,6 +63,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"Bytes of this node's log data left in the kernel's page cache: beyond it the oldest durable bytes are dropped (never a "+
 			"log's newest 64 MiB), so writes reuse pages instead of taking fresh ones. -1 picks a quarter of memory on a VM whose "+
 			"balloon reports free pages to the host (where a fresh page costs the host a fault) and no bound elsewhere; 0 means no bound.")
+	fs.Int64Var(&c.FetchCopyBudgetBytes, "storage.fetch-copy-budget-bytes", DefaultFetchCopyBudgetBytes,
+		"Memory for fetched record batches (consumers and followers) copied out of the page cache with pread and waiting to be "+
+			"written to their sockets. Copies are cheaper than sending the segment's memory-mapped pages where touching mapped "+
+			"pages is dear (some virtual machines); beyond the budget, as with slow readers holding many chunks, batches go by "+
+			"reference to the map. 0 never copies.")
 	fs.Int64Var(&c.WriteBehindBytes, "storage.write-behind-bytes", 0,
 		"For partitions that do not fsync before acknowledging: start writing every this many appended bytes to the disk at once "+
 			"(4194304 is a good value), waiting for the previous range, so a log keeps little dirty data and an fsync elsewhere on the "+
@@ -66,6 +75,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 			"bursts CPU the kernel would spend later (about 12 % of a 1 GiB acks=1 burst on a 2-core VM). 0, the default, leaves "+
 			"writeback to the kernel.")
 }
+
+// DefaultFetchCopyBudgetBytes is the default budget of fetched chunks in
+// flight as copies: 256 chunks of 1 MiB (max.partition.fetch.bytes's
+// default), a small share of a server's memory.
+const DefaultFetchCopyBudgetBytes = 256 << 20
 
 // DefaultDiskReserveBytes is the default free-space reserve: room for the
 // logs' checkpoints and index files, and for one etcd WAL segment (64 MiB,
@@ -82,6 +96,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DiskReserveBytes < 0 {
 		return fmt.Errorf("storage.disk-reserve-bytes: %d is negative", c.DiskReserveBytes)
+	}
+	if c.FetchCopyBudgetBytes < 0 {
+		return fmt.Errorf("storage.fetch-copy-budget-bytes: %d is negative (0 never copies)", c.FetchCopyBudgetBytes)
 	}
 	if c.WriteBehindBytes < 0 {
 		return fmt.Errorf("storage.write-behind-bytes: %d is negative (0 turns write-behind off)", c.WriteBehindBytes)
@@ -121,6 +138,7 @@ type StorageNode struct {
 	logger   *slog.Logger
 	replicas *replica.Manager
 	tracer   trace.Tracer
+	copier   *chunkCopier
 	// Counters of the data path.
 	producedBytes, producedRecords, fetchedBytes metric.Int64Counter
 	duplicateBatches                             metric.Int64Counter
@@ -130,7 +148,7 @@ type StorageNode struct {
 // its Kafka APIs on deps.Kafka.
 func New(cfg Config, deps service.Deps) *StorageNode {
 	r := &StorageNode{cfg: cfg, deps: deps, logger: deps.Logger.With(log.Role("storage-node")), replicas: deps.Replicas,
-		tracer: noop.NewTracerProvider().Tracer("")}
+		tracer: noop.NewTracerProvider().Tracer(""), copier: &chunkCopier{budget: cfg.FetchCopyBudgetBytes}}
 	mp := metric.MeterProvider(metricnoop.NewMeterProvider())
 	if deps.Telemetry != nil {
 		r.tracer = deps.Telemetry.Tracer("storage-node").Tracer("github.com/sluice-io/sluice/services/storagenode")
@@ -151,7 +169,7 @@ func New(cfg Config, deps service.Deps) *StorageNode {
 	}
 	storagev1.RegisterStorageServiceServer(deps.Server.GRPC, r)
 	rs := replica.NewServer(deps.Replicas)
-	rs.Send = sendFollowerChunk
+	rs.Send = r.copier.sendFollowerChunk
 	rs.Authz = deps.Authz
 	replicationv1.RegisterReplicationServiceServer(deps.Server.GRPC, rs)
 	registerValidators(deps.Server.Validators)
