@@ -58,3 +58,38 @@ func TestChunkCopyToReadsTheFileAndFallsBackToTheMap(t *testing.T) {
 	require.Equal(t, want, dst)
 	res.Release()
 }
+
+// Read walks batch headers with positional reads of the segment file, not
+// through its map, and walks them through the map when those reads fail.
+func TestReadWalksHeadersWithReadsAndFallsBackToTheMap(t *testing.T) {
+	fs := vfs.NewFaultFS(vfs.OS, 1)
+	l := openLog(t, t.TempDir(), testConfig(t, map[string]string{"segment.bytes": "4096"}), Options{FS: fs})
+	defer l.Close()
+	var end int64
+	for i := range 200 {
+		res, err := l.AppendAsLeader(simpleBatch(t, 3+i%5, int64(1000+i)), 1, record.FromClient)
+		require.NoError(t, err)
+		end = res.LastOffset + 1
+	}
+	read := func() (chunks [][]byte, next int64) {
+		res, err := l.Read(end/2, end, 3000)
+		require.NoError(t, err)
+		defer res.Release()
+		for _, c := range res.Chunks {
+			chunks = append(chunks, append([]byte(nil), c.Data...))
+		}
+		return chunks, res.NextOffset
+	}
+	reads := fs.Count(vfs.OpRead)
+	want, wantNext := read()
+	require.NotEmpty(t, want)
+	require.Greater(t, fs.Count(vfs.OpRead), reads, "headers read from the file")
+
+	remove := fs.Inject(vfs.Fault{Op: vfs.OpRead, PathSuffix: ".log", Err: vfs.EIO})
+	defer remove()
+	got, next := read()
+	require.Equal(t, want, got)
+	require.Equal(t, wantNext, next)
+	offs, _ := readAll(t, l, 0, end)
+	require.Len(t, offs, int(end), "every record readable through the map alone")
+}
