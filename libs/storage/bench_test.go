@@ -187,15 +187,22 @@ func benchAppend(b *testing.B, recSize, batchSize int, fsync bool) {
 
 // BenchmarkFetch reads a page-cached segment of 16 KiB batches in 1 MiB
 // fetches. The file side reads the file into a buffer (one copy, the
-// kernel's); the log side reads through the index and gets chunks of the
-// memory map, which the benchmark copies into a buffer as grpc-go copies
-// them into its write buffer: one copy on each side.
+// kernel's). The log side reads through the index: with reads through the
+// map (map) it gets chunks of the memory map, which the benchmark copies
+// into a buffer as grpc-go copies them into its write buffer; with copied
+// reads (copy, Options.Copies) the chunks are that buffer. One copy on
+// each side.
 func BenchmarkFetch(b *testing.B) {
+	b.Run("map", func(b *testing.B) { benchmarkFetch(b, nil) })
+	b.Run("copy", func(b *testing.B) { benchmarkFetch(b, NewReadCopies(64<<20, &benchPool{})) })
+}
+
+func benchmarkFetch(b *testing.B, copies *ReadCopies) {
 	const fetch = 1 << 20
 	dir := b.TempDir()
 	cfg := benchConfig(b, false)
 	cfg.RetentionBytes = -1
-	l, err := Open(dir, cfg, Options{})
+	l, err := Open(dir, cfg, Options{Copies: copies})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -236,7 +243,11 @@ func BenchmarkFetch(b *testing.B) {
 		}
 		got := 0
 		for _, c := range res.Chunks {
-			got += copy(logBuf[got:], c.Data)
+			if copies != nil {
+				got += len(c.Data) // the copy is the buffer
+			} else {
+				got += copy(logBuf[got:], c.Data)
+			}
 		}
 		offset = res.NextOffset
 		res.Release()
@@ -257,6 +268,23 @@ func BenchmarkFetch(b *testing.B) {
 	}
 	p.report(b)
 }
+
+// benchPool recycles buffers by capacity, as a node's gRPC pool does.
+type benchPool struct{ free []*[]byte }
+
+func (p *benchPool) Get(n int) *[]byte {
+	for i, b := range p.free {
+		if cap(*b) >= n {
+			p.free = append(p.free[:i], p.free[i+1:]...)
+			*b = (*b)[:n]
+			return b
+		}
+	}
+	b := make([]byte, n, max(n, 2<<20))
+	return &b
+}
+
+func (p *benchPool) Put(b *[]byte) { p.free = append(p.free, b) }
 
 // BenchmarkGroupCommit appends 16 KiB batches with AppendSync from 32
 // goroutines at once, as many producers do: group commit lets one

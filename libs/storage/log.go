@@ -51,6 +51,11 @@ type Options struct {
 	// PageCache, shared by every log of a node, bounds how much of their
 	// data stays in the kernel's page cache; nil leaves it to the kernel.
 	PageCache *PageCache
+	// Copies, shared by every log of a node, makes reads copy batches out
+	// of the page cache with positional reads into pooled buffers instead
+	// of handing out slices of the segments' maps; nil reads through the
+	// maps.
+	Copies *ReadCopies
 	// WriteBehindBytes, for a log that does not fsync before acknowledging,
 	// starts the writeback of every this many appended bytes at once
 	// (sync_file_range) and waits for the range before it, so the log

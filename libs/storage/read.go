@@ -3,43 +3,27 @@ package storage
 import (
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/client/record"
 	"github.com/sluice-io/sluice/libs/storage/vfs"
 )
 
-// Chunk is a run of whole batches, a slice of a segment's memory map: the
-// page cache itself, with no copy and no decode. It stays valid until
-// Release, even if the segment is deleted, compacted away or the log closed
-// meanwhile. Release it promptly: truncating a segment waits for the
-// readers of its map.
+// Chunk is a run of whole batches, read with no decode: a slice of a
+// segment's memory map (the page cache itself), or, when the log copies
+// reads (Options.Copies), a buffer the bytes were read into with one
+// positional read. It stays valid until Release, even if the segment is
+// deleted, compacted away or the log closed meanwhile. Release it
+// promptly: truncating a segment waits for the readers of its map, and a
+// copy holds memory.
 type Chunk struct {
 	// Data is the batches' bytes. Do not write to it.
 	Data []byte
 	m    *segMap
-	// file and pos locate Data in the segment's log file, for CopyTo.
-	file vfs.File
-	pos  int64
-}
-
-// CopyTo copies the chunk's bytes into dst, which must be at least as long,
-// with a positional read of the segment file: the kernel copies them out
-// of the page cache. That is cheaper than reading them through the map
-// wherever touching mapped pages is dear: on a virtual machine whose
-// hypervisor shadows the guest's page tables, copying 1 GiB of cached
-// segment through its map ran at 2.3-2.5 GB/s, through pread at 17-21 GB/s
-// (docs/performance.md, "Copying fetched chunks"). A read that fails or
-// comes up short (a deletion closed the file meanwhile) copies from the
-// map, which stays valid while the chunk is held.
-func (c *Chunk) CopyTo(dst []byte) {
-	dst = dst[:len(c.Data)]
-	if c.file != nil {
-		if n, err := c.file.ReadAt(dst, c.pos); n == len(dst) && (err == nil || err == io.EOF) {
-			return
-		}
-	}
-	copy(dst, c.Data)
+	// buf is the copy Data is in, from copies.
+	buf    *[]byte
+	copies *ReadCopies
 }
 
 // Release gives the chunk's bytes back. Calling it twice is a no-op.
@@ -48,7 +32,11 @@ func (c *Chunk) Release() {
 		c.m.release()
 		c.m = nil
 	}
-	c.Data, c.file = nil, nil
+	if c.buf != nil {
+		c.copies.put(c.buf)
+		c.buf, c.copies = nil, nil
+	}
+	c.Data = nil
 }
 
 // Take moves the chunk out of its ReadResult: it returns a chunk that holds
@@ -115,7 +103,8 @@ var readResults = sync.Pool{New: func() any { return &ReadResult{Chunks: make([]
 // batches that end before maxOffset, the caller's visibility bound: the high
 // watermark for consumers, the last stable offset for read-committed ones,
 // the log end offset for followers. The bytes come straight from the page
-// cache through the segments' memory maps: no record is decoded or copied.
+// cache, through the segments' memory maps or, with Options.Copies, by
+// positional reads into buffers: no record is decoded.
 //
 // An offset below the log start or above the log end fails with
 // OffsetOutOfRange; an offset at the log end or at or above maxOffset
@@ -138,8 +127,13 @@ func (l *Log) Read(offset, maxOffset int64, maxBytes int) (*ReadResult, error) {
 	if offset >= maxOffset {
 		return res, nil
 	}
-	hr := headerReaders.Get().(*headerReader)
-	defer hr.done()
+	var (
+		win   copyWindow
+		slack int // the most a read may walk before its offset: an index interval
+	)
+	if l.opts.Copies != nil {
+		slack = l.conf().IndexIntervalBytes
+	}
 	for si := max(l.segmentFor(offset), 0); si < len(l.segs); si++ {
 		s := l.segs[si]
 		if s.size == 0 {
@@ -151,22 +145,31 @@ func (l *Log) Read(offset, maxOffset int64, maxBytes int) (*ReadResult, error) {
 			return nil, l.fail("mapping "+s.log.Name(), err)
 		}
 		data := m.data[:s.size]
-		hr.reset(s.log, data)
+		header := func(p int64) []byte { return tail(data, p) }
+		if win.reset(l.opts.Copies, s.log, data, maxBytes-res.Bytes+slack) {
+			header = win.at
+		}
 		start := int64(0)
 		if s.base <= offset {
 			var ok bool
-			if start, ok = s.startPosition(offset, hr.at); !ok {
+			if start, ok = s.startPosition(offset, header); !ok {
 				l.log.Warn("offset index entry does not match the log; scanning the segment instead", "segment", s.base)
 			}
 		}
-		from, to, next, done := scanRange(hr.at, s.size, start, res.NextOffset, maxOffset, maxBytes-res.Bytes, res.Bytes == 0)
+		from, to, next, done := scanRange(header, s.size, start, res.NextOffset, maxOffset, maxBytes-res.Bytes, res.Bytes == 0)
 		if to > from {
-			res.Chunks = append(res.Chunks, Chunk{Data: data[from:to:to], m: m, file: s.log, pos: from})
+			if c, ok := win.chunk(from, to); ok {
+				res.Chunks = append(res.Chunks, c)
+				m.release()
+			} else {
+				res.Chunks = append(res.Chunks, Chunk{Data: data[from:to:to], m: m})
+			}
 			res.Bytes += int(to - from)
 			res.NextOffset = next
 		} else {
 			m.release()
 		}
+		win.free()
 		if done {
 			break
 		}
@@ -297,53 +300,159 @@ func tail(data []byte, p int64) []byte {
 	return data[p:]
 }
 
-// headerReader gives Read the batch headers of a segment through
-// positional reads of a page-sized window instead of the segment's map. A
-// map is fresh for every segment (and after every remap of the active one),
-// and on a virtual machine that shadows page tables the first touch of a
-// mapped page is dear: touching one page per 256 KiB of a fresh map of a
-// cached segment cost 16-21 µs a page, a pread of the page 2.3 µs
-// (docs/performance.md, "Copying fetched chunks"). A walk over the headers
-// of 256 KiB batches touches a page per batch. A read that fails or comes
-// up short falls back to the map.
-type headerReader struct {
-	f    vfs.File
-	data []byte // the segment's map, as long as the segment
-	win  []byte
-	from int64 // file position of win[0]
+// ReadCopies makes a node's logs read with positional reads into pooled
+// buffers instead of handing out slices of their segments' maps, within a
+// budget of bytes held by unreleased copies; beyond it reads go through the
+// map. A fetch that sends the bytes on copies them anyway (grpc-go into its
+// write buffer, or the kernel into a socket), and on a virtual machine that
+// shadows page tables reading a page through a map made for it is dear:
+// copying a cached 1 GiB segment through a fresh map ran at 2.3-2.5 GB/s,
+// and touching one page per 256 KiB of it cost 16-21 µs a page, against
+// 17-21 GB/s and 2.3 µs for pread (docs/performance.md, "Copying fetched
+// chunks"). A copy also lets its segment's map go at once. The walk over
+// batch headers reads them from the copy too, so a read costs no more
+// system calls than the chunks it returns, plus one to find the start.
+type ReadCopies struct {
+	limit    int64
+	pool     BufferPool
+	inFlight atomic.Int64
 }
 
-const headerWindow = 4 << 10
-
-var headerReaders = sync.Pool{New: func() any { return &headerReader{win: make([]byte, 0, headerWindow)} }}
-
-// reset points the reader at a segment's file and map.
-func (h *headerReader) reset(f vfs.File, data []byte) {
-	h.f, h.data, h.win = f, data, h.win[:0]
+// BufferPool hands out byte buffers (mem.BufferPool has this shape).
+type BufferPool interface {
+	// Get returns a buffer of length size.
+	Get(size int) *[]byte
+	// Put recycles a buffer from Get.
+	Put(*[]byte)
 }
 
-// done recycles the reader.
-func (h *headerReader) done() {
-	h.reset(nil, nil)
-	headerReaders.Put(h)
+// NewReadCopies returns a budget of limit bytes of copies drawn from pool,
+// or nil (reads through the maps) when limit is 0 or less.
+func NewReadCopies(limit int64, pool BufferPool) *ReadCopies {
+	if limit <= 0 {
+		return nil
+	}
+	return &ReadCopies{limit: limit, pool: pool}
 }
 
-// at returns the bytes from position pos on, at least a batch header's
-// worth when the segment has them (nil past its end). They are valid until
-// the next call.
-func (h *headerReader) at(pos int64) []byte {
-	size := int64(len(h.data))
+// InFlight returns the bytes of buffers handed out and not yet released.
+func (c *ReadCopies) InFlight() int64 { return c.inFlight.Load() }
+
+// get returns a buffer of length n, or nil when the budget has no room
+// and force is false.
+func (c *ReadCopies) get(n int, force bool) *[]byte {
+	if c.inFlight.Add(int64(n)) > c.limit && !force {
+		c.inFlight.Add(-int64(n))
+		return nil
+	}
+	b := c.pool.Get(n)
+	c.inFlight.Add(int64(cap(*b) - n)) // count what the pool handed out
+	return b
+}
+
+func (c *ReadCopies) put(b *[]byte) {
+	c.inFlight.Add(-int64(cap(*b)))
+	c.pool.Put(b)
+}
+
+// copyWindow is the part of one segment a copying Read has read: bytes
+// [from, from+len(buf)) of the file. It is placed by the first header the
+// read asks for (the offset index's position, or the segment's start) and
+// grows as the walk and the chunk need, so the batches are read once and
+// their headers walked in the copy.
+type copyWindow struct {
+	copies *ReadCopies
+	f      vfs.File
+	data   []byte // the segment's map, as long as the segment
+	want   int    // bytes to read when placed
+	buf    *[]byte
+	from   int64
+	failed bool // a read failed: the rest of the segment goes through the map
+}
+
+// reset starts a window over a segment for a read of about want bytes; it
+// reports whether the read copies (copies set).
+func (w *copyWindow) reset(copies *ReadCopies, f vfs.File, data []byte, want int) bool {
+	w.free()
+	*w = copyWindow{copies: copies, f: f, data: data, want: max(want, record.BatchHeaderSize)}
+	return copies != nil
+}
+
+// free gives back a buffer no chunk took.
+func (w *copyWindow) free() {
+	if w.buf != nil {
+		w.copies.put(w.buf)
+		w.buf = nil
+	}
+}
+
+// at returns the segment's bytes from pos on, at least a batch header's
+// worth where the segment has them (nil past its end): from the copy, or
+// from the map when copying failed or the budget has no room. They are
+// valid until the next call.
+func (w *copyWindow) at(pos int64) []byte {
+	size := int64(len(w.data))
 	if pos < 0 || pos >= size {
 		return nil
 	}
-	if pos >= h.from && pos+record.BatchHeaderSize <= h.from+int64(len(h.win)) {
-		return h.win[pos-h.from:]
+	if !w.ensure(pos, min(pos+record.BatchHeaderSize, size)) {
+		return w.data[pos:]
 	}
-	w := h.win[:min(int64(cap(h.win)), size-pos)]
-	if n, err := h.f.ReadAt(w, pos); n != len(w) || (err != nil && err != io.EOF) {
-		h.win = h.win[:0]
-		return h.data[pos:]
+	return (*w.buf)[pos-w.from:]
+}
+
+// chunk moves the copy of [from, to) into a chunk; false if there is none
+// (the read goes through the map).
+func (w *copyWindow) chunk(from, to int64) (Chunk, bool) {
+	if w.copies == nil || !w.ensure(from, to) {
+		return Chunk{}, false
 	}
-	h.win, h.from = w, pos
-	return w
+	b := (*w.buf)[from-w.from : to-w.from : to-w.from]
+	c := Chunk{Data: b, buf: w.buf, copies: w.copies}
+	w.buf = nil
+	return c, true
+}
+
+// ensure makes the window hold [pos, end): placed at pos if it holds
+// nothing before pos, else grown to end (and a little beyond, for the
+// headers that follow).
+func (w *copyWindow) ensure(pos, end int64) bool {
+	if w.copies == nil || w.failed {
+		return false
+	}
+	if w.buf != nil && pos >= w.from && end <= w.from+int64(len(*w.buf)) {
+		return true
+	}
+	size := int64(len(w.data))
+	if w.buf == nil || pos < w.from {
+		w.free()
+		n := min(max(int64(w.want), end-pos), size-pos)
+		if w.buf = w.copies.get(int(n), false); w.buf == nil {
+			w.failed = true
+			return false
+		}
+		w.from = pos
+		return w.read(0)
+	}
+	// Grow: a walk past the first read (a gap before the offset longer
+	// than the index interval, or a first batch larger than the read's
+	// budget, KIP-74). The budget may overshoot by that batch.
+	have := len(*w.buf)
+	n := min(max(end-w.from, int64(have)+int64(have)/2), size-w.from)
+	nb := w.copies.get(int(n), true)
+	copy(*nb, *w.buf)
+	w.copies.put(w.buf)
+	w.buf = nb
+	return w.read(have)
+}
+
+// read fills the window from its byte at.
+func (w *copyWindow) read(at int) bool {
+	b := (*w.buf)[at:]
+	if n, err := w.f.ReadAt(b, w.from+int64(at)); n != len(b) || (err != nil && err != io.EOF) {
+		w.free()
+		w.failed = true
+		return false
+	}
+	return true
 }

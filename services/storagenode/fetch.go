@@ -3,7 +3,6 @@ package storagenode
 import (
 	"fmt"
 	"reflect"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -36,38 +35,13 @@ const (
 	defaultFetchMaxBytes     = 50 << 20
 )
 
-// chunkCopier turns a message head and a read result into a frame. Each
-// chunk is copied out of the page cache into a pooled buffer with one
-// positional read (storage.Chunk.CopyTo) and its map released at once; the
-// buffer goes back to the pool when the transport has written it. Handing
-// gRPC the mapped bytes instead left the copy to grpc-go's writer, which
-// read them through the map: on this project's benchmark VM that copy was
-// half of a catch-up fetch's server CPU and capped a one-partition
-// consumer at about 0.6 of the transport's ceiling (docs/performance.md,
-// "Copying fetched chunks"). The copies in flight (queued behind flow
-// control for slow readers) are bounded by budget bytes; beyond it chunks
-// go by reference to the map as before, costing no memory.
-type chunkCopier struct {
-	budget int64
-	// inFlight counts the bytes of copies not yet written by the
-	// transport.
-	inFlight atomic.Int64
-}
-
-// frameOf builds the frame of head and data; data's chunks belong to the
-// frame afterwards.
-func (cc *chunkCopier) frameOf(head []byte, data *storage.ReadResult) *wire.Frame {
+// frameOf turns a message head and a read result into a frame whose body is
+// the read's chunks (copies or slices of segment maps), released as the
+// transport writes them.
+func frameOf(head []byte, data *storage.ReadResult) *wire.Frame {
 	f := &wire.Frame{Head: head, Field: batchesField}
 	for i := range data.Chunks {
 		c := &data.Chunks[i]
-		if cc.take(int64(len(c.Data))) {
-			bp := wire.BufferPool().Get(len(c.Data))
-			c.CopyTo(*bp)
-			c.Release()
-			f.Body = append(f.Body, *bp)
-			f.Release = append(f.Release, func() { cc.put(bp) })
-			continue
-		}
 		f.Body = append(f.Body, c.Data)
 		chunk := c.Take()
 		f.Release = append(f.Release, chunk.Release)
@@ -75,57 +49,14 @@ func (cc *chunkCopier) frameOf(head []byte, data *storage.ReadResult) *wire.Fram
 	return f
 }
 
-// gather copies data's chunks into one pooled buffer and releases them, or
-// returns nil, leaving data alone, when the budget cannot take it. The
-// caller gives the buffer back with put once it is written.
-func (cc *chunkCopier) gather(data *storage.ReadResult) *[]byte {
-	if !cc.take(int64(data.Bytes)) {
-		return nil
-	}
-	bp := wire.BufferPool().Get(data.Bytes)
-	off := 0
-	for i := range data.Chunks {
-		c := &data.Chunks[i]
-		c.CopyTo((*bp)[off:])
-		off += len(c.Data)
-		c.Release()
-	}
-	return bp
-}
-
-// take reserves n bytes of the budget for a copy; false means send by
-// reference.
-func (cc *chunkCopier) take(n int64) bool {
-	if cc == nil || n < minCopiedChunk {
-		return false
-	}
-	if cc.inFlight.Add(n) <= cc.budget {
-		return true
-	}
-	cc.inFlight.Add(-n)
-	return false
-}
-
-// put recycles a copy's buffer once it is written.
-func (cc *chunkCopier) put(bp *[]byte) {
-	cc.inFlight.Add(-int64(len(*bp)))
-	wire.BufferPool().Put(bp)
-}
-
-// minCopiedChunk is the smallest chunk copied: grpc-go copies smaller
-// buffers itself (mem.IsBelowBufferPoolingThreshold), so a copy of ours
-// would be a second one.
-const minCopiedChunk = 1 << 10
-
-// sendFollowerChunk returns the replica server's Send: it sends a chunk to
-// a follower as a frame of cc.
-func (cc *chunkCopier) sendFollowerChunk(stream grpc.ServerStream, resp *replicationv1.FollowerFetchResponse, data *storage.ReadResult) error {
+// sendFollowerChunk sends a chunk to a follower without copying its bytes.
+func sendFollowerChunk(stream grpc.ServerStream, resp *replicationv1.FollowerFetchResponse, data *storage.ReadResult) error {
 	head, err := wire.HeadOf(resp)
 	if err != nil {
 		data.Release()
 		return err
 	}
-	f := cc.frameOf(head, data)
+	f := frameOf(head, data)
 	if err := stream.SendMsg(f); err != nil {
 		f.Free()
 		return err
@@ -401,7 +332,7 @@ func (r *StorageNode) fetchOne(stream grpc.ServerStream, st *fetchState, maxByte
 		data.Release()
 		return 0, nil, false, err
 	}
-	f := r.copier.frameOf(head, data)
+	f := frameOf(head, data)
 	if err := stream.SendMsg(f); err != nil {
 		f.Free()
 		return 0, nil, false, err

@@ -30,9 +30,7 @@ type kafkaFetchPart struct {
 	refused *edpb.Error
 
 	// One read's outcome.
-	data *storage.ReadResult
-	// copied holds data's bytes when the answer sends a copy (chunkCopier).
-	copied  *[]byte
+	data    *storage.ReadResult
 	view    replica.View
 	div     *replica.EpochEnd
 	err     error
@@ -48,7 +46,6 @@ type kafkaFetch struct {
 	minBytes      int
 	readCommitted bool
 	deadline      time.Time
-	copier        *chunkCopier
 }
 
 // kafkaFetchFromRequest checks a fetch request the way the gRPC validator
@@ -74,7 +71,7 @@ func (r *StorageNode) kafkaFetchFromRequest(ctx context.Context, req *kmsg.Fetch
 			return &kafkaFetch{req: req, resp: resp}, resp.ErrorCode
 		}
 	}
-	f := &kafkaFetch{req: req, resp: resp, copier: r.copier, maxBytes: int(req.MaxBytes), minBytes: int(req.MinBytes), readCommitted: req.IsolationLevel == 1,
+	f := &kafkaFetch{req: req, resp: resp, maxBytes: int(req.MaxBytes), minBytes: int(req.MinBytes), readCommitted: req.IsolationLevel == 1,
 		deadline: time.Now().Add(time.Duration(max(req.MaxWaitMillis, 0)) * time.Millisecond)}
 	if req.Version < 3 || f.maxBytes <= 0 {
 		f.maxBytes = defaultFetchMaxBytes
@@ -184,10 +181,6 @@ func (r *StorageNode) readKafkaFetch(f *kafkaFetch) (collected int, ready bool) 
 // releaseReads gives back the reads of a round that is not answered.
 func (f *kafkaFetch) releaseReads() {
 	for _, fp := range f.parts {
-		if fp.copied != nil {
-			f.copier.put(fp.copied)
-			fp.copied = nil
-		}
 		if fp.data != nil {
 			fp.data.Release()
 			fp.data = nil
@@ -248,9 +241,7 @@ func (r *StorageNode) answerKafkaFetch(ctx context.Context, f *kafkaFetch) *kmsg
 				rp.AbortedTransactions = append(rp.AbortedTransactions, at)
 			}
 		}
-		if fp.copied = f.copier.gather(fp.data); fp.copied != nil {
-			rp.RecordBatches = *fp.copied
-		} else if len(fp.data.Chunks) == 1 {
+		if len(fp.data.Chunks) == 1 {
 			rp.RecordBatches = fp.data.Chunks[0].Data
 		} else {
 			rp.RecordBatches = fp.data.AppendTo(make([]byte, 0, fp.data.Bytes))

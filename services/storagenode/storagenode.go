@@ -21,6 +21,7 @@ import (
 	commonv1 "github.com/sluice-io/sluice/gen/go/sluice/common/v1"
 	replicationv1 "github.com/sluice-io/sluice/gen/go/sluice/replication/v1"
 	storagev1 "github.com/sluice-io/sluice/gen/go/sluice/storage/v1"
+	"github.com/sluice-io/sluice/libs/client/wire"
 	"github.com/sluice-io/sluice/libs/config"
 	"github.com/sluice-io/sluice/libs/log"
 	"github.com/sluice-io/sluice/libs/replica"
@@ -44,10 +45,11 @@ type Config struct {
 	PageCacheBudgetBytes int64
 	// WriteBehindBytes is storage.Options.WriteBehindBytes.
 	WriteBehindBytes int64
-	// FetchCopyBudgetBytes bounds the memory of fetched chunks copied out
-	// of the page cache and not yet written to their sockets; beyond it
-	// chunks are sent by reference to the segment's map. 0 never copies.
-	FetchCopyBudgetBytes int64
+	// ReadCopyBudgetBytes bounds the memory of record batches read as
+	// copies (storage.ReadCopies) and not yet released, such as fetched
+	// chunks waiting for their sockets; beyond it reads hand out slices of
+	// the segments' maps. 0 never copies.
+	ReadCopyBudgetBytes int64
 }
 
 // RegisterFlags registers the role's flags.
@@ -63,11 +65,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"Bytes of this node's log data left in the kernel's page cache: beyond it the oldest durable bytes are dropped (never a "+
 			"log's newest 64 MiB), so writes reuse pages instead of taking fresh ones. -1 picks a quarter of memory on a VM whose "+
 			"balloon reports free pages to the host (where a fresh page costs the host a fault) and no bound elsewhere; 0 means no bound.")
-	fs.Int64Var(&c.FetchCopyBudgetBytes, "storage.fetch-copy-budget-bytes", DefaultFetchCopyBudgetBytes,
-		"Memory for fetched record batches (consumers and followers) copied out of the page cache with pread and waiting to be "+
-			"written to their sockets. Copies are cheaper than sending the segment's memory-mapped pages where touching mapped "+
-			"pages is dear (some virtual machines); beyond the budget, as with slow readers holding many chunks, batches go by "+
-			"reference to the map. 0 never copies.")
+	fs.Int64Var(&c.ReadCopyBudgetBytes, "storage.read-copy-budget-bytes", DefaultReadCopyBudgetBytes,
+		"Memory for record batches that reads (fetches of consumers and followers) copy out of the page cache with pread, held "+
+			"until they are written to their sockets. Copies are cheaper than sending the segments' memory-mapped pages where "+
+			"touching mapped pages is dear (some virtual machines); beyond the budget, as with many slow readers holding chunks, "+
+			"reads hand out the mapped pages. 0 never copies.")
 	fs.Int64Var(&c.WriteBehindBytes, "storage.write-behind-bytes", 0,
 		"For partitions that do not fsync before acknowledging: start writing every this many appended bytes to the disk at once "+
 			"(4194304 is a good value), waiting for the previous range, so a log keeps little dirty data and an fsync elsewhere on the "+
@@ -76,10 +78,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 			"writeback to the kernel.")
 }
 
-// DefaultFetchCopyBudgetBytes is the default budget of fetched chunks in
-// flight as copies: 256 chunks of 1 MiB (max.partition.fetch.bytes's
-// default), a small share of a server's memory.
-const DefaultFetchCopyBudgetBytes = 256 << 20
+// DefaultReadCopyBudgetBytes is the default budget of copied reads held at
+// once: 256 chunks of 1 MiB (max.partition.fetch.bytes's default), a small
+// share of a server's memory.
+const DefaultReadCopyBudgetBytes = 256 << 20
 
 // DefaultDiskReserveBytes is the default free-space reserve: room for the
 // logs' checkpoints and index files, and for one etcd WAL segment (64 MiB,
@@ -97,8 +99,8 @@ func (c *Config) Validate() error {
 	if c.DiskReserveBytes < 0 {
 		return fmt.Errorf("storage.disk-reserve-bytes: %d is negative", c.DiskReserveBytes)
 	}
-	if c.FetchCopyBudgetBytes < 0 {
-		return fmt.Errorf("storage.fetch-copy-budget-bytes: %d is negative (0 never copies)", c.FetchCopyBudgetBytes)
+	if c.ReadCopyBudgetBytes < 0 {
+		return fmt.Errorf("storage.read-copy-budget-bytes: %d is negative (0 never copies)", c.ReadCopyBudgetBytes)
 	}
 	if c.WriteBehindBytes < 0 {
 		return fmt.Errorf("storage.write-behind-bytes: %d is negative (0 turns write-behind off)", c.WriteBehindBytes)
@@ -117,6 +119,7 @@ func (c *Config) ReplicaConfig(node config.Node) replica.Config {
 			Space:            storage.NewSpaceGuard(storage.SpaceGuardOptions{Dir: dir, ReserveBytes: c.DiskReserveBytes}),
 			PageCache:        storage.NewPageCache(storage.PageCacheOptions{BudgetBytes: c.PageCacheBudget()}),
 			WriteBehindBytes: c.WriteBehindBytes,
+			Copies:           storage.NewReadCopies(c.ReadCopyBudgetBytes, wire.BufferPool()),
 		}}
 }
 
@@ -138,7 +141,6 @@ type StorageNode struct {
 	logger   *slog.Logger
 	replicas *replica.Manager
 	tracer   trace.Tracer
-	copier   *chunkCopier
 	// Counters of the data path.
 	producedBytes, producedRecords, fetchedBytes metric.Int64Counter
 	duplicateBatches                             metric.Int64Counter
@@ -148,7 +150,7 @@ type StorageNode struct {
 // its Kafka APIs on deps.Kafka.
 func New(cfg Config, deps service.Deps) *StorageNode {
 	r := &StorageNode{cfg: cfg, deps: deps, logger: deps.Logger.With(log.Role("storage-node")), replicas: deps.Replicas,
-		tracer: noop.NewTracerProvider().Tracer(""), copier: &chunkCopier{budget: cfg.FetchCopyBudgetBytes}}
+		tracer: noop.NewTracerProvider().Tracer("")}
 	mp := metric.MeterProvider(metricnoop.NewMeterProvider())
 	if deps.Telemetry != nil {
 		r.tracer = deps.Telemetry.Tracer("storage-node").Tracer("github.com/sluice-io/sluice/services/storagenode")
@@ -169,7 +171,7 @@ func New(cfg Config, deps service.Deps) *StorageNode {
 	}
 	storagev1.RegisterStorageServiceServer(deps.Server.GRPC, r)
 	rs := replica.NewServer(deps.Replicas)
-	rs.Send = r.copier.sendFollowerChunk
+	rs.Send = sendFollowerChunk
 	rs.Authz = deps.Authz
 	replicationv1.RegisterReplicationServiceServer(deps.Server.GRPC, rs)
 	registerValidators(deps.Server.Validators)
