@@ -355,6 +355,10 @@ func (c *ReadCopies) put(b *[]byte) {
 	c.pool.Put(b)
 }
 
+// growStep is the least a copy window grows by: room for the next headers
+// without reading much past what the read returns.
+const growStep = 64 << 10
+
 // copyWindow is the part of one segment a copying Read has read: bytes
 // [from, from+len(buf)) of the file. It is placed by the first header the
 // read asks for (the offset index's position, or the segment's start) and
@@ -438,7 +442,7 @@ func (w *copyWindow) ensure(pos, end int64) bool {
 	// than the index interval, or a first batch larger than the read's
 	// budget, KIP-74). The budget may overshoot by that batch.
 	have := len(*w.buf)
-	n := min(max(end-w.from, int64(have)+int64(have)/2), size-w.from)
+	n := min(max(end-w.from, int64(have)+growStep), size-w.from)
 	nb := w.copies.get(int(n), true)
 	copy(*nb, *w.buf)
 	w.copies.put(w.buf)
