@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -331,4 +332,118 @@ func BenchmarkSpaceGuardAdmit(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkAppendBesideColdReads appends 16 KiB batches while another
+// goroutine reads 1 MiB fetches of older segments whose pages it drops
+// from the cache before each read, as a consumer catching up from disk
+// does. An append must not wait for a read's disk time: the log's append
+// latency is reported (p50, p99 in µs) beside a plain file's write of the
+// same size, timed in the same loop.
+func BenchmarkAppendBesideColdReads(b *testing.B) {
+	const (
+		fetch   = 1 << 20
+		segSize = 16 << 20
+		filled  = 128 << 20
+	)
+	cfg, err := ParseConfig(map[string]string{
+		"segment.bytes": fmt.Sprint(segSize), "retention.bytes": "-1", "retention.ms": "-1",
+		"max.message.bytes": fmt.Sprint(2 << 20),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	l, err := Open(filepath.Join(dir, "log"), cfg, Options{Copies: NewReadCopies(64<<20, &benchPool{})})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	batch := benchBatch(b, 1024, 16<<10)
+	for l.Size() < filled {
+		if _, err := l.AppendAsLeader(batch, 1, record.FromClient); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := l.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	readEnd := l.LogEndOffset()
+	var cold []*os.File
+	for _, s := range l.segs[:len(l.segs)-1] {
+		f, err := os.Open(s.path(logSuffix))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		cold = append(cold, f)
+	}
+	plain, err := os.Create(filepath.Join(dir, "plain"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer plain.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	readerDone := make(chan int)
+	go func() {
+		reads := 0
+		defer func() { readerDone <- reads }()
+		var offset int64
+		for ctx.Err() == nil {
+			if offset >= readEnd {
+				offset = 0
+			}
+			for _, f := range cold {
+				_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED) // best effort: the read is then mostly cold
+			}
+			res, err := l.Read(offset, readEnd, fetch)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			offset = res.NextOffset
+			res.Release()
+			reads++
+		}
+	}()
+	var logLat, fileLat []time.Duration
+	var pos int64
+	for i := 0; b.Loop(); i++ {
+		appendLog := func() {
+			t0 := time.Now()
+			if _, err := l.AppendAsLeader(batch, 1, record.FromClient); err != nil {
+				b.Fatal(err)
+			}
+			logLat = append(logLat, time.Since(t0))
+		}
+		writeFile := func() {
+			t0 := time.Now()
+			if _, err := plain.WriteAt(batch, pos); err != nil {
+				b.Fatal(err)
+			}
+			fileLat = append(fileLat, time.Since(t0))
+			if pos += int64(len(batch)); pos >= filled {
+				pos = 0
+			}
+		}
+		if i%2 == 0 {
+			appendLog()
+			writeFile()
+		} else {
+			writeFile()
+			appendLog()
+		}
+	}
+	cancel()
+	reads := <-readerDone
+	q := func(d []time.Duration, p float64) float64 {
+		slices.Sort(d)
+		return float64(d[int(p*float64(len(d)-1))].Microseconds())
+	}
+	b.ReportMetric(q(logLat, 0.5), "log-p50-µs")
+	b.ReportMetric(q(logLat, 0.99), "log-p99-µs")
+	b.ReportMetric(q(fileLat, 0.5), "file-p50-µs")
+	b.ReportMetric(q(fileLat, 0.99), "file-p99-µs")
+	b.ReportMetric(float64(reads), "cold-reads")
 }

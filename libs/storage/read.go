@@ -113,50 +113,49 @@ func (l *Log) Read(offset, maxOffset int64, maxBytes int) (*ReadResult, error) {
 	if err := l.check(); err != nil {
 		return nil, err
 	}
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	if l.closed {
-		return nil, errClosed
-	}
-	if offset < l.logStart || offset > l.leo {
-		return nil, errs.New(errs.OffsetOutOfRange, "offset %d is outside the log [%d, %d)", offset, l.logStart, l.leo)
-	}
-	res := readResults.Get().(*ReadResult)
-	res.NextOffset, res.Bytes, res.LogStartOffset, res.LogEndOffset = offset, 0, l.logStart, l.leo
-	maxOffset = min(maxOffset, l.leo)
-	if offset >= maxOffset {
-		return res, nil
-	}
-	var (
-		win   copyWindow
-		slack int // the most a read may walk before its offset: an index interval
-	)
-	if l.opts.Copies != nil {
-		slack = l.conf().IndexIntervalBytes
-	}
-	for si := max(l.segmentFor(offset), 0); si < len(l.segs); si++ {
-		s := l.segs[si]
-		if s.size == 0 {
-			continue
+	var buf [maxReadSegments]segmentRead
+	slack := l.conf().IndexIntervalBytes // the most a read walks before its offset
+	for attempt := 0; ; attempt++ {
+		res, plan, bound, err := l.planRead(buf[:0], offset, maxOffset, maxBytes+slack, attempt > 0)
+		if err != nil || len(plan) == 0 {
+			return res, err
 		}
-		m, err := s.acquireMap(s.size)
-		if err != nil {
-			res.Release()
-			return nil, l.fail("mapping "+s.log.Name(), err)
+		if done := l.readPlan(res, plan, bound, maxBytes, slack); done || res.Bytes > 0 || attempt > 0 {
+			return res, nil
 		}
-		data := m.data[:s.size]
+		// The segment holding offset had nothing from it on below its next
+		// segment's base (a compacted gap, its end known only as that
+		// base after a restart), and the plan stopped there: plan again
+		// with the segments after it.
+		res.Release()
+	}
+}
+
+// readPlan walks and reads the planned segments into res, within maxBytes
+// and below bound; done reports that the read reached its budget or bound.
+// It releases every map the plan holds that no chunk took.
+//
+// The bytes below each planned size no longer change: appends write after
+// them, and a truncation or compaction waits for, or leaves alone, the maps
+// the plan holds. So the walk and the copies need no lock, and an append
+// never waits for a read's preads or page faults.
+func (l *Log) readPlan(res *ReadResult, plan []segmentRead, bound int64, maxBytes, slack int) (done bool) {
+	var win copyWindow
+	for i := range plan {
+		sr := &plan[i]
+		s, m := sr.seg, sr.m
+		sr.m = nil
+		data := m.data[:sr.size]
 		header := func(p int64) []byte { return tail(data, p) }
 		if win.reset(l.opts.Copies, s.log, data, maxBytes-res.Bytes+slack) {
 			header = win.at
 		}
-		start := int64(0)
-		if s.base <= offset {
-			var ok bool
-			if start, ok = s.startPosition(offset, header); !ok {
-				l.log.Warn("offset index entry does not match the log; scanning the segment instead", "segment", s.base)
-			}
+		start, ok := s.checkPosition(sr.idxOff, sr.idxPos, sr.size, header)
+		if !ok {
+			l.log.Warn("offset index entry does not match the log; scanning the segment instead", "segment", s.base)
 		}
-		from, to, next, done := scanRange(header, s.size, start, res.NextOffset, maxOffset, maxBytes-res.Bytes, res.Bytes == 0)
+		var from, to, next int64
+		from, to, next, done = scanRange(header, sr.size, start, res.NextOffset, bound, maxBytes-res.Bytes, res.Bytes == 0)
 		if to > from {
 			if c, ok := win.chunk(from, to); ok {
 				res.Chunks = append(res.Chunks, c)
@@ -174,7 +173,78 @@ func (l *Log) Read(offset, maxOffset int64, maxBytes int) (*ReadResult, error) {
 			break
 		}
 	}
-	return res, nil
+	for i := range plan {
+		if plan[i].m != nil {
+			plan[i].m.release()
+			plan[i].m = nil
+		}
+	}
+	return done
+}
+
+// maxReadSegments bounds the segments one Read covers (a read returns less
+// when they are smaller than its budget; the next read goes on).
+const maxReadSegments = 4
+
+// segmentRead is one segment a Read covers, as planRead took it under the
+// log's lock: its map (a reference the read releases or hands to a
+// chunk), its size then, and for the segment holding the read's offset the
+// offset index's entry for it (position 0 when none).
+type segmentRead struct {
+	seg            *segment
+	m              *segMap
+	size           int64
+	idxOff, idxPos int64
+}
+
+// planRead checks the read's offset and, under the log's read lock, takes
+// the segments that hold offsets from it on, until they hold want bytes
+// past the start position: enough for the read's budget, since the walk
+// skips at most an index interval before its offset. past leaves the
+// segment holding offset out of that count. It returns the result to fill
+// (its bounds set) and the visibility bound capped at the log end.
+func (l *Log) planRead(plan []segmentRead, offset, maxOffset int64, want int, past bool) (*ReadResult, []segmentRead, int64, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return nil, nil, 0, errClosed
+	}
+	if offset < l.logStart || offset > l.leo {
+		return nil, nil, 0, errs.New(errs.OffsetOutOfRange, "offset %d is outside the log [%d, %d)", offset, l.logStart, l.leo)
+	}
+	res := readResults.Get().(*ReadResult)
+	res.NextOffset, res.Bytes, res.LogStartOffset, res.LogEndOffset = offset, 0, l.logStart, l.leo
+	maxOffset = min(maxOffset, l.leo)
+	if offset >= maxOffset {
+		return res, nil, maxOffset, nil
+	}
+	covered := int64(0)
+	for si := max(l.segmentFor(offset), 0); si < len(l.segs) && len(plan) < cap(plan) && covered < int64(want); si++ {
+		s := l.segs[si]
+		if s.size == 0 || s.next <= offset {
+			continue // nothing at or after offset (a compacted gap, or offset at its end)
+		}
+		if s.base >= maxOffset {
+			break
+		}
+		m, err := s.acquireMap(s.size)
+		if err != nil {
+			for _, sr := range plan {
+				sr.m.release()
+			}
+			res.Release()
+			return nil, nil, 0, l.fail("mapping "+s.log.Name(), err)
+		}
+		sr := segmentRead{seg: s, m: m, size: s.size, idxOff: s.base}
+		if s.base <= offset {
+			sr.idxOff, sr.idxPos = s.indexPosition(offset)
+		}
+		plan = append(plan, sr)
+		if !past || s.base > offset {
+			covered += sr.size - sr.idxPos
+		}
+	}
+	return res, plan, maxOffset, nil
 }
 
 // scanRange walks batch headers from position start of a segment of size

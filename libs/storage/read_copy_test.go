@@ -2,11 +2,15 @@ package storage
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"sync"
 	"sync/atomic"
+	"time"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-io/sluice/libs/client/errs"
 	"github.com/sluice-io/sluice/libs/client/record"
 	"github.com/sluice-io/sluice/libs/storage/vfs"
 )
@@ -131,5 +135,162 @@ func TestReadCopiesFallBackToTheMap(t *testing.T) {
 	remove()
 	require.Zero(t, copies.InFlight())
 	checkRead(t, l, 0, end, 3000, "copy")
+	require.Zero(t, pool.out.Load())
+}
+
+// A read's positional reads and header walk run outside the log's lock: an
+// append does not wait for a read held up by a slow disk. (Read used to
+// hold the read lock throughout, and an append needs the lock to publish
+// its batches.)
+func TestSlowReadDoesNotBlockAppends(t *testing.T) {
+	l, fs, _, _, end := copiedLog(t, 1<<20)
+	before := fs.Count(vfs.OpRead)
+	fs.Inject(vfs.Fault{Op: vfs.OpRead, PathSuffix: ".log", Latency: 3 * time.Second, Times: 1})
+	readDone := make(chan error, 1)
+	go func() {
+		res, err := l.Read(0, end, 64<<10)
+		if err == nil {
+			if len(res.Chunks) == 0 {
+				err = fmt.Errorf("the read returned nothing")
+			}
+			res.Release()
+		}
+		readDone <- err
+	}()
+	require.Eventually(t, func() bool { return fs.Count(vfs.OpRead) > before }, 10*time.Second, time.Millisecond,
+		"the read reaches the disk")
+	_, err := l.AppendAsLeader(simpleBatch(t, 2, 5000), 1, record.FromClient)
+	require.NoError(t, err)
+	select {
+	case err := <-readDone:
+		t.Fatalf("the append waited for the slow read (read result: %v)", err)
+	default:
+	}
+	require.NoError(t, <-readDone)
+	checkRead(t, l, 0, l.LogEndOffset(), 8<<10, "")
+}
+
+// After a restart a segment's end is known only as its successor's base,
+// so an offset in a compacted gap at a segment's end points into a
+// segment that holds nothing from it on. The read must go on to the next
+// segment even when the first one alone covers the read's budget; an
+// empty answer would leave a consumer fetching the same offset forever.
+func TestReadAcrossGapAtSegmentEndAfterRestart(t *testing.T) {
+	for _, copies := range []bool{false, true} {
+		t.Run(fmt.Sprintf("copies=%v", copies), func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := testConfig(t, map[string]string{"segment.ms": "60000", "index.interval.bytes": "128"})
+			clock := NewManualClock(epoch0)
+			opts := func() Options {
+				o := Options{Clock: clock}
+				if copies {
+					o.Copies = NewReadCopies(1<<20, &countingPool{})
+				}
+				return o
+			}
+			l := openLog(t, dir, cfg, opts())
+			// Offsets 0-27 are the first segment; 28-29 were compacted
+			// away; the next segment, rolled by age, starts at 30.
+			for base := int64(0); base < 20; base += 2 {
+				n := 2
+				if base == 18 {
+					n = 10 // offsets 18-27, and more bytes than the read's budget and an index interval
+				}
+				b := simpleBatch(t, n, 1000+base)
+				record.AssignOffsets(b, base, 0)
+				_, err := l.AppendAsFollower(b)
+				require.NoError(t, err)
+			}
+			clock.Advance(time.Minute)
+			b := simpleBatch(t, 3, 2000)
+			record.AssignOffsets(b, 30, 0)
+			_, err := l.AppendAsFollower(b)
+			require.NoError(t, err)
+			require.Equal(t, 2, l.NumSegments())
+			require.NoError(t, l.Close())
+
+			l = openLog(t, dir, cfg, opts())
+			defer l.Close()
+			res, err := l.Read(28, l.LogEndOffset(), 1)
+			require.NoError(t, err)
+			defer res.Release()
+			require.NotEmpty(t, res.Chunks, "the read goes past the gap")
+			require.EqualValues(t, 30, record.BaseOffset(res.Chunks[0].Data))
+			require.EqualValues(t, 33, res.NextOffset)
+		})
+	}
+}
+
+// Reads run outside the log's lock while appends, truncations and
+// retention change it: every read still answers whole batches, contiguous
+// from the one holding its offset, or OffsetOutOfRange. A small copy
+// budget sends some reads through the maps. Run under -race.
+func TestReadsRaceTruncationAndRetention(t *testing.T) {
+	l, _, copies, pool, _ := copiedLog(t, 48<<10)
+	var (
+		stop atomic.Bool
+		wg   sync.WaitGroup
+		rd   atomic.Int64
+	)
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(r), 7))
+			for !stop.Load() {
+				start, end := l.LogStartOffset(), l.LogEndOffset()
+				if end <= start {
+					continue
+				}
+				from := start + rng.Int64N(end-start)
+				res, err := l.Read(from, end, 1+rng.IntN(40<<10))
+				if err != nil {
+					if !errs.Is(err, errs.OffsetOutOfRange) {
+						t.Errorf("read at %d: %v", from, err)
+						return
+					}
+					continue
+				}
+				next := int64(-1)
+				for _, c := range res.Chunks {
+					for p := 0; p < len(c.Data); {
+						b := c.Data[p:]
+						n := record.BatchSize(b)
+						base, last := record.BaseOffset(b), record.BaseOffset(b)+int64(record.LastOffsetDelta(b))
+						if _, err := record.Validate(b[:n], record.ValidateOptions{Origin: record.FromReplica, MaxBatchBytes: 1 << 20}); err != nil {
+							t.Errorf("read at %d: torn batch at %d: %v", from, base, err)
+						}
+						if next < 0 && (base > from || last < from) || next >= 0 && base != next {
+							t.Errorf("read at %d: batch [%d, %d] after %d", from, base, last, next)
+						}
+						next = last + 1
+						p += n
+					}
+				}
+				if next >= 0 && next != res.NextOffset {
+					t.Errorf("read at %d: next offset %d, batches end at %d", from, res.NextOffset, next)
+				}
+				res.Release()
+				rd.Add(1)
+			}
+		}()
+	}
+	rng := rand.New(rand.NewPCG(3, 9))
+	for i := range 400 {
+		_, err := l.AppendAsLeader(simpleBatch(t, 1+rng.IntN(8), int64(i)), 1, record.FromClient)
+		require.NoError(t, err)
+		switch {
+		case i%25 == 7:
+			require.NoError(t, l.TruncateTo(l.LogEndOffset()-int64(1+rng.IntN(30))))
+		case i%60 == 31:
+			_, err := l.DeleteRecordsBefore(l.LogStartOffset() + int64(rng.IntN(200)))
+			require.NoError(t, err)
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	t.Logf("%d reads; log [%d, %d) in %d segments", rd.Load(), l.LogStartOffset(), l.LogEndOffset(), l.NumSegments())
+	require.Positive(t, rd.Load())
+	require.Zero(t, copies.InFlight(), "every copy went back")
 	require.Zero(t, pool.out.Load())
 }

@@ -114,17 +114,31 @@ type segment struct {
 // startPosition returns where to start walking batches for target: the
 // index entry's position if the batch there is the one the entry names,
 // else 0. header reads the first bytes of the batch at a position (nil if
-// there is none).
+// there is none). The log's lock must be held.
 func (s *segment) startPosition(target int64, header func(pos int64) []byte) (int64, bool) {
+	off, pos := s.indexPosition(target)
+	return s.checkPosition(off, pos, s.size, header)
+}
+
+// indexPosition returns the offset index's entry for target: the offset
+// and position of the last indexed batch at or before it (position 0 when
+// there is none, or the index proved bad). The log's lock must be held.
+func (s *segment) indexPosition(target int64) (offset, pos int64) {
 	if s.badIndex.Load() {
-		return 0, true
+		return s.base, 0
 	}
-	off, pos := s.offIdx.lookupOffset(target)
+	return s.offIdx.lookupOffset(target)
+}
+
+// checkPosition returns pos if the batch there, in a segment of size
+// bytes, is the batch at offset the index entry names; else it marks the
+// index bad and returns 0 and false. Position 0 needs no check.
+func (s *segment) checkPosition(offset, pos, size int64, header func(pos int64) []byte) (int64, bool) {
 	if pos == 0 {
 		return 0, true
 	}
-	if h := header(pos); len(h) >= record.BatchHeaderSize && record.BaseOffset(h) == off &&
-		record.BatchSize(h) >= record.BatchHeaderSize && pos+int64(record.BatchSize(h)) <= s.size {
+	if h := header(pos); len(h) >= record.BatchHeaderSize && record.BaseOffset(h) == offset &&
+		record.BatchSize(h) >= record.BatchHeaderSize && pos+int64(record.BatchSize(h)) <= size {
 		return pos, true
 	}
 	s.badIndex.Store(true)
