@@ -5,8 +5,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
