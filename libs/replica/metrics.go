@@ -6,13 +6,16 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/sluice-io/sluice/libs/storage"
 )
 
 // RegisterMetrics publishes the replicas' state as gauges an operator
 // alerts on: partitions led and followed, under-replicated partitions (an
 // ISR smaller than the replica set), partitions below min.insync.replicas,
-// offline logs, how often logs went offline and came back, and the free
-// space of the data directory against its reserve.
+// offline logs, how often logs went offline and came back, the free space
+// of the data directory against its reserve, the page-cache budget, and the
+// read copies held and the reads that could not copy.
 func (m *Manager) RegisterMetrics(mp metric.MeterProvider) error {
 	meter := mp.Meter("github.com/sluice-io/sluice/libs/replica")
 	parts, err := meter.Int64ObservableGauge("sluice.replicas", metric.WithDescription("Partition replicas on this node, by role."))
@@ -75,6 +78,24 @@ func (m *Manager) RegisterMetrics(mp metric.MeterProvider) error {
 		}
 		instruments = append(instruments, cacheBudget, cacheDropped)
 	}
+	var copyBudget, copyInUse metric.Int64ObservableGauge
+	var copyFallbacks metric.Int64ObservableCounter
+	if rc := m.cfg.Storage.Copies; rc != nil {
+		if copyBudget, err = meter.Int64ObservableGauge("sluice.storage.read_copies.budget", metric.WithUnit("By"),
+			metric.WithDescription("Most bytes of fetched data copied out of the page cache and held at once (storage.read-copy-budget-bytes).")); err != nil {
+			return fmt.Errorf("creating metric: %w", err)
+		}
+		if copyInUse, err = meter.Int64ObservableGauge("sluice.storage.read_copies.in_use", metric.WithUnit("By"),
+			metric.WithDescription("Bytes of fetched data copied out of the page cache and not yet written to a client or follower.")); err != nil {
+			return fmt.Errorf("creating metric: %w", err)
+		}
+		if copyFallbacks, err = meter.Int64ObservableCounter("sluice.storage.read_copies.fallbacks",
+			metric.WithDescription("Segment reads served from the segment's memory map instead of a copy, by reason: "+
+				"budget (the copies held reached the budget, as when slow readers hold fetched data) or read_failed.")); err != nil {
+			return fmt.Errorf("creating metric: %w", err)
+		}
+		instruments = append(instruments, copyBudget, copyInUse, copyFallbacks)
+	}
 	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		var leaders, followers, u, b, off int64
 		for _, p := range m.Partitions() {
@@ -109,6 +130,13 @@ func (m *Manager) RegisterMetrics(mp metric.MeterProvider) error {
 		if pc := m.cfg.Storage.PageCache; pc != nil {
 			o.ObserveInt64(cacheBudget, pc.Budget())
 			o.ObserveInt64(cacheDropped, pc.DroppedBytes())
+		}
+		if rc := m.cfg.Storage.Copies; rc != nil {
+			o.ObserveInt64(copyBudget, rc.Limit())
+			o.ObserveInt64(copyInUse, rc.InFlight())
+			for _, r := range []storage.FallbackReason{storage.FallbackBudget, storage.FallbackReadFailed} {
+				o.ObserveInt64(copyFallbacks, rc.Fallbacks(r), metric.WithAttributes(attribute.String("reason", r.String())))
+			}
 		}
 		return nil
 	}, instruments...)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -89,6 +90,13 @@ type offlineFixture struct {
 // 1 and 2) on a fault-injecting file system, with a fast reopen backoff.
 func newOfflineFixture(t *testing.T, self int32) *offlineFixture {
 	t.Helper()
+	return newFixtureWithCopies(t, self, nil)
+}
+
+// newFixtureWithCopies is newOfflineFixture with the logs reading through
+// copies.
+func newFixtureWithCopies(t *testing.T, self int32, copies *storage.ReadCopies) *offlineFixture {
+	t.Helper()
 	cache := metadata.NewCache()
 	cache.Reset(metadata.FromSnapshot(&controllerv1.MetadataSnapshot{
 		Revision: 1, ControllerId: -1,
@@ -99,7 +107,7 @@ func newOfflineFixture(t *testing.T, self int32) *offlineFixture {
 	pool := wire.NewPool(wire.ClientOptions{})
 	t.Cleanup(func() { _ = pool.Close() })
 	f := &offlineFixture{fs: vfs.NewFaultFS(vfs.OS, uint64(self)), logs: newRecordedLogs(), reader: sdkmetric.NewManualReader()}
-	f.m = NewManager(Config{Dir: t.TempDir(), LagTimeMax: time.Hour, Storage: storage.Options{FS: f.fs},
+	f.m = NewManager(Config{Dir: t.TempDir(), LagTimeMax: time.Hour, Storage: storage.Options{FS: f.fs, Copies: copies},
 		OfflineRetryMin: 10 * time.Millisecond, OfflineRetryMax: 50 * time.Millisecond}, self, cache, nil, pool, slog.New(f.logs))
 	require.NoError(t, f.m.RegisterMetrics(sdkmetric.NewMeterProvider(sdkmetric.WithReader(f.reader))))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -112,9 +120,18 @@ func newOfflineFixture(t *testing.T, self int32) *offlineFixture {
 	return f
 }
 
-// metric returns the value of a gauge or counter.
-func (f *offlineFixture) metric(t *testing.T, name string) int64 {
+// metric returns the value of a gauge or counter (its first data point
+// whose attributes include attrs).
+func (f *offlineFixture) metric(t *testing.T, name string, attrs ...attribute.KeyValue) int64 {
 	t.Helper()
+	has := func(set attribute.Set) bool {
+		for _, kv := range attrs {
+			if v, ok := set.Value(kv.Key); !ok || v != kv.Value {
+				return false
+			}
+		}
+		return true
+	}
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, f.reader.Collect(context.Background(), &rm))
 	for _, sm := range rm.ScopeMetrics {
@@ -122,11 +139,17 @@ func (f *offlineFixture) metric(t *testing.T, name string) int64 {
 			if mt.Name != name {
 				continue
 			}
+			var points []metricdata.DataPoint[int64]
 			switch d := mt.Data.(type) {
 			case metricdata.Gauge[int64]:
-				return d.DataPoints[0].Value
+				points = d.DataPoints
 			case metricdata.Sum[int64]:
-				return d.DataPoints[0].Value
+				points = d.DataPoints
+			}
+			for _, dp := range points {
+				if has(dp.Attributes) {
+					return dp.Value
+				}
 			}
 		}
 	}
@@ -249,3 +272,32 @@ func want(ok bool, msg string) error {
 	}
 	return errors.New(msg)
 }
+
+// The read-copy metrics show the budget, the copies held and the reads
+// that went through the map because the budget had no room.
+func TestReadCopyMetrics(t *testing.T) {
+	copies := storage.NewReadCopies(8<<10, &heapPool{})
+	f := newFixtureWithCopies(t, 1, copies)
+	require.EqualValues(t, 8<<10, f.metric(t, "sluice.storage.read_copies.budget"))
+	for range 3 {
+		require.NoError(t, f.produce(t, 1000)) // about 9 KB each
+	}
+	small, _, _, err := f.p.ReadForConsumer(0, 1, nil, nil) // the first batch, copied even past the budget (KIP-74)
+	require.NoError(t, err)
+	require.NotEmpty(t, small.Chunks)
+	require.Positive(t, f.metric(t, "sluice.storage.read_copies.in_use"), "the chunk held is counted")
+	big, _, _, err := f.p.ReadForConsumer(0, 1<<20, nil, nil) // 1 MiB and an index interval do not: the map serves it
+	require.NoError(t, err)
+	require.NotEmpty(t, big.Chunks)
+	big.Release()
+	small.Release()
+	require.Zero(t, f.metric(t, "sluice.storage.read_copies.in_use"))
+	require.EqualValues(t, 1, f.metric(t, "sluice.storage.read_copies.fallbacks", attribute.String("reason", "budget")))
+	require.Zero(t, f.metric(t, "sluice.storage.read_copies.fallbacks", attribute.String("reason", "read_failed")))
+}
+
+// heapPool is a storage.BufferPool that allocates.
+type heapPool struct{}
+
+func (heapPool) Get(n int) *[]byte { b := make([]byte, n); return &b }
+func (heapPool) Put(*[]byte)       {}

@@ -383,9 +383,29 @@ func tail(data []byte, p int64) []byte {
 // batch headers reads them from the copy too, so a read costs no more
 // system calls than the chunks it returns, plus one to find the start.
 type ReadCopies struct {
-	limit    int64
-	pool     BufferPool
-	inFlight atomic.Int64
+	limit     int64
+	pool      BufferPool
+	inFlight  atomic.Int64
+	fallbacks [2]atomic.Int64 // by FallbackReason
+}
+
+// FallbackReason says why a segment's read went through its map.
+type FallbackReason int
+
+const (
+	// FallbackBudget: the copies held at once had reached the budget.
+	FallbackBudget FallbackReason = iota
+	// FallbackReadFailed: the positional read failed or came up short
+	// (the segment was deleted meanwhile, or an I/O error).
+	FallbackReadFailed
+)
+
+// String names the reason for metrics.
+func (r FallbackReason) String() string {
+	if r == FallbackBudget {
+		return "budget"
+	}
+	return "read_failed"
 }
 
 // BufferPool hands out byte buffers (mem.BufferPool has this shape).
@@ -407,6 +427,13 @@ func NewReadCopies(limit int64, pool BufferPool) *ReadCopies {
 
 // InFlight returns the bytes of buffers handed out and not yet released.
 func (c *ReadCopies) InFlight() int64 { return c.inFlight.Load() }
+
+// Limit returns the budget: the most bytes of copies held at once.
+func (c *ReadCopies) Limit() int64 { return c.limit }
+
+// Fallbacks returns how many segment reads went through the map for
+// reason instead of copying.
+func (c *ReadCopies) Fallbacks(reason FallbackReason) int64 { return c.fallbacks[reason].Load() }
 
 // get returns a buffer of length n, or nil when the budget has no room
 // and force is false.
@@ -503,6 +530,7 @@ func (w *copyWindow) ensure(pos, end int64) bool {
 		n := min(max(int64(w.want), end-pos), size-pos)
 		if w.buf = w.copies.get(int(n), false); w.buf == nil {
 			w.failed = true
+			w.copies.fallbacks[FallbackBudget].Add(1)
 			return false
 		}
 		w.from = pos
@@ -526,6 +554,7 @@ func (w *copyWindow) read(at int) bool {
 	if n, err := w.f.ReadAt(b, w.from+int64(at)); n != len(b) || (err != nil && err != io.EOF) {
 		w.free()
 		w.failed = true
+		w.copies.fallbacks[FallbackReadFailed].Add(1)
 		return false
 	}
 	return true

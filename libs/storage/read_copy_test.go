@@ -120,6 +120,8 @@ func TestReadCopiesFallBackToTheMap(t *testing.T) {
 	l, _, copies, pool, end := copiedLog(t, 100)
 	checkRead(t, l, 0, end, 3000, "map")
 	require.Zero(t, copies.InFlight())
+	require.Positive(t, copies.Fallbacks(FallbackBudget), "counted for the metric")
+	require.Zero(t, copies.Fallbacks(FallbackReadFailed))
 
 	l, fs, copies, pool, end := copiedLog(t, 1<<20)
 	remove := fs.Inject(vfs.Fault{Op: vfs.OpRead, PathSuffix: ".log", Err: vfs.EIO})
@@ -127,6 +129,8 @@ func TestReadCopiesFallBackToTheMap(t *testing.T) {
 	remove()
 	require.Zero(t, copies.InFlight())
 	require.Zero(t, pool.out.Load())
+	require.Zero(t, copies.Fallbacks(FallbackBudget))
+	require.Positive(t, copies.Fallbacks(FallbackReadFailed), "counted for the metric")
 
 	// A read that fails after the window was placed: the walk goes on
 	// through the map.
