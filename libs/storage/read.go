@@ -209,6 +209,9 @@ func (l *Log) planRead(plan []segmentRead, offset, maxOffset int64, want int, pa
 	if l.closed {
 		return nil, nil, 0, errClosed
 	}
+	if err := l.check(); err != nil {
+		return nil, nil, 0, err // went offline: Reopen's recovery may cut files
+	}
 	if offset < l.logStart || offset > l.leo {
 		return nil, nil, 0, errs.New(errs.OffsetOutOfRange, "offset %d is outside the log [%d, %d)", offset, l.logStart, l.leo)
 	}

@@ -298,3 +298,48 @@ func TestReadsRaceTruncationAndRetention(t *testing.T) {
 	require.Zero(t, copies.InFlight(), "every copy went back")
 	require.Zero(t, pool.out.Load())
 }
+
+// A segment that outgrows its map is mapped again, longer; a read that
+// planned with the shorter map walks it with no lock held. Truncation must
+// wait for the readers of that older map too, not only the current one's,
+// or their pages past the new end of file would fault. (The active
+// segment outgrows its map when segment.bytes is raised after it was
+// created.)
+func TestTruncationWaitsForReadersOfAnOlderMap(t *testing.T) {
+	cfg := testConfig(t, map[string]string{"segment.bytes": "16384"})
+	l := openLog(t, t.TempDir(), cfg, Options{})
+	defer l.Close()
+	for l.Size() < 12<<10 {
+		_, err := l.AppendAsLeader(simpleBatch(t, 20, 1), 1, record.FromClient)
+		require.NoError(t, err)
+	}
+	old, err := l.Read(0, l.LogEndOffset(), 1<<20) // through the first map, held
+	require.NoError(t, err)
+	require.NotEmpty(t, old.Chunks)
+	bigger := testConfig(t, map[string]string{"segment.bytes": "1048576"})
+	require.NoError(t, l.SetConfig(bigger))
+	for l.Size() < 40<<10 { // past the first map's length, in the same segment
+		_, err := l.AppendAsLeader(simpleBatch(t, 20, 1), 1, record.FromClient)
+		require.NoError(t, err)
+	}
+	require.Equal(t, 1, l.NumSegments())
+	res, err := l.Read(0, l.LogEndOffset(), 1<<20) // maps the segment again, longer
+	require.NoError(t, err)
+	res.Release()
+
+	truncated := make(chan error, 1)
+	go func() { truncated <- l.TruncateTo(5) }()
+	select {
+	case err := <-truncated:
+		t.Fatalf("truncation did not wait for the reader of the older map (err %v)", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	var it record.Iterator // the held chunk is still readable
+	it.Reset(old.Chunks[0].Data)
+	for it.Next() {
+	}
+	require.NoError(t, it.Err())
+	old.Release()
+	require.NoError(t, <-truncated)
+	require.EqualValues(t, 0, l.LogEndOffset(), "the batch holding offset 5 starts at 0")
+}

@@ -276,9 +276,11 @@ func (l *Log) truncateLocked(offset int64) error {
 	newLEO = max(newLEO, target.base)
 
 	// Mapped pages past the new end would fault in a reader's hands, so
-	// wait for the readers of the current map before cutting the file.
+	// wait for the readers of every map of the segment (the current one,
+	// and shorter ones it replaced that a read may still walk) before
+	// cutting the file.
 	if pos < target.size {
-		if mp := target.retireMap(); mp != nil {
+		for _, mp := range target.retireMap() {
 			<-mp.released
 		}
 	}

@@ -102,6 +102,10 @@ type segment struct {
 
 	mapMu sync.Mutex
 	mp    *segMap
+	// older holds maps this segment replaced with longer ones (guarded by
+	// mapMu) until their readers release them: truncation must wait for
+	// those readers too, since reads walk their map with no lock held.
+	older []*segMap
 
 	// badIndex is set when an index entry turned out not to point at the
 	// batch it names: a damaged index file that passed the load-time
@@ -202,24 +206,43 @@ func (s *segment) acquireMap(need int64) (*segMap, error) {
 	mp := &segMap{m: m, data: m.Bytes(), released: make(chan struct{})}
 	mp.refs.Store(2) // the segment's and the caller's
 	if old := s.mp; old != nil {
+		s.older = append(liveMaps(s.older), old)
 		old.release()
 	}
 	s.mp = mp
 	return mp, nil
 }
 
+// liveMaps drops the maps whose readers have all released them.
+func liveMaps(ms []*segMap) []*segMap {
+	live := ms[:0]
+	for _, m := range ms {
+		select {
+		case <-m.released:
+		default:
+			live = append(live, m)
+		}
+	}
+	clear(ms[len(live):])
+	return live
+}
+
 // retireMap drops the segment's reference to its map, so the map goes away
-// once readers release it. It returns the retired map (nil if none) for
-// callers that must wait on released before touching the file.
-func (s *segment) retireMap() *segMap {
+// once readers release it. It returns every map of the segment that readers
+// may still hold (the current one and older, shorter ones it replaced), for
+// callers that must wait on their released channels before cutting the
+// file.
+func (s *segment) retireMap() []*segMap {
 	s.mapMu.Lock()
 	defer s.mapMu.Unlock()
-	mp := s.mp
-	s.mp = nil
-	if mp != nil {
+	held := liveMaps(s.older)
+	s.older = nil
+	if mp := s.mp; mp != nil {
+		s.mp = nil
+		held = append(held, mp)
 		mp.release()
 	}
-	return mp
+	return held
 }
 
 // close releases the segment's map and closes its files.
