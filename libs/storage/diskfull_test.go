@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -268,4 +270,48 @@ func TestReopenUnderConcurrentReadsAndAppends(t *testing.T) {
 	wg.Wait()
 	requireLogSound(t, l)
 	require.NoError(t, l.Flush())
+}
+
+// Reopen never cuts bytes the log had published: a reader may still hold
+// them mapped, and touching a page cut from under a map kills the process
+// (SIGBUS). Damage found there keeps the log offline until a restart,
+// whose recovery runs before any reader. (Reopen's recovery used to
+// truncate at the damaged batch through its new file handle.)
+func TestReopenDoesNotCutPublishedBytes(t *testing.T) {
+	dir := t.TempDir()
+	fs := vfs.NewFaultFS(vfs.OS, 15)
+	l := openLog(t, dir, testConfig(t, nil), Options{FS: fs})
+	defer l.Close()
+	appendAcked(t, l, 3, "a")
+	for range 5 { // published, not yet fsynced
+		_, err := l.AppendAsLeader(makeBatch(t, record.CodecNone, 1, []string{"k"}, "b"), 0, record.FromClient)
+		require.NoError(t, err)
+	}
+	held, err := l.Read(0, l.LogEndOffset(), 1<<20) // slices of the segment's map
+	require.NoError(t, err)
+	require.NotEmpty(t, held.Chunks)
+	defer held.Release()
+	path := filepath.Join(dir, segmentFileName(0, logSuffix))
+	st, err := os.Stat(path)
+	require.NoError(t, err)
+	// A published byte past the last fsync goes bad (a page the kernel
+	// dropped and read back), and the next fsync fails: offline.
+	require.NoError(t, fs.FlipBit(path, st.Size()-10, 3))
+	fs.Inject(vfs.Fault{Op: vfs.OpSync, PathSuffix: ".log", Err: vfs.ENOSPC, Times: 1})
+	requireCode(t, l.Flush(), errs.StorageError)
+
+	err = l.Reopen()
+	requireCode(t, err, errs.StorageError)
+	require.ErrorContains(t, err, "restart the node")
+	require.Error(t, l.Err(), "the log stays offline")
+	after, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Equal(t, st.Size(), after.Size(), "the file was not cut under the held map")
+	sum := 0
+	for _, c := range held.Chunks { // every held page can still be touched
+		for _, b := range c.Data {
+			sum += int(b)
+		}
+	}
+	require.Positive(t, sum)
 }

@@ -184,6 +184,10 @@ type Log struct {
 	// reopening marks the scratch log Reopen opens: its failures are
 	// Reopen's result, not a new outage to report.
 	reopening bool
+	// published holds, for the scratch log of Reopen, each segment's
+	// size in the log being reopened: bytes readers may hold mapped, which
+	// recovery must not cut (see recover).
+	published map[int64]int64
 }
 
 // RecoveryScannedBytes returns how many bytes of log Open had to verify
@@ -196,16 +200,18 @@ func (l *Log) RecoveryScannedBytes() int64 { return l.recoveryScanned }
 // truncates a torn or corrupt tail, and rebuilds the indexes of what it
 // scanned; after a clean shutdown it skips the scan.
 func Open(dir string, cfg Config, opts Options) (*Log, error) {
-	return openDir(dir, cfg, opts, false)
+	return openDir(dir, cfg, opts, nil)
 }
 
-// openDir is Open; reopening marks the scratch log of Reopen.
-func openDir(dir string, cfg Config, opts Options, reopening bool) (*Log, error) {
+// openDir is Open; for the scratch log of Reopen, published is the size of
+// each segment of the log being reopened (nil for Open).
+func openDir(dir string, cfg Config, opts Options, published map[int64]int64) (*Log, error) {
+	reopening := published != nil
 	if err := cfg.Validate(); err != nil {
 		return nil, errs.New(errs.InvalidConfig, "%v", err)
 	}
 	o := opts.withDefaults()
-	l := &Log{dir: dir, fs: o.FS, clock: o.Clock, log: o.Logger.With("dir", dir), opts: o, horizonDue: maxInt64, reopening: reopening}
+	l := &Log{dir: dir, fs: o.FS, clock: o.Clock, log: o.Logger.With("dir", dir), opts: o, horizonDue: maxInt64, reopening: reopening, published: published}
 	l.cfgp.Store(&cfg)
 	if err := l.fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, storageErr("creating log directory", err)

@@ -445,6 +445,9 @@ func (l *Log) recover(si int, pos, off int64) error {
 		}
 		if i > si && s.base <= l.segs[i-1].next-1 {
 			// A segment that starts inside its predecessor is debris.
+			if err := l.checkCut(i, 0); err != nil {
+				return err
+			}
 			l.segs = l.removeFrom(i)
 			truncated = true
 			break
@@ -461,6 +464,9 @@ func (l *Log) recover(si int, pos, off int64) error {
 			return errs.New(errs.StorageError, "segment %d is damaged at byte %d below the recovery point %d: %s", s.base, end, pos, reason)
 		}
 		if end < s.size {
+			if err := l.checkCut(i, end); err != nil {
+				return err
+			}
 			l.log.Warn("truncating corrupt or torn log tail", "segment", s.base, "position", end, "size", s.size, "reason", reason)
 			if err := s.log.Truncate(end); err != nil {
 				return err
@@ -487,6 +493,27 @@ func (l *Log) recover(si int, pos, off int64) error {
 	l.dirDirty = l.dirDirty || truncated
 	l.log.Info("recovered log after an unclean shutdown", "scanned_bytes", l.recoveryScanned,
 		"log_end_offset", l.leo, "truncated", truncated)
+	return nil
+}
+
+// checkCut refuses, in the scratch log of Reopen, to cut segment i at byte
+// end (and delete the segments after it) when that takes bytes the log
+// being reopened had published: its readers may still hold them mapped,
+// and a page cut from under a map faults (SIGBUS) when touched. Only a
+// torn append past the published end may be cut there; damage below it
+// keeps the log offline until a restart, whose recovery runs before any
+// reader.
+func (l *Log) checkCut(i int, end int64) error {
+	for j, s := range l.segs[i:] {
+		at := int64(0)
+		if j == 0 {
+			at = end
+		}
+		if p := l.published[s.base]; at < p {
+			return errs.New(errs.StorageError, "recovery would cut segment %d at byte %d, below the %d bytes readers were given before the log went offline; "+
+				"it stays offline: restart the node", s.base, at, p)
+		}
+	}
 	return nil
 }
 

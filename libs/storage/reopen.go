@@ -49,7 +49,11 @@ func Transient(err error) bool {
 // records are below the last successful fsync (or in the page cache behind
 // a complete CRC) and stay.
 //
-// If recovery ends below the log end the replica had before it failed,
+// Recovery here cuts only a torn append past the bytes the log had
+// published: readers may still hold those mapped, and a page cut from under
+// a map faults when touched. Damage below that end keeps the log offline
+// until a restart. If recovery ends below the log end the replica had
+// before it failed,
 // offsets that readers and followers may already have seen would be
 // appended again with other records in the same leader epoch. Reopen then
 // refuses, and the log stays offline until a restart, which fences the node
@@ -71,13 +75,17 @@ func (l *Log) Reopen() error {
 	l.mu.RLock()
 	oldLEO := l.leo
 	segs := slices.Clone(l.segs)
+	published := make(map[int64]int64, len(segs))
+	for _, s := range segs {
+		published[s.base] = s.size
+	}
 	l.mu.RUnlock()
 
 	rewritten, err := l.rewriteUnsynced(segs)
 	if err != nil {
 		return storageErr("rewriting unsynced log tail", err)
 	}
-	fresh, err := openDir(l.dir, *l.conf(), l.opts, true)
+	fresh, err := openDir(l.dir, *l.conf(), l.opts, published)
 	if err != nil {
 		return err
 	}
