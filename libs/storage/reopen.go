@@ -53,11 +53,10 @@ func Transient(err error) bool {
 // published: readers may still hold those mapped, and a page cut from under
 // a map faults when touched. Damage below that end keeps the log offline
 // until a restart. If recovery ends below the log end the replica had
-// before it failed,
-// offsets that readers and followers may already have seen would be
-// appended again with other records in the same leader epoch. Reopen then
-// refuses, and the log stays offline until a restart, which fences the node
-// and truncates by leader epoch (KIP-101) instead.
+// before it failed, offsets that readers and followers may already have
+// seen would be appended again with other records in the same leader
+// epoch. Reopen then refuses, and the log stays offline until a restart,
+// which fences the node and truncates by leader epoch (KIP-101) instead.
 func (l *Log) Reopen() error {
 	l.compactMu.Lock()
 	defer l.compactMu.Unlock()
