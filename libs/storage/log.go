@@ -181,14 +181,15 @@ type Log struct {
 	// durablePos is where the last successful fsync of the active segment
 	// ended (guarded by syncMu): Reopen rewrites the bytes after it.
 	durablePos recoveryPoint
-	// reopening marks the scratch log Reopen opens: its failures are
-	// Reopen's result, not a new outage to report.
-	reopening bool
-	// published holds, for the scratch log of Reopen, each segment's
-	// size in the log being reopened: bytes readers may hold mapped, which
-	// recovery must not cut (see recover).
+	// published is set only in the scratch log Reopen opens: each
+	// segment's size in the log being reopened, bytes readers may hold
+	// mapped, which recovery must not cut (see checkCut). That log's
+	// failures are Reopen's result, not a new outage to report.
 	published map[int64]int64
 }
+
+// reopening reports whether this is the scratch log of Reopen.
+func (l *Log) reopening() bool { return l.published != nil }
 
 // RecoveryScannedBytes returns how many bytes of log Open had to verify
 // because the previous shutdown was not clean: the tail after the recovery
@@ -206,12 +207,11 @@ func Open(dir string, cfg Config, opts Options) (*Log, error) {
 // openDir is Open; for the scratch log of Reopen, published is the size of
 // each segment of the log being reopened (nil for Open).
 func openDir(dir string, cfg Config, opts Options, published map[int64]int64) (*Log, error) {
-	reopening := published != nil
 	if err := cfg.Validate(); err != nil {
 		return nil, errs.New(errs.InvalidConfig, "%v", err)
 	}
 	o := opts.withDefaults()
-	l := &Log{dir: dir, fs: o.FS, clock: o.Clock, log: o.Logger.With("dir", dir), opts: o, horizonDue: maxInt64, reopening: reopening, published: published}
+	l := &Log{dir: dir, fs: o.FS, clock: o.Clock, log: o.Logger.With("dir", dir), opts: o, horizonDue: maxInt64, published: published}
 	l.cfgp.Store(&cfg)
 	if err := l.fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, storageErr("creating log directory", err)
@@ -231,7 +231,7 @@ func openDir(dir string, cfg Config, opts Options, published map[int64]int64) (*
 	active := l.activeSegment()
 	l.durablePos = recoveryPoint{Offset: l.leo, Segment: active.base, Position: active.size}
 	l.fl.start(l)
-	if !reopening {
+	if !l.reopening() {
 		l.opts.PageCache.register(l)
 	}
 	return l, nil
@@ -251,7 +251,7 @@ func storageErr(what string, err error) *errs.Error {
 // through new handles and crash recovery.
 func (l *Log) fail(what string, err error) *errs.Error {
 	e := storageErr(what, err)
-	if l.failed.CompareAndSwap(nil, e) && !l.reopening {
+	if l.failed.CompareAndSwap(nil, e) && !l.reopening() {
 		path := l.dir
 		var pe *os.PathError
 		if errors.As(err, &pe) {

@@ -110,9 +110,6 @@ var readResults = sync.Pool{New: func() any { return &ReadResult{Chunks: make([]
 // OffsetOutOfRange; an offset at the log end or at or above maxOffset
 // returns no chunks. The caller must Release the result.
 func (l *Log) Read(offset, maxOffset int64, maxBytes int) (*ReadResult, error) {
-	if err := l.check(); err != nil {
-		return nil, err
-	}
 	var buf [maxReadSegments]segmentRead
 	slack := l.conf().IndexIntervalBytes // the most a read walks before its offset
 	for attempt := 0; ; attempt++ {
@@ -173,13 +170,18 @@ func (l *Log) readPlan(res *ReadResult, plan []segmentRead, bound int64, maxByte
 			break
 		}
 	}
+	releasePlan(plan)
+	return done
+}
+
+// releasePlan releases the maps of a plan that no chunk took.
+func releasePlan(plan []segmentRead) {
 	for i := range plan {
 		if plan[i].m != nil {
 			plan[i].m.release()
 			plan[i].m = nil
 		}
 	}
-	return done
 }
 
 // maxReadSegments bounds the segments one Read covers (a read returns less
@@ -206,11 +208,11 @@ type segmentRead struct {
 func (l *Log) planRead(plan []segmentRead, offset, maxOffset int64, want int, past bool) (*ReadResult, []segmentRead, int64, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
+	if err := l.check(); err != nil {
+		return nil, nil, 0, err // offline
+	}
 	if l.closed {
 		return nil, nil, 0, errClosed
-	}
-	if err := l.check(); err != nil {
-		return nil, nil, 0, err // went offline: Reopen's recovery may cut files
 	}
 	if offset < l.logStart || offset > l.leo {
 		return nil, nil, 0, errs.New(errs.OffsetOutOfRange, "offset %d is outside the log [%d, %d)", offset, l.logStart, l.leo)
@@ -232,9 +234,7 @@ func (l *Log) planRead(plan []segmentRead, offset, maxOffset int64, want int, pa
 		}
 		m, err := s.acquireMap(s.size)
 		if err != nil {
-			for _, sr := range plan {
-				sr.m.release()
-			}
+			releasePlan(plan)
 			res.Release()
 			return nil, nil, 0, l.fail("mapping "+s.log.Name(), err)
 		}
