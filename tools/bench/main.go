@@ -58,6 +58,8 @@ func main() {
 		err = limitFsync(args)
 	case "limit-read":
 		err = limitRead(args)
+	case "limit-aead":
+		err = limitAEAD(args)
 	case "nats-pub":
 		err = natsPublish(args)
 	case "nats-consume":
@@ -82,7 +84,7 @@ func usage() {
        sluice-bench summary --out DIR (--since TIME | REPORT...)  every goal of one make bench in one table
        sluice-bench compare [flags] PKGDIR...  Go micro-benchmarks at a base revision against the working tree (benchstat)
        sluice-bench kafka-produce|kafka-consume [flags]
-       sluice-bench limit-grpc|limit-fsync|limit-read [flags]
+       sluice-bench limit-grpc|limit-fsync|limit-read|limit-aead [flags]
        sluice-bench nats-pub|nats-consume|nats-e2e [flags]`)
 	os.Exit(2)
 }

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -145,6 +146,13 @@ func securityMain(args []string) error {
 	if err := grantBench(ctx, sides["tls"].admin, sides["tls"].addr, benchTLS, c.otherACLs); err != nil {
 		return err
 	}
+	// The record cipher the clients get is the one whose cost is measured
+	// beside them (limit-aead): the floor of the TLS side.
+	suite, err := negotiatedSuite(sides["tls"].kafkaAddr, benchTLS)
+	if err != nil {
+		return err
+	}
+	h.logf("the TLS side negotiates %s", suite)
 
 	n := strconv.FormatInt(c.records, 10)
 	batch := strconv.Itoa(c.batchSize)
@@ -171,6 +179,7 @@ func securityMain(args []string) error {
 			argv[name+".grpc_consume"] = append(slices.Clone(sl), "consume", "--topic", grpcTopic, "--messages", n)
 			argv[name+".kafka_consume"] = append(kb("kafka-consume"), "--topic", kafkaTopic, "--count", n)
 		}
+		h.measure(ctx, r, measurement{figure: securityAEADFigure, argv: []string{h.self, "limit-aead", "--suite", suite}})
 		for _, way := range securityWays {
 			order := securitySides
 			if r%2 == 0 {
@@ -200,6 +209,7 @@ func securityMain(args []string) error {
 		}
 	}
 	rep := buildSecurityReport(h, c, time.Since(start), loadStart, loadAvg())
+	rep.Plan["cipher_suite"] = suite
 	md, js, err := rep.write(c.outDir)
 	if err != nil {
 		return err
@@ -207,6 +217,17 @@ func securityMain(args []string) error {
 	h.logf("report: %s and %s (%.1f min)", md, js, time.Since(start).Minutes())
 	fmt.Print(rep.summaryText())
 	return nil
+}
+
+// negotiatedSuite is the TLS version and cipher suite a client with conf
+// gets from the listener at addr.
+func negotiatedSuite(addr string, conf *tls.Config) (string, error) {
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addr, conf)
+	if err != nil {
+		return "", fmt.Errorf("a TLS handshake with %s: %w", addr, err)
+	}
+	defer conn.Close()
+	return tls.CipherSuiteName(conn.ConnectionState().CipherSuite), nil
 }
 
 // writeSecurityCerts writes a throw-away CA, a node certificate with every
@@ -300,16 +321,60 @@ func grantBench(ctx context.Context, admin *client.Client, addr string, benchTLS
 
 // ---- report ----
 
+// securityAEADFigure is the record cipher's speed on one core, measured
+// each round beside the clients (limit-aead).
+const securityAEADFigure = "security.limit.aead"
+
+// securityCeiling is the most of the plaintext rate TLS can keep when the
+// CPU is the bound and the record cipher is the only cost TLS adds: every
+// byte is sealed by its sender and opened by its receiver.
+type securityCeiling struct {
+	// CipherSPerGB is seal plus open, CPU seconds per GB, of which
+	// ServerCipherSPerGB is the server's half (open for a produce, seal for
+	// a consume).
+	CipherSPerGB       float64 `json:"cipher_cpu_s_per_gb"`
+	ServerCipherSPerGB float64 `json:"server_cipher_cpu_s_per_gb"`
+	// PlainCoresBusy is the plaintext side's CPU over its run: near the
+	// machine's cores, the run is CPU-bound and SharedCores applies.
+	PlainCoresBusy float64 `json:"plaintext_cores_busy"`
+	// SharedCores is P/(P+F): client and server on the same cores (P the
+	// plaintext side's total CPU per GB, F the cipher's).
+	SharedCores float64 `json:"shared_cores"`
+	// ServerAlone is S/(S+Fs): a server on cores of its own, its clients
+	// elsewhere (S its plaintext CPU per GB, Fs its half of the cipher).
+	ServerAlone float64 `json:"server_alone"`
+}
+
+// securityCeilingFor works out a variant's ceiling from its plaintext
+// medians and the cipher's; produce says the server opens (else it seals).
+func securityCeilingFor(plain map[string]stat, sealSPerGB, openSPerGB float64, produce bool) (securityCeiling, bool) {
+	total, okT := plain["total_cpu_s_per_gb"]
+	server, okS := plain["server_cpu_s_per_gb"]
+	rate, okR := plain["mb_per_s"]
+	if !okT || !okS || !okR || sealSPerGB <= 0 || openSPerGB <= 0 {
+		return securityCeiling{}, false
+	}
+	c := securityCeiling{CipherSPerGB: sealSPerGB + openSPerGB, ServerCipherSPerGB: sealSPerGB}
+	if produce {
+		c.ServerCipherSPerGB = openSPerGB
+	}
+	c.PlainCoresBusy = rate.Median / 1000 * total.Median
+	c.SharedCores = total.Median / (total.Median + c.CipherSPerGB)
+	c.ServerAlone = server.Median / (server.Median + c.ServerCipherSPerGB)
+	return c, true
+}
+
 type securityRow struct {
 	ID    string `json:"id"`
 	Label string `json:"label"`
 	// Plain and TLS are the figures of each side (mb_per_s,
 	// server_cpu_s_per_gb, client_cpu_s_per_gb, ...).
-	Plain    map[string]stat `json:"plaintext"`
-	TLS      map[string]stat `json:"tls_acls"`
-	Ratio    float64         `json:"tls_to_plaintext_mb_per_s"`
-	Commands []string        `json:"commands"`
-	Failures []string        `json:"failures,omitempty"`
+	Plain    map[string]stat  `json:"plaintext"`
+	TLS      map[string]stat  `json:"tls_acls"`
+	Ratio    float64          `json:"tls_to_plaintext_mb_per_s"`
+	Ceiling  *securityCeiling `json:"ceiling,omitempty"`
+	Commands []string         `json:"commands"`
+	Failures []string         `json:"failures,omitempty"`
 }
 
 type securityReport struct {
@@ -322,8 +387,11 @@ type securityReport struct {
 	BusyMax    float64           `json:"cpu_busy_before_max_pct"`
 	Servers    map[string]string `json:"servers"`
 	Rows       []securityRow     `json:"variants"`
-	Goals      []condition       `json:"goals"`
-	Samples    []sample          `json:"samples"`
+	// Cipher is limit-aead's figures over the rounds: the record cipher
+	// on one core.
+	Cipher  map[string]stat `json:"record_cipher"`
+	Goals   []condition     `json:"goals"`
+	Samples []sample        `json:"samples"`
 }
 
 func buildSecurityReport(h *harness, c securityConfig, d time.Duration, load0, load1 string) *securityReport {
@@ -335,8 +403,20 @@ func buildSecurityReport(h *harness, c securityConfig, d time.Duration, load0, l
 			"other_acls": c.otherACLs, "bench_acls": 2, "idle_threshold_pct": c.idleThreshold},
 	}
 	gb := float64(c.records) * 1024 / 1e9
+	cipher := map[string][]float64{}
 	for _, s := range h.samples {
 		r.BusyMax = max(r.BusyMax, s.BusyBefore)
+		if s.Figure == securityAEADFigure && s.Error == "" {
+			for k, x := range s.Values {
+				if k != "client_cpu_s" {
+					cipher[k] = append(cipher[k], x)
+				}
+			}
+		}
+	}
+	r.Cipher = map[string]stat{}
+	for k, x := range cipher {
+		r.Cipher[k] = summarize(x)
 	}
 	for _, way := range securityWays {
 		row := securityRow{ID: way.id, Label: way.label, Plain: map[string]stat{}, TLS: map[string]stat{}}
@@ -378,6 +458,10 @@ func buildSecurityReport(h *harness, c securityConfig, d time.Duration, load0, l
 		known := okP && okT && p.Median > 0
 		if known {
 			row.Ratio = t.Median / p.Median
+		}
+		if ceil, ok := securityCeilingFor(row.Plain, r.Cipher["seal_cpu_s_per_gb"].Median, r.Cipher["open_cpu_s_per_gb"].Median,
+			strings.HasSuffix(way.id, "_produce")); ok {
+			row.Ceiling = &ceil
 		}
 		r.Goals = append(r.Goals, cond(way.id+": TLS with ACLs at >= 85 % of the plaintext MB/s", row.Ratio, known, 0.85, true))
 		r.Rows = append(r.Rows, row)
@@ -430,6 +514,7 @@ func (r *securityReport) markdown() string {
 			med(row.Plain, "total_cpu_s_per_gb"), med(row.TLS, "total_cpu_s_per_gb"))
 	}
 	writeGoals(&b, "Goals", r.Goals)
+	r.writeCeilings(&b)
 	writeFailures(&b, r.Rows, func(row securityRow) (string, []string) { return row.ID, row.Failures })
 	b.WriteString("\nCommands (round 1, plaintext then TLS; later rounds differ in topic):\n\n```\n")
 	for _, row := range r.Rows {
@@ -444,12 +529,45 @@ func (r *securityReport) markdown() string {
 	return b.String()
 }
 
+// writeCeilings sets each ratio beside the most the record cipher leaves.
+func (r *securityReport) writeCeilings(b *strings.Builder) {
+	seal, okS := r.Cipher["seal_cpu_s_per_gb"]
+	open, okO := r.Cipher["open_cpu_s_per_gb"]
+	if !okS || !okO {
+		b.WriteString("\nThe record cipher was not measured (limit-aead failed), so no ceiling is given.\n")
+		return
+	}
+	fmt.Fprintf(b, "\n### What the record cipher leaves\n\n"+
+		"`sluice-bench limit-aead --suite %v`, once per round beside the clients: the suite's record cipher, Go's implementation "+
+		"(the one crypto/tls uses), on one core with 16 KiB records. Seal %s GB/s (%.3f CPU s/GB), open %s GB/s (%.3f CPU s/GB); medians "+
+		"of %d. Every byte over TLS is sealed by its sender and opened by its receiver, so seal plus open per GB of record values is CPU that "+
+		"no TLS stack built on Go's crypto avoids (an underestimate: the wire also carries batch and frame headers). Hence the most of "+
+		"the plaintext rate TLS can keep, with nothing added but the cipher: P/(P+F) when client and server share these cores and the run "+
+		"is CPU-bound (P the plaintext side's total CPU per GB, F seal plus open), and S/(S+Fs) for a server on cores of its own with its "+
+		"clients elsewhere (S its plaintext CPU per GB, Fs its half: open for a produce, seal for a consume).\n\n",
+		r.Plan["cipher_suite"], num(r.Cipher["seal_gb_per_s"].Median), seal.Median, num(r.Cipher["open_gb_per_s"].Median), open.Median, seal.N)
+	b.WriteString("| variant | cipher CPU s/GB (seal + open) | plaintext cores busy | ceiling, shared cores | ceiling, server alone | measured TLS / plaintext |\n")
+	b.WriteString("|---|---|---|---|---|---|\n")
+	for _, row := range r.Rows {
+		if row.Ceiling == nil {
+			fmt.Fprintf(b, "| %s | - | - | - | - | - |\n", row.Label)
+			continue
+		}
+		c := row.Ceiling
+		fmt.Fprintf(b, "| %s | %.3f | %.2f of %d | %.2f | %.2f | %.2f |\n", row.Label, c.CipherSPerGB, c.PlainCoresBusy, r.Facts.Cores,
+			c.SharedCores, c.ServerAlone, row.Ratio)
+	}
+}
+
 func (r *securityReport) summaryText() string {
 	var b strings.Builder
 	for _, row := range r.Rows {
 		fmt.Fprintf(&b, "%-30s plaintext %7.1f MB/s  TLS+ACLs %7.1f MB/s  ratio %.3f  server CPU s/GB %.2f / %.2f\n", row.Label,
 			row.Plain["mb_per_s"].Median, row.TLS["mb_per_s"].Median, row.Ratio,
 			row.Plain["server_cpu_s_per_gb"].Median, row.TLS["server_cpu_s_per_gb"].Median)
+		if c := row.Ceiling; c != nil {
+			fmt.Fprintf(&b, "%-30s the cipher leaves at most %.3f (shared cores) / %.3f (server alone)\n", "", c.SharedCores, c.ServerAlone)
+		}
 	}
 	for _, g := range r.Goals {
 		fmt.Fprintf(&b, "%s: met=%v (%.3fx; %s)\n", g.Text, g.Met, g.Value, g.Margin)
