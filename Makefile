@@ -199,7 +199,8 @@ bench-kafka: build
 ## 1 KiB records produced and consumed by the SDK over gRPC and by franz-go over Kafka, as a client holding only
 ## Write and Read ACLs (not a super user); 5 interleaved rounds, MB/s, the TLS/plaintext ratio and server and
 ## client CPU per GB, beside the most the record cipher (measured each round) leaves of plaintext
-## (bench/results/<date>-security.md and .json; see docs/performance.md, "TLS and ACLs against plaintext"). Extra flags: make bench-security SECURITY_BENCH_ARGS='--rounds 7 --records 2000000'
+## (bench/results/<date>-security.md and .json; see docs/performance.md, "TLS and ACLs against plaintext").
+## Extra flags: make bench-security SECURITY_BENCH_ARGS='--rounds 7 --records 2000000'
 bench-security: build
 	$(GOBUILD) -o $(BIN)/sluice-bench $(MOD)/tools/bench
 	$(BIN)/sluice-bench security --bin $(BIN) --out $(BENCH_OUT) $(SECURITY_BENCH_ARGS)
