@@ -9,8 +9,8 @@ import (
 
 // requestFrame is the body of one request frame as read from the socket.
 // Produce frames are read into a buffer of the process's shared pool
-// (wire.BufferPool: size classes of powers of two, handed out without
-// zeroing, the pool the gRPC produce path receives into); every other
+// (wire.BufferPool: size classes of powers of two, in quarter steps above
+// 64 KiB, handed out without zeroing, the pool the gRPC produce path receives into); every other
 // frame into memory of its own.
 //
 // Pooling pays where the bytes are: a Produce frame is the size of its
